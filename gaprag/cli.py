@@ -1,0 +1,292 @@
+"""The ``gaprag`` command (DESIGN.md §4).
+
+Subcommands live beside what they drive: a module in ``PLUGINS`` that defines
+``register(subparsers)`` adds its own commands. User errors print one line and a hint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gaprag.errors import GapragError, InputError
+
+PLUGINS = (
+    "gaprag.eval.cli",
+    "gaprag.graphs.rag_ef.cli",
+    "gaprag.graphs.missing_knowledge.cli",
+    "gaprag.graphs.rfm_rag.cli",
+)
+
+
+def _fail(err: GapragError) -> int:
+    print(f"gaprag: error: {err.message}", file=sys.stderr)
+    if err.hint:
+        print(f"  hint: {err.hint}", file=sys.stderr)
+    return 2
+
+
+# -- ask -----------------------------------------------------------------------------------
+def _summary(update: Any) -> str:
+    if not isinstance(update, dict):
+        return str(update)[:200]
+    parts = []
+    for key, value in update.items():
+        if key in ("usage", "trace"):
+            continue
+        if isinstance(value, list):
+            shown = ", ".join(
+                str(v.get("title") or v.get("id")) if isinstance(v, dict) else str(v)
+                for v in value[:4]
+            )
+            parts.append(f"{key}=[{shown}{', ...' if len(value) > 4 else ''}] ({len(value)})")
+        else:
+            parts.append(f"{key}={str(value)[:120]!s}")
+    return "; ".join(parts)
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    from gaprag.graphs import build_graph
+    from gaprag.options import options_for, parse_sets
+
+    question = (args.question or "").strip()
+    if not question:
+        raise InputError("the question is empty", hint='gaprag ask "Who wrote Hamlet?"')
+    retriever = None
+    if args.store:
+        from gaprag.stores.store import Store
+
+        retriever = Store.open(args.store)
+    options = options_for(args.method, parse_sets(args.set or [], args.method))
+    checkpointer = None
+    config: dict[str, Any] = {}
+    if args.thread:
+        from gaprag.persistence import sqlite_checkpointer
+
+        checkpointer = sqlite_checkpointer()
+        config = {"configurable": {"thread_id": args.thread}}
+    graph = build_graph(args.method, retriever=retriever, checkpointer=checkpointer, **options)
+    inputs = {"question": question}
+    start = time.perf_counter()
+    if args.stream:
+        result: dict[str, Any] = {}
+        modes = ["updates", "custom", "values"]
+        chunks: Any = graph.stream(inputs, config=config or None, stream_mode=modes)  # type: ignore[arg-type]
+        for mode, payload in chunks:
+            if mode == "values":
+                result = dict(payload)
+            elif mode == "custom":
+                print(
+                    f"  · {json.dumps(payload, ensure_ascii=False, default=str)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            else:
+                for node_name, update in payload.items():
+                    print(f"[{node_name}] {_summary(update)}", file=sys.stderr, flush=True)
+    else:
+        result = graph.invoke(inputs, config=config or None)  # type: ignore[arg-type]
+    result.setdefault("usage", {})["wall_s"] = round(time.perf_counter() - start, 3)
+    if args.json:
+        out = {
+            k: result.get(k)
+            for k in ("answer", "stop_reason", "iterations", "queries", "evidence", "usage")
+        }
+        out.update({k: v for k, v in result.items() if k not in out and k != "trace"})
+        out["trace"] = result.get("trace", [])
+        print(json.dumps(out, ensure_ascii=False, indent=2, default=str))
+    else:
+        print(result.get("answer", ""))
+        usage = result.get("usage", {})
+        print(
+            f"\n[{args.method}] stop_reason={result.get('stop_reason')} iterations={result.get('iterations')} "
+            f"llm_calls={usage.get('llm_calls')} tokens={usage.get('prompt_tokens')}+{usage.get('completion_tokens')} "
+            f"retrievals={usage.get('retrieval_calls')} wall={usage.get('wall_s')}s",
+            file=sys.stderr,
+        )
+        for ev in result.get("evidence", [])[:5]:
+            print(
+                f"  - {ev.get('title') or ev.get('id')} (round {ev.get('round')}, {ev.get('source')})",
+                file=sys.stderr,
+            )
+    return 0
+
+
+# -- index ---------------------------------------------------------------------------------
+def cmd_index(args: argparse.Namespace) -> int:
+    from gaprag.stores.documents import load_documents
+    from gaprag.stores.store import Store
+
+    docs = load_documents(args.paths, chunk_size=args.chunk_size, overlap=args.overlap)
+    print(f"gaprag: {len(docs)} documents from {len(args.paths)} source(s)", file=sys.stderr)
+    store = Store.build(args.store, docs, bm25_engine=args.bm25, chroma_url=args.chroma_url)
+    t = store.manifest["timings_s"]
+    print(
+        f"gaprag: indexed {len(store)} documents into {args.store} "
+        f"(bm25 {t['bm25']}s, embed {t['embed']}s, chroma {t['chroma_add']}s)"
+    )
+    return 0
+
+
+# -- llm -----------------------------------------------------------------------------------
+def cmd_llm_models(args: argparse.Namespace) -> int:
+    from gaprag.config import local_model
+    from gaprag.llm.registry import MODELS, is_installed, model_path
+    from gaprag.llm.server import available_engines
+
+    default = local_model()
+    print(f"{'name':22} {'size':>8}  {'installed':9} {'assembled':9}  sha256")
+    for m in MODELS.values():
+        installed = is_installed(m)
+        assembled = installed and model_path(m).exists()
+        mark = "*" if m.name == default else " "
+        print(
+            f"{mark}{m.name:21} {m.size / 1e6:7.0f}M  {'yes' if installed else 'no':9} {'yes' if assembled else 'no':9}  {m.sha256}"
+        )
+    print(
+        f"\n* default (GAPRAG_LOCAL_MODEL). engines installed: {', '.join(available_engines()) or 'none'}"
+    )
+    return 0
+
+
+def cmd_llm_serve(args: argparse.Namespace) -> int:
+    from gaprag.config import local_model
+    from gaprag.llm.server import EmbeddedServer, free_port, pick_engine
+
+    server = EmbeddedServer(
+        model=args.model or local_model(),
+        engine=pick_engine(args.engine),
+        port=args.port or free_port(),
+        n_ctx=args.n_ctx,
+    )
+    server.start()
+    print(
+        f"serving {server.model} at {server.base_url} (Ctrl-C to stop)\nexport GAPRAG_BASE_URL={server.base_url}",
+        flush=True,
+    )
+    try:
+        assert server.process is not None
+        server.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+# -- graph draw ----------------------------------------------------------------------------
+def cmd_graph_draw(args: argparse.Namespace) -> int:
+    from gaprag.graphs import build_graph
+
+    graph = build_graph(args.method).get_graph()
+    out: Path | None = Path(args.out) if args.out else None
+    if out is not None and out.suffix.lower() == ".png":
+        try:
+            out.write_bytes(graph.draw_png(None))
+        except ImportError:
+            raise InputError(
+                "PNG drawing needs pygraphviz", hint="use --out FILE.mmd for mermaid text"
+            ) from None
+    else:
+        text = graph.draw_mermaid()
+        if out is None:
+            print(text)
+        else:
+            out.write_text(text)
+    if out is not None:
+        print(f"wrote {out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from gaprag.graphs import METHODS
+
+    parser = argparse.ArgumentParser(
+        prog="gaprag", description="Iterative RAG methods as LangGraph graphs."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("ask", help="answer a question with a method")
+    p.add_argument("question")
+    p.add_argument("--method", default="standard_rag", choices=list(METHODS))
+    p.add_argument(
+        "--store", help="a store built by `gaprag index` (default: the bundled demo corpus)"
+    )
+    p.add_argument("--json", action="store_true", help="print the full output as one JSON object")
+    p.add_argument("--stream", action="store_true", help="print each node's update as it happens")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a method option, e.g. top_k=3 (repeatable)",
+    )
+    p.add_argument("--thread", help="persist the run under this thread id (SQLite in GAPRAG_HOME)")
+    p.set_defaults(func=cmd_ask)
+
+    p = sub.add_parser("index", help="build a BM25 + Chroma store from a corpus")
+    p.add_argument(
+        "paths", nargs="+", help="JSONL {id,title,text}, dataset JSONL, or folder of .txt/.md"
+    )
+    p.add_argument("--store", required=True, help="directory of the store")
+    p.add_argument("--bm25", default="bm25s", choices=["bm25s", "rank_bm25"])
+    p.add_argument(
+        "--chroma-url", help="use a Chroma server (e.g. http://127.0.0.1:8000) instead of embedded"
+    )
+    p.add_argument("--chunk-size", type=int, default=200, help="words per chunk for text files")
+    p.add_argument("--overlap", type=int, default=40, help="words of overlap between chunks")
+    p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("llm", help="the embedded local LLM")
+    lsub = p.add_subparsers(dest="llm_command", required=True)
+    q = lsub.add_parser("models", help="list the registry")
+    q.set_defaults(func=cmd_llm_models)
+    q = lsub.add_parser("serve", help="run the embedded OpenAI-compatible server in the foreground")
+    q.add_argument(
+        "--model", help="registry name (default: GAPRAG_LOCAL_MODEL or qwen2.5-coder-1.5b)"
+    )
+    q.add_argument("--port", type=int, default=0)
+    q.add_argument("--engine", choices=["llama-cpp-python", "xllamacpp"])
+    q.add_argument("--n-ctx", type=int, default=4096)
+    q.set_defaults(func=cmd_llm_serve)
+
+    p = sub.add_parser("graph", help="inspect a method graph")
+    gsub = p.add_subparsers(dest="graph_command", required=True)
+    q = gsub.add_parser("draw", help="mermaid (default) or PNG of a method's graph")
+    q.add_argument("method", choices=list(METHODS))
+    q.add_argument("--out", help="FILE.mmd / FILE.md for mermaid, FILE.png for PNG")
+    q.set_defaults(func=cmd_graph_draw)
+
+    for module in PLUGINS:
+        try:
+            plugin = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and module.startswith(exc.name):
+                continue
+            raise
+        plugin.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from gaprag.config import offline_env
+
+    offline_env()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except GapragError as err:
+        return _fail(err)
+    except KeyboardInterrupt:
+        print("gaprag: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

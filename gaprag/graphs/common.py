@@ -1,0 +1,113 @@
+"""What every method graph shares: the base context schema, lazy resources, settings merge."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.retrievers import BaseRetriever
+
+from gaprag.errors import GapragError
+from gaprag.llm.client import LLM
+from gaprag.llm.factory import default_llm, openai_llm, resolve_llm
+from gaprag.stores.retriever import Retriever, as_retriever
+
+C = TypeVar("C", bound="BaseContext")
+
+
+def describe(default: Any, description: str) -> Any:
+    """A dataclass field whose description Studio shows in the assistant form."""
+    if isinstance(default, list | dict | set):
+        return field(
+            default_factory=lambda: type(default)(default), metadata={"description": description}
+        )
+    return field(default=default, metadata={"description": description})
+
+
+@dataclass(kw_only=True)
+class BaseContext:
+    """Run settings shared by all methods (Studio's configuration form)."""
+
+    base_url: str = describe(
+        "", "OpenAI-compatible endpoint; empty uses GAPRAG_BASE_URL or the embedded local server."
+    )
+    model: str = describe(
+        "", "Model name sent to the endpoint; empty uses GAPRAG_MODEL or the server's model."
+    )
+    store: str = describe(
+        "", "Path of a gaprag store (`gaprag index`); empty uses the bundled demo corpus."
+    )
+    answer_max_tokens: int = describe(48, "Output cap for the final answer call.")
+    max_passage_words: int = describe(150, "Passages are cut to this many words in prompts.")
+
+
+def merge_context(build: C, run: C | dict[str, Any] | None) -> C:
+    """Build-time settings, overridden by run-time fields that differ from the class default."""
+    if run is None:
+        return build
+    if isinstance(run, dict):
+        run = type(build)(**run)
+    changes = {}
+    for f in dataclasses.fields(build):
+        value = getattr(run, f.name)
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING
+        )  # fmt: skip
+        if value != default:
+            changes[f.name] = value
+    return dataclasses.replace(build, **changes) if changes else build
+
+
+def make_context(cls: type[C], overrides: dict[str, Any]) -> C:
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(overrides) - names
+    if unknown:
+        raise GapragError(
+            f"unknown option(s) for this method: {', '.join(sorted(unknown))}",
+            hint="valid options: " + ", ".join(sorted(names)),
+        )
+    return cls(**overrides)
+
+
+class Resources:
+    """The LLM and retriever a graph uses, resolved lazily (so building a graph is instant)."""
+
+    def __init__(self, llm: LLM | BaseChatModel | None = None, retriever: Any = None) -> None:
+        self._llm = resolve_llm(llm) if llm is not None else None
+        self._retriever: Retriever | None = (
+            as_retriever(retriever) if retriever is not None else None
+        )
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[str, str], Any] = {}
+
+    def llm(self, ctx: BaseContext) -> LLM:
+        if self._llm is not None:
+            return self._llm
+        if not ctx.base_url:
+            return default_llm()
+        key = ("llm", f"{ctx.base_url}|{ctx.model}")
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = openai_llm(ctx.base_url, ctx.model or None)
+            return self._cache[key]  # type: ignore[no-any-return]
+
+    def retriever(self, ctx: BaseContext) -> Retriever:
+        if self._retriever is not None:
+            return self._retriever
+        from gaprag.stores.demo import demo_store
+        from gaprag.stores.store import Store
+
+        if not ctx.store:
+            return demo_store()
+        key = ("store", ctx.store)
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = Store.open(ctx.store)
+            return self._cache[key]  # type: ignore[no-any-return]
+
+
+def is_retriever_like(obj: Any) -> bool:
+    return isinstance(obj, BaseRetriever | Retriever)

@@ -1,0 +1,294 @@
+"""The one LLM client layer every chat call goes through.
+
+:class:`LLM` wraps any LangChain ``BaseChatModel`` and adds what the methods need from it:
+an output-length cap on every call, usage accounting, endpoint errors turned into clear
+messages, and robust structured output:
+
+1. a server-side constraint where the endpoint supports one (``json_schema`` on vLLM and
+   llama.cpp's server, ``json_object`` with a schema on llama-cpp-python);
+2. the tolerant parser in :mod:`gaprag.llm.parse`;
+3. one repair retry that shows the model its reply and the schema;
+4. the caller's documented safe default. A malformed reply never raises.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from pydantic import BaseModel
+
+from gaprag.errors import EndpointError
+from gaprag.llm.accounting import record_decision, record_llm_call
+from gaprag.llm.parse import parse_choice, parse_model, strip_thinking
+
+M = TypeVar("M", bound=BaseModel)
+StructuredMode = Literal["json_schema", "json_object", "none"]
+Messages = Sequence[BaseMessage] | Sequence[tuple[str, str]] | str
+
+DEFAULT_MAX_TOKENS = 256
+
+
+@dataclass
+class Structured(Generic[M]):
+    """A structured reply: the value, and how it was obtained."""
+
+    value: M
+    path: Literal["constrained", "parsed", "repaired", "default"]
+    raw: str = ""
+
+
+@dataclass
+class Choice:
+    """A closed-set decision, with the path that decided it and option probabilities if known."""
+
+    value: str
+    path: Literal["logprobs", "constrained", "parsed", "default"]
+    probs: dict[str, float] = field(default_factory=dict)
+    raw: str = ""
+
+
+def to_messages(messages: Messages) -> list[BaseMessage]:
+    if isinstance(messages, str):
+        return [HumanMessage(content=messages)]
+    out: list[BaseMessage] = []
+    for m in messages:
+        if isinstance(m, BaseMessage):
+            out.append(m)
+        else:
+            role, content = m
+            out.append(
+                SystemMessage(content=content)
+                if role == "system"
+                else HumanMessage(content=content)
+            )
+    return out
+
+
+def _text(msg: BaseMessage) -> str:
+    content = msg.content
+    if isinstance(content, str):
+        return content
+    return "".join(c if isinstance(c, str) else str(c.get("text", "")) for c in content)
+
+
+def _estimate_tokens(text: str) -> int:
+    return max(1, math.ceil(len(text) / 4))
+
+
+class LLM:
+    """Chat access with caps, accounting and structured output. Thread-safe; share one."""
+
+    def __init__(
+        self,
+        chat: BaseChatModel,
+        *,
+        structured_mode: StructuredMode | None = None,
+        endpoint: str = "",
+        supports_logprobs: bool | None = None,
+    ) -> None:
+        self.chat = chat
+        self.endpoint = endpoint or str(getattr(chat, "openai_api_base", "") or "")
+        self._is_openai = type(chat).__name__ == "ChatOpenAI"
+        if structured_mode is None:
+            structured_mode = "json_schema" if self._is_openai else "none"
+        self.structured_mode: StructuredMode = structured_mode
+        self.supports_logprobs = self._is_openai if supports_logprobs is None else supports_logprobs
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _call_kwargs(self, max_tokens: int) -> dict[str, Any]:
+        if self._is_openai:
+            # langchain-openai sends max_completion_tokens, which llama-cpp-python ignores;
+            # send max_tokens in the body too so every server stops at the cap.
+            return {"max_tokens": max_tokens, "extra_body": {"max_tokens": max_tokens}}
+        return {"max_tokens": max_tokens}
+
+    def _invoke(self, messages: list[BaseMessage], max_tokens: int, **extra: Any) -> AIMessage:
+        kwargs = {**self._call_kwargs(max_tokens), **extra}
+        if "extra_body" in extra and self._is_openai:
+            kwargs["extra_body"] = {
+                **self._call_kwargs(max_tokens)["extra_body"],
+                **extra["extra_body"],
+            }
+        try:
+            reply = self.chat.invoke(messages, **kwargs)
+        except Exception as exc:  # translate transport failures into one clear message
+            raise self._endpoint_error(exc) from exc
+        assert isinstance(reply, AIMessage)
+        usage = reply.usage_metadata
+        if usage:
+            record_llm_call(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)))
+        else:
+            prompt = sum(_estimate_tokens(_text(m)) for m in messages)
+            record_llm_call(prompt, _estimate_tokens(_text(reply)))
+        return reply
+
+    def _endpoint_error(self, exc: Exception) -> Exception:
+        name = type(exc).__name__
+        transport = (
+            "APIConnectionError",
+            "APITimeoutError",
+            "ConnectError",
+            "ConnectTimeout",
+            "ReadTimeout",
+        )
+        if name in transport:
+            return EndpointError(
+                f"cannot reach the LLM endpoint at {self.endpoint or 'the configured endpoint'} ({name})",
+                hint="start the server, or set GAPRAG_BASE_URL to a running OpenAI-compatible endpoint "
+                "(unset it to use the embedded local model)",
+            )
+        if name in ("AuthenticationError", "PermissionDeniedError", "NotFoundError"):
+            return EndpointError(
+                f"the LLM endpoint at {self.endpoint} refused the request: {exc}",
+                hint="check OPENAI_API_KEY and GAPRAG_MODEL",
+            )
+        return exc
+
+    # -- public calls ---------------------------------------------------------------------
+    def generate(
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        stop: list[str] | None = None,
+    ) -> str:
+        """Free text, capped at ``max_tokens``; ``<think>`` blocks removed."""
+        extra: dict[str, Any] = {"stop": stop} if stop else {}
+        reply = self._invoke(to_messages(messages), max_tokens, **extra)
+        return strip_thinking(_text(reply)).strip()
+
+    def _constraint(self, schema: Mapping[str, Any]) -> dict[str, Any]:
+        if self.structured_mode == "json_schema":
+            return {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "reply", "schema": dict(schema)},
+                }
+            }
+        if self.structured_mode == "json_object":
+            return {"response_format": {"type": "json_object", "schema": dict(schema)}}
+        return {}
+
+    def _invoke_constrained(
+        self, messages: list[BaseMessage], max_tokens: int, schema: Mapping[str, Any]
+    ) -> str:
+        extra = self._constraint(schema)
+        try:
+            return _text(self._invoke(messages, max_tokens, **extra))
+        except Exception as exc:
+            if not extra or type(exc).__name__ not in (
+                "BadRequestError",
+                "InternalServerError",
+                "UnprocessableEntityError",
+            ):
+                raise
+            # the server does not take this response_format: remember and go unconstrained
+            record_decision(
+                event="structured_mode_fallback", mode=self.structured_mode, error=str(exc)[:200]
+            )
+            self.structured_mode = "none"
+            return _text(self._invoke(messages, max_tokens))
+
+    def structured(
+        self,
+        messages: Messages,
+        schema: type[M],
+        *,
+        default: M,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        call: str = "",
+    ) -> Structured[M]:
+        """A reply validated against ``schema``; ``default`` if nothing valid comes back."""
+        msgs = to_messages(messages)
+        json_schema = schema.model_json_schema()
+        constrained = self.structured_mode != "none"
+        raw = self._invoke_constrained(msgs, max_tokens, json_schema)
+        parsed = parse_model(raw, schema)
+        if parsed is not None:
+            path: Literal["constrained", "parsed"] = (
+                "constrained" if constrained and self.structured_mode != "none" else "parsed"
+            )
+            record_decision(call=call, path=path)
+            return Structured(parsed, path, raw)
+        repair = [
+            *msgs,
+            AIMessage(content=raw),
+            HumanMessage(
+                content="Your reply was not valid. Reply again with only one JSON object matching this "
+                f"schema, no other text:\n{json.dumps(json_schema)}"
+            ),
+        ]
+        raw2 = self._invoke_constrained(repair, max_tokens, json_schema)
+        parsed = parse_model(raw2, schema)
+        if parsed is not None:
+            record_decision(call=call, path="repaired")
+            return Structured(parsed, "repaired", raw2)
+        record_decision(call=call, path="default", raw=raw2[:300])
+        return Structured(default, "default", raw2)
+
+    def choose(
+        self,
+        messages: Messages,
+        options: Sequence[str],
+        *,
+        default: str,
+        max_tokens: int = 8,
+        call: str = "",
+    ) -> Choice:
+        """Pick one of ``options`` (e.g. ``["True", "False"]``).
+
+        Decides by the options' first-token probabilities where the endpoint returns logprobs,
+        then by a constrained JSON choice, then by parsing free text, then ``default``.
+        """
+        msgs = to_messages(messages)
+        if self.supports_logprobs:
+            try:
+                reply = self._invoke(msgs, max_tokens=1, logprobs=True, top_logprobs=10)
+                probs = self._option_probs(reply, options)
+                if probs:
+                    best = max(probs, key=lambda k: probs[k])
+                    record_decision(call=call, path="logprobs", probs=probs)
+                    return Choice(best, "logprobs", probs, _text(reply))
+            except EndpointError:
+                raise
+            except Exception as exc:  # the endpoint has no logprobs: stop asking
+                record_decision(call=call, event="logprobs_unavailable", error=str(exc)[:200])
+                self.supports_logprobs = False
+        schema = {
+            "type": "object",
+            "properties": {"answer": {"type": "string", "enum": list(options)}},
+            "required": ["answer"],
+        }
+        raw = self._invoke_constrained(msgs, max_tokens + 16, schema)
+        picked = parse_choice(raw, options)
+        if picked is not None:
+            path: Literal["constrained", "parsed"] = (
+                "constrained" if self.structured_mode != "none" else "parsed"
+            )
+            record_decision(call=call, path=path, value=picked)
+            return Choice(picked, path, {}, raw)
+        record_decision(call=call, path="default", value=default, raw=raw[:200])
+        return Choice(default, "default", {}, raw)
+
+    @staticmethod
+    def _option_probs(reply: AIMessage, options: Sequence[str]) -> dict[str, float]:
+        logprobs = reply.response_metadata.get("logprobs") or {}
+        content = logprobs.get("content") if isinstance(logprobs, dict) else None
+        if not content:
+            return {}
+        top = content[0].get("top_logprobs") or []
+        probs: dict[str, float] = {}
+        for item in top:
+            token = str(item.get("token", "")).strip().lower()
+            if not token:
+                continue
+            for option in options:
+                if option.lower().startswith(token) and option not in probs:
+                    probs[option] = math.exp(float(item.get("logprob", -100.0)))
+        return probs

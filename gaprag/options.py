@@ -1,0 +1,66 @@
+"""``--set key=value`` parsing, typed by a method's context schema."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Iterable
+from typing import Any
+
+from gaprag.errors import InputError
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def coerce(cls: type[Any], key: str, raw: str) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if key not in fields:
+        raise InputError(
+            f"unknown option {key!r}", hint="valid options: " + ", ".join(sorted(fields))
+        )
+    hint = typing.get_type_hints(cls).get(key, str)
+    try:
+        if hint is bool:
+            low = raw.strip().lower()
+            if low not in _TRUE | _FALSE:
+                raise ValueError(raw)
+            return low in _TRUE
+        if hint is int:
+            return int(raw)
+        if hint is float:
+            return float(raw)
+    except ValueError:
+        raise InputError(
+            f"option {key}={raw!r} is not a valid {getattr(hint, '__name__', hint)}",
+            hint="fix the value",
+        ) from None
+    return raw
+
+
+def parse_sets(pairs: Iterable[str], method: str | None = None) -> dict[str, dict[str, str]]:
+    """``["migres.max_iterations=3", "top_k=4"]`` -> ``{"migres": {...}, "*": {...}}``."""
+    out: dict[str, dict[str, str]] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise InputError(
+                f"--set expects key=value, got {pair!r}", hint="e.g. --set migres.max_iterations=3"
+            )
+        key, value = pair.split("=", 1)
+        scope, _, name = key.strip().rpartition(".")
+        out.setdefault(scope or method or "*", {})[name] = value
+    return out
+
+
+def options_for(method: str, sets: dict[str, dict[str, str]]) -> dict[str, Any]:
+    from gaprag.graphs import context_class
+
+    cls = context_class(method)
+    names = {f.name for f in dataclasses.fields(cls)}
+    merged: dict[str, Any] = {}
+    for key, raw in sets.get("*", {}).items():
+        if key in names:  # global options apply where the method has them
+            merged[key] = coerce(cls, key, raw)
+    for key, raw in sets.get(method, {}).items():
+        merged[key] = coerce(cls, key, raw)
+    return merged

@@ -1,0 +1,96 @@
+"""The state every method shares: the common input and output schemas (DESIGN.md §3).
+
+Item types are TypedDicts (plain dicts at run time) so checkpoints serialise without an
+allow-list; the state containers are dataclasses with ``Annotated`` reducers, as in
+LangGraph's templates.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Annotated, Any, TypedDict
+
+from pydantic import Field
+
+
+class Evidence(TypedDict):
+    """A passage (or fact, or pair) an answer was built from."""
+
+    id: str
+    title: str
+    text: str
+    source: str  # "bm25" | "dense" | "hybrid" | "feedback" | "llm"
+    score: float
+    round: int
+
+
+class Usage(TypedDict):
+    """Cost of one graph run, summed over its nodes."""
+
+    llm_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    retrieval_calls: int
+    wall_s: float
+
+
+USAGE_KEYS: tuple[str, ...] = (
+    "llm_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "retrieval_calls",
+    "wall_s",
+)
+
+
+def empty_usage() -> Usage:
+    return Usage(llm_calls=0, prompt_tokens=0, completion_tokens=0, retrieval_calls=0, wall_s=0.0)
+
+
+def add_usage(left: Usage | None, right: Usage | None) -> Usage:
+    """Reducer: usage deltas returned by nodes are summed into the run's total."""
+    out = empty_usage()
+    for part in (left, right):
+        if not part:
+            continue
+        for key in USAGE_KEYS:
+            out[key] = out[key] + part.get(key, 0)  # type: ignore[literal-required]
+    out["wall_s"] = round(out["wall_s"], 4)
+    return out
+
+
+def add_trace(
+    left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """Reducer for decision records (which parser path a call took, and why a loop stopped)."""
+    return [*(left or []), *(right or [])]
+
+
+@dataclass(kw_only=True)
+class InputState:
+    """What a caller passes in. Studio builds its input form from this."""
+
+    question: Annotated[str, Field(description="The question to answer.")]
+    dataset_id: Annotated[
+        str | None,
+        Field(description="Optional id of the dataset record, kept for evaluation bookkeeping."),
+    ] = None
+
+
+@dataclass(kw_only=True)
+class OutputState:
+    """What every method returns (DESIGN.md §3)."""
+
+    answer: Annotated[str, Field(description="The final short answer.")] = ""
+    stop_reason: Annotated[str, Field(description="Why the loop ended.")] = ""
+    iterations: Annotated[int, Field(description="Retrieval rounds run.")] = 0
+    queries: Annotated[list[str], operator.add] = field(default_factory=list)
+    evidence: list[Evidence] = field(default_factory=list)
+    usage: Annotated[Usage, add_usage] = field(default_factory=empty_usage)
+    trace: Annotated[list[dict[str, Any]], add_trace] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class BaseState(InputState, OutputState):
+    """Internal state shared by all methods; each method subclasses it."""

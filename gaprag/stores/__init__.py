@@ -1,0 +1,28 @@
+"""Documents and ids, BM25, Chroma, hybrid fusion, embeddings, the retriever interface."""
+
+from gaprag.stores.documents import Document, load_documents, make_document
+from gaprag.stores.embeddings import Embedder, HashingEmbedder, MiniLMEmbedder, default_embedder
+from gaprag.stores.retriever import (
+    GapragRetriever,
+    LangChainRetrieverAdapter,
+    Retriever,
+    as_retriever,
+)
+from gaprag.stores.store import MODES, RetrievalMode, Store
+
+__all__ = [
+    "MODES",
+    "Document",
+    "Embedder",
+    "GapragRetriever",
+    "HashingEmbedder",
+    "LangChainRetrieverAdapter",
+    "MiniLMEmbedder",
+    "RetrievalMode",
+    "Retriever",
+    "Store",
+    "as_retriever",
+    "default_embedder",
+    "load_documents",
+    "make_document",
+]

@@ -1,0 +1,160 @@
+"""Documents with stable ids, and the loaders behind ``gaprag index``.
+
+Accepted sources:
+* a JSONL of ``{"id", "title", "text"}`` (``id`` optional: a content hash is used);
+* a dataset JSONL (records with ``paragraphs``): the union of the paragraphs;
+* a folder of ``.txt`` / ``.md`` files, chunked by words.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypedDict
+
+from gaprag.errors import InputError
+
+
+class Document(TypedDict):
+    id: str
+    title: str
+    text: str
+
+
+def content_id(title: str, text: str) -> str:
+    return "d_" + hashlib.sha1(f"{title}\n{text}".encode()).hexdigest()[:16]
+
+
+def make_document(text: str, title: str = "", doc_id: str | None = None) -> Document:
+    return Document(id=doc_id or content_id(title, text), title=title, text=text)
+
+
+def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    try:
+        fh = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(
+            f"cannot read {path}: {exc.strerror}", hint="check the path and its permissions"
+        ) from None
+    with fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(
+                    f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})",
+                    hint="each line must be one JSON object",
+                ) from None
+            if not isinstance(record, dict):
+                raise InputError(
+                    f"{path}:{lineno}: expected a JSON object",
+                    hint="each line must be one JSON object",
+                )
+            yield lineno, record
+
+
+def _passage(path: Path, lineno: int, record: dict[str, Any], where: str = "") -> Document:
+    text = record.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise InputError(
+            f"{path}:{lineno}: {where}field 'text' is missing or empty",
+            hint="records need a non-empty 'text' (and optionally 'id' and 'title')",
+        )
+    title = record.get("title") or ""
+    if not isinstance(title, str):
+        raise InputError(
+            f"{path}:{lineno}: {where}field 'title' must be a string", hint="fix the record"
+        )
+    doc_id = record.get("id")
+    return make_document(
+        text.strip(), title.strip(), str(doc_id) if doc_id not in (None, "") else None
+    )
+
+
+def load_jsonl(path: Path) -> list[Document]:
+    """Passages from a passage JSONL or a dataset JSONL (paragraph union, first id wins)."""
+    docs: dict[str, Document] = {}
+    for lineno, record in _records(path):
+        if "paragraphs" in record:
+            paragraphs = record["paragraphs"]
+            if not isinstance(paragraphs, list):
+                raise InputError(
+                    f"{path}:{lineno}: field 'paragraphs' must be a list", hint="fix the record"
+                )
+            for i, para in enumerate(paragraphs):
+                if not isinstance(para, dict):
+                    raise InputError(
+                        f"{path}:{lineno}: paragraphs[{i}] must be an object", hint="fix the record"
+                    )
+                doc = _passage(path, lineno, para, f"paragraphs[{i}]: ")
+                docs.setdefault(doc["id"], doc)
+        else:
+            doc = _passage(path, lineno, record)
+            docs.setdefault(doc["id"], doc)
+    return list(docs.values())
+
+
+def chunk_words(text: str, size: int = 200, overlap: int = 40) -> list[str]:
+    if size <= 0 or not 0 <= overlap < size:
+        raise InputError(
+            f"bad chunking: size={size}, overlap={overlap}", hint="use size > overlap >= 0"
+        )
+    words = text.split()
+    if not words:
+        return []
+    step = size - overlap
+    return [" ".join(words[i : i + size]) for i in range(0, max(1, len(words) - overlap), step)]
+
+
+def load_folder(path: Path, *, chunk_size: int = 200, overlap: int = 40) -> list[Document]:
+    docs: list[Document] = []
+    files = sorted(
+        p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in (".txt", ".md")
+    )
+    for file in files:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(
+                f"cannot read {file}: {exc}", hint="text files must be UTF-8"
+            ) from None
+        rel = str(file.relative_to(path))
+        for i, chunk in enumerate(chunk_words(text, chunk_size, overlap)):
+            docs.append(make_document(chunk, file.stem, f"{rel}#{i}"))
+    return docs
+
+
+def load_documents(
+    paths: Iterable[str | Path], *, chunk_size: int = 200, overlap: int = 40
+) -> list[Document]:
+    """Load and merge every source; duplicate ids keep their first occurrence."""
+    merged: dict[str, Document] = {}
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            loaded = load_folder(path, chunk_size=chunk_size, overlap=overlap)
+        elif path.exists():
+            loaded = load_jsonl(path)
+        else:
+            raise InputError(
+                f"no such file or folder: {path}",
+                hint="give a JSONL file or a folder of .txt/.md files",
+            )
+        for doc in loaded:
+            merged.setdefault(doc["id"], doc)
+    if not merged:
+        raise InputError(
+            "no documents found in the given sources", hint="check the paths and file types"
+        )
+    return list(merged.values())
+
+
+def corpus_hash(docs: Iterable[Document]) -> str:
+    digest = hashlib.sha256()
+    for doc in docs:
+        digest.update(f"{doc['id']}\x00{doc['title']}\x00{doc['text']}\x01".encode())
+    return digest.hexdigest()[:16]

@@ -1,0 +1,100 @@
+"""The one retriever interface the graphs use, and adapters to and from LangChain."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any, Protocol, runtime_checkable
+
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document as LCDocument
+from langchain_core.retrievers import BaseRetriever
+
+from gaprag.llm.accounting import record_retrieval
+from gaprag.state.base import Evidence
+from gaprag.stores.documents import content_id
+from gaprag.stores.store import RetrievalMode, Store
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        mode: RetrievalMode | None = None,
+        exclude: Collection[str] = (),
+    ) -> list[Evidence]: ...
+
+
+class LangChainRetrieverAdapter:
+    """Use any LangChain ``BaseRetriever`` where gaprag expects a :class:`Retriever`.
+
+    ``mode`` is ignored (the retriever decides how it searches); ``k`` caps the results.
+    Ids come from ``metadata['id']`` when present, else from a content hash.
+    """
+
+    def __init__(self, retriever: BaseRetriever, source: str = "retriever") -> None:
+        self.retriever = retriever
+        self.source = source
+
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        mode: RetrievalMode | None = None,
+        exclude: Collection[str] = (),
+    ) -> list[Evidence]:
+        record_retrieval()
+        out: list[Evidence] = []
+        for doc in self.retriever.invoke(query):
+            meta = doc.metadata or {}
+            title = str(meta.get("title", ""))
+            doc_id = str(meta.get("id") or content_id(title, doc.page_content))
+            if doc_id in exclude:
+                continue
+            score = float(meta.get("score", 0.0) or 0.0)
+            out.append(
+                Evidence(
+                    id=doc_id,
+                    title=title,
+                    text=doc.page_content,
+                    source=self.source,
+                    score=score,
+                    round=0,
+                )
+            )
+            if len(out) >= k:
+                break
+        return out
+
+
+class GapragRetriever(BaseRetriever):
+    """A gaprag :class:`Store` as a LangChain retriever (for chains and agents)."""
+
+    store: Any
+    k: int = 5
+    mode: RetrievalMode = "hybrid"
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[LCDocument]:
+        hits = self.store.search(query, self.k, mode=self.mode)
+        return [
+            LCDocument(
+                page_content=h["text"],
+                metadata={"id": h["id"], "title": h["title"], "score": h["score"]},
+            )
+            for h in hits
+        ]
+
+
+def as_retriever(obj: Retriever | BaseRetriever | Store) -> Retriever:
+    if isinstance(obj, BaseRetriever):
+        return LangChainRetrieverAdapter(obj)
+    if isinstance(obj, Retriever):
+        return obj
+    raise TypeError(
+        f"expected a gaprag Store/Retriever or a LangChain BaseRetriever, got {type(obj).__name__}"
+    )

@@ -1,0 +1,101 @@
+"""Test helpers shipped with the package: a scripted fake chat model.
+
+``ScriptedChatModel`` answers from a list of replies in order, or from rules
+``(substring_of_last_user_message, reply)``, and records every prompt it saw. Replies carry
+``usage_metadata`` (characters / 4) so usage accounting is exercised.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import Field, PrivateAttr
+
+Reply = str | Callable[[list[BaseMessage]], str]
+
+
+def _tokens(text: str) -> int:
+    return max(1, math.ceil(len(text) / 4))
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A deterministic chat model for tests."""
+
+    replies: list[Reply] = Field(default_factory=list)
+    rules: list[tuple[str, Reply]] = Field(default_factory=list)
+    default: Reply = ""
+    logprobs: dict[str, float] | None = None  # token -> logprob for every reply, if set
+    _calls: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+    _index: int = PrivateAttr(default=0)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        """Every call: ``messages`` (list of (role, text)), ``kwargs``, ``reply``."""
+        return self._calls
+
+    def prompts(self) -> list[str]:
+        """The full text of each call's messages, joined."""
+        return ["\n".join(text for _, text in c["messages"]) for c in self._calls]
+
+    def _pick(self, messages: list[BaseMessage]) -> str:
+        last = str(messages[-1].content) if messages else ""
+        full = "\n".join(str(m.content) for m in messages)
+        for needle, reply in self.rules:
+            if needle in last or needle in full:
+                return reply(messages) if callable(reply) else reply
+        if self._index < len(self.replies):
+            reply = self.replies[self._index]
+            self._index += 1
+            return reply(messages) if callable(reply) else reply
+        return self.default(messages) if callable(self.default) else self.default
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        text = self._pick(messages)
+        self._calls.append(
+            {
+                "messages": [(m.type, str(m.content)) for m in messages],
+                "kwargs": kwargs,
+                "reply": text,
+            }
+        )
+        prompt_tokens = sum(_tokens(str(m.content)) for m in messages)
+        meta: dict[str, Any] = {}
+        if self.logprobs is not None and kwargs.get("logprobs"):
+            top = [{"token": t, "logprob": lp} for t, lp in self.logprobs.items()]
+            meta["logprobs"] = {
+                "content": [
+                    {"token": top[0]["token"], "logprob": top[0]["logprob"], "top_logprobs": top}
+                ]
+            }
+        msg = AIMessage(
+            content=text,
+            response_metadata=meta,
+            usage_metadata={
+                "input_tokens": prompt_tokens,
+                "output_tokens": _tokens(text),
+                "total_tokens": prompt_tokens + _tokens(text),
+            },
+        )
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+
+def scripted(
+    *replies: Reply, rules: Sequence[tuple[str, Reply]] = (), default: Reply = ""
+) -> ScriptedChatModel:
+    return ScriptedChatModel(replies=list(replies), rules=list(rules), default=default)
