@@ -30,7 +30,7 @@ def _module(method: str) -> Any:
     try:
         return importlib.import_module(METHODS[method])
     except ModuleNotFoundError as exc:
-        if exc.name == METHODS[method]:
+        if exc.name and METHODS[method].startswith(exc.name):
             raise GapragError(
                 f"method {method!r} is not implemented yet", hint="see `gaprag --help`"
             ) from None

@@ -129,21 +129,23 @@ class LLM:
         return reply
 
     def _endpoint_error(self, exc: Exception) -> Exception:
-        name = type(exc).__name__
-        transport = (
+        names = {cls.__name__ for cls in type(exc).__mro__}
+        transport = {
             "APIConnectionError",
             "APITimeoutError",
             "ConnectError",
             "ConnectTimeout",
             "ReadTimeout",
-        )
-        if name in transport:
+        }
+        if names & transport or any(
+            n.endswith(("ConnectionError", "TimeoutError")) for n in names if n.startswith("OpenAI")
+        ):
             return EndpointError(
-                f"cannot reach the LLM endpoint at {self.endpoint or 'the configured endpoint'} ({name})",
+                f"cannot reach the LLM endpoint at {self.endpoint or 'the configured endpoint'} ({type(exc).__name__})",
                 hint="start the server, or set GAPRAG_BASE_URL to a running OpenAI-compatible endpoint "
                 "(unset it to use the embedded local model)",
             )
-        if name in ("AuthenticationError", "PermissionDeniedError", "NotFoundError"):
+        if names & {"AuthenticationError", "PermissionDeniedError", "NotFoundError"}:
             return EndpointError(
                 f"the LLM endpoint at {self.endpoint} refused the request: {exc}",
                 hint="check OPENAI_API_KEY and GAPRAG_MODEL",
@@ -182,11 +184,14 @@ class LLM:
         try:
             return _text(self._invoke(messages, max_tokens, **extra))
         except Exception as exc:
-            if not extra or type(exc).__name__ not in (
+            names = {cls.__name__ for cls in type(exc).__mro__}
+            rejected = {
                 "BadRequestError",
                 "InternalServerError",
                 "UnprocessableEntityError",
-            ):
+                "APIStatusError",
+            }
+            if not extra or not names & rejected:
                 raise
             # the server does not take this response_format: remember and go unconstrained
             record_decision(

@@ -33,13 +33,19 @@ def make_document(text: str, title: str = "", doc_id: str | None = None) -> Docu
 
 def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     try:
-        fh = path.open(encoding="utf-8")
+        fh = path.open("rb")
     except OSError as exc:
         raise InputError(
             f"cannot read {path}: {exc.strerror}", hint="check the path and its permissions"
         ) from None
     with fh:
-        for lineno, line in enumerate(fh, 1):
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InputError(
+                    f"{path}:{lineno}: not UTF-8 text", hint="save the file as UTF-8 JSONL"
+                ) from None
             if not line.strip():
                 continue
             try:

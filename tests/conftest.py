@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """Each test gets its own GAPRAG_HOME and no configured endpoint, unless it sets one."""
+    home = tmp_path_factory.mktemp("gaprag-home")
+    monkeypatch.setenv("GAPRAG_HOME", str(home))
+    if not os.environ.get("GAPRAG_TEST_KEEP_ENDPOINT"):
+        monkeypatch.delenv("GAPRAG_BASE_URL", raising=False)
+        monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    yield home
+
+
+@pytest.fixture
+def tiny_docs() -> list[dict[str, str]]:
+    return [
+        {"id": "fr", "title": "France", "text": "Paris is the capital and largest city of France."},
+        {
+            "id": "de",
+            "title": "Germany",
+            "text": "Berlin is the capital of Germany and its largest city.",
+        },
+        {
+            "id": "eiffel",
+            "title": "Eiffel Tower",
+            "text": "The Eiffel Tower is a wrought-iron tower in Paris built by Gustave Eiffel.",
+        },
+        {
+            "id": "hamlet",
+            "title": "Hamlet",
+            "text": "Hamlet is a tragedy written by William Shakespeare around 1600.",
+        },
+        {
+            "id": "shakes",
+            "title": "William Shakespeare",
+            "text": "William Shakespeare was an English playwright born in Stratford-upon-Avon.",
+        },
+    ]

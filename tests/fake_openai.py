@@ -1,0 +1,176 @@
+"""A tiny OpenAI-compatible HTTP server for tests that need a real endpoint but no model.
+
+It answers ``GET /v1/models`` and ``POST /v1/chat/completions`` (non-streaming and streaming)
+with a canned reply plus token usage, and records every request body it received::
+
+    with FakeOpenAI(reply="Paris") as server:
+        os.environ["GAPRAG_BASE_URL"] = server.base_url
+        ...
+        assert server.requests[0]["messages"][-1]["content"].endswith("Answer:")
+
+``reply`` may be a string or a callable ``(request_body) -> str`` for scripted answers.
+Only the standard library is used, so a ``langgraph dev`` subprocess can reach it too.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+Reply = str | Callable[[dict[str, Any]], str]
+
+MODEL_ID = "fake-model"
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+class FakeOpenAI:
+    """Run with ``start()``/``stop()`` or as a context manager; binds a free port on 127.0.0.1."""
+
+    def __init__(self, reply: Reply = "canned answer", *, model: str = MODEL_ID) -> None:
+        self.reply = reply
+        self.model = model
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "server not started"
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> FakeOpenAI:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+                pass
+
+            def _send(self, status: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path.rstrip("/") in ("/v1/models", "/models"):
+                    self._send(
+                        200,
+                        {
+                            "object": "list",
+                            "data": [{"id": fake.model, "object": "model", "owned_by": "test"}],
+                        },
+                    )
+                elif self.path.rstrip("/") == "/health":
+                    self._send(200, {"status": "ok"})
+                else:
+                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                except ValueError:
+                    self._send(400, {"error": {"message": "invalid JSON"}})
+                    return
+                if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+                    return
+                with fake._lock:
+                    fake.requests.append(body)
+                text = fake.reply(body) if callable(fake.reply) else fake.reply
+                prompt = sum(_tokens(str(m.get("content", ""))) for m in body.get("messages", []))
+                usage = {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": _tokens(text),
+                    "total_tokens": prompt + _tokens(text),
+                }
+                if body.get("stream"):
+                    self._stream(text, usage)
+                    return
+                self._send(
+                    200,
+                    {
+                        "id": f"chatcmpl-{len(fake.requests)}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": fake.model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": text},
+                                "finish_reason": "stop",
+                                "logprobs": None,
+                            }
+                        ],
+                        "usage": usage,
+                    },
+                )
+
+            def _stream(self, text: str, usage: dict[str, int]) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                base = {
+                    "id": f"chatcmpl-{len(fake.requests)}",
+                    "object": "chat.completion.chunk",
+                    "created": int(time.time()),
+                    "model": fake.model,
+                }
+                chunks = [
+                    {"index": 0, "delta": {"role": "assistant", "content": text}},
+                    {"index": 0, "delta": {}, "finish_reason": "stop"},
+                ]
+                for choice in chunks:
+                    event = {**base, "choices": [choice]}
+                    self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                final = {**base, "choices": [], "usage": usage}
+                self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="fake-openai", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- inspection ----------------------------------------------------------------------
+    def user_prompts(self) -> list[str]:
+        """The last message's content of every chat request, in order."""
+        return [str((r.get("messages") or [{}])[-1].get("content", "")) for r in self.requests]

@@ -1,0 +1,114 @@
+"""The LLM layer: caps, usage counting, structured-output repair and defaults, choices, errors."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel
+
+from gaprag.errors import EndpointError
+from gaprag.llm.accounting import metered
+from gaprag.llm.client import LLM
+from gaprag.llm.factory import openai_llm
+from gaprag.testing import ScriptedChatModel, scripted
+
+
+class Judge(BaseModel):
+    sufficient: bool
+    missing: str = ""
+
+
+DEFAULT = Judge(sufficient=False, missing="")
+
+
+def test_generate_caps_output_and_counts_usage() -> None:
+    fake = scripted("<think>hmm</think>Paris")
+    llm = LLM(fake)
+    with metered() as meter:
+        assert llm.generate("Capital of France?", max_tokens=7) == "Paris"
+    assert fake.calls[0]["kwargs"]["max_tokens"] == 7
+    assert meter.llm_calls == 1
+    assert meter.prompt_tokens > 0 and meter.completion_tokens > 0
+
+
+def test_openai_models_get_max_tokens_in_body_too() -> None:
+    llm = openai_llm("http://127.0.0.1:9/v1", "m")
+    kwargs = llm._call_kwargs(12)
+    assert kwargs["max_tokens"] == 12 and kwargs["extra_body"] == {"max_tokens": 12}
+    assert llm.structured_mode == "json_schema"
+
+
+def test_structured_parsed_first_time() -> None:
+    llm = LLM(scripted('```json\n{"sufficient": true, "missing": ""}\n```'))
+    out = llm.structured("judge", Judge, default=DEFAULT)
+    assert out.value.sufficient is True and out.path == "parsed"
+
+
+def test_structured_repair_retry_shows_the_bad_reply() -> None:
+    fake = scripted("I think it is sufficient.", '{"sufficient": true}')
+    out = LLM(fake).structured("judge", Judge, default=DEFAULT)
+    assert out.path == "repaired" and out.value.sufficient is True
+    assert len(fake.calls) == 2
+    repair_prompt = fake.prompts()[1]
+    assert "I think it is sufficient." in repair_prompt and '"sufficient"' in repair_prompt
+
+
+def test_structured_falls_back_to_default_never_raises() -> None:
+    fake = scripted("nope", "still nope")
+    out = LLM(fake).structured("judge", Judge, default=DEFAULT)
+    assert out.path == "default" and out.value == DEFAULT
+    assert len(fake.calls) == 2  # one try, one repair, then the default
+
+
+def test_constrained_mode_sends_response_format() -> None:
+    fake = scripted('{"sufficient": false, "missing": "x"}')
+    llm = LLM(fake, structured_mode="json_object")
+    out = llm.structured("judge", Judge, default=DEFAULT)
+    assert out.path == "constrained"
+    fmt = fake.calls[0]["kwargs"]["response_format"]
+    assert fmt["type"] == "json_object" and fmt["schema"]["required"] == ["sufficient"]
+
+
+def test_choose_by_logprobs() -> None:
+    fake = ScriptedChatModel(replies=["False"], logprobs={"True": -0.1, "False": -2.5, "the": -4.0})
+    choice = LLM(fake, supports_logprobs=True).choose("valid?", ["True", "False"], default="False")
+    assert choice.value == "True" and choice.path == "logprobs"
+    assert choice.probs["True"] > choice.probs["False"]
+    assert fake.calls[0]["kwargs"]["logprobs"] is True
+
+
+def test_choose_falls_back_to_text_then_default() -> None:
+    llm = LLM(scripted("False, the answer is wrong", "banana"))
+    first = llm.choose("valid?", ["True", "False"], default="True")
+    assert (first.value, first.path) == ("False", "parsed")
+    second = llm.choose("valid?", ["True", "False"], default="True")
+    assert (second.value, second.path) == ("True", "default")
+
+
+def test_endpoint_down_is_a_clear_error() -> None:
+    llm = openai_llm("http://127.0.0.1:9/v1", "m")
+    llm.chat.max_retries = 0  # type: ignore[attr-defined]
+    with pytest.raises(EndpointError) as err:
+        llm.generate("hi", max_tokens=2)
+    assert "127.0.0.1:9" in str(err.value) and "GAPRAG_BASE_URL" in err.value.hint
+
+
+def test_server_rejecting_response_format_falls_back_to_unconstrained() -> None:
+    class BadRequestError(Exception):
+        pass
+
+    def reply(messages: object) -> str:
+        return '{"sufficient": true}'
+
+    fake = scripted(reply)
+    original = fake._generate
+
+    def generate(messages, stop=None, run_manager=None, **kwargs):  # type: ignore[no-untyped-def]
+        if "response_format" in kwargs:
+            raise BadRequestError("Input should be 'text' or 'json_object'")
+        return original(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+    object.__setattr__(fake, "_generate", generate)
+    llm = LLM(fake, structured_mode="json_schema")
+    out = llm.structured("judge", Judge, default=DEFAULT)
+    assert out.value.sufficient is True and out.path == "parsed"
+    assert llm.structured_mode == "none"  # remembered for later calls

@@ -1,0 +1,67 @@
+"""standard_rag: wiring, evidence, usage, settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gaprag import build_graph, list_methods
+from gaprag.errors import GapragError
+from gaprag.stores import HashingEmbedder, Store
+from gaprag.stores.documents import Document
+from gaprag.testing import scripted
+
+
+@pytest.fixture
+def store(tmp_path: Path, tiny_docs: list[Document]) -> Store:
+    return Store.build(tmp_path / "s", tiny_docs, embedder=HashingEmbedder(), progress=False)
+
+
+def test_answers_from_top_k_with_usage(store: Store) -> None:
+    fake = scripted("Answer: William Shakespeare.")
+    graph = build_graph("standard_rag", llm=fake, retriever=store, top_k=2, retrieval_mode="hybrid")
+    out = graph.invoke({"question": "Who wrote Hamlet?"})
+    assert out["answer"] == "William Shakespeare"
+    assert out["stop_reason"] == "answered" and out["iterations"] == 1
+    assert out["queries"] == ["Who wrote Hamlet?"]
+    assert len(out["evidence"]) == 2 and out["evidence"][0]["id"] == "hamlet"
+    assert out["evidence"][0]["round"] == 1 and out["evidence"][0]["source"] == "hybrid"
+    usage = out["usage"]
+    assert usage["llm_calls"] == 1 and usage["retrieval_calls"] == 1
+    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0 and usage["wall_s"] > 0
+    prompt = fake.prompts()[0]
+    assert prompt.rstrip().endswith("Question: Who wrote Hamlet?\nAnswer:")  # variable part last
+    assert "[1] Hamlet:" in prompt
+
+
+def test_run_context_overrides_build_defaults(store: Store) -> None:
+    graph = build_graph(
+        "standard_rag", llm=scripted(default="x"), retriever=store, top_k=1, retrieval_mode="bm25"
+    )
+    assert len(graph.invoke({"question": "capital city tower"})["evidence"]) == 1
+    out = graph.invoke({"question": "capital city tower"}, context={"top_k": 3})
+    assert len(out["evidence"]) == 3
+    assert out["evidence"][0]["source"] == "bm25"  # build-time mode kept
+
+
+def test_passages_are_truncated(tmp_path: Path) -> None:
+    docs: list[Document] = [{"id": "long", "title": "L", "text": " ".join(["word"] * 500)}]
+    st = Store.build(tmp_path / "l", docs, embedder=HashingEmbedder(), progress=False)
+    fake = scripted("x")
+    build_graph(
+        "standard_rag", llm=fake, retriever=st, max_passage_words=20, retrieval_mode="bm25"
+    ).invoke({"question": "word"})
+    assert fake.prompts()[0].count("word") < 40
+
+
+def test_unknown_option_is_a_clear_error() -> None:
+    with pytest.raises(GapragError) as err:
+        build_graph("standard_rag", llm=scripted(), top_kk=3)
+    assert "top_kk" in str(err.value) and "top_k" in err.value.hint
+
+
+def test_registry() -> None:
+    assert "standard_rag" in list_methods()
+    with pytest.raises(GapragError):
+        build_graph("nope")

@@ -1,0 +1,213 @@
+"""Stores: round trips, shared ids, atomic rebuild, reopen without re-embedding, loaders."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from langchain_core.documents import Document as LCDocument
+from langchain_core.retrievers import BaseRetriever
+
+from gaprag.errors import InputError, StoreError
+from gaprag.llm.accounting import metered
+from gaprag.stores import GapragRetriever, HashingEmbedder, Store, as_retriever, load_documents
+from gaprag.stores.bm25 import BM25Index, tokenize
+from gaprag.stores.documents import Document, chunk_words
+from gaprag.stores.embeddings import Vectors
+from gaprag.stores.hybrid import rrf
+
+
+class CountingEmbedder(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__(256)
+        self.name = "hashing-256"
+        self.texts = 0
+
+    def embed(
+        self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
+    ) -> Vectors:
+        self.texts += len(texts)
+        return super().embed(texts)
+
+
+@pytest.fixture
+def store(tmp_path: Path, tiny_docs: list[Document]) -> Store:
+    return Store.build(tmp_path / "s", tiny_docs, embedder=HashingEmbedder(), progress=False)
+
+
+@pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid"])
+def test_search_finds_the_right_passage(store: Store, mode: str) -> None:
+    hits = store.search("Who wrote the tragedy Hamlet?", 2, mode=mode)  # type: ignore[arg-type]
+    assert hits[0]["id"] == "hamlet"
+    assert all(h["source"] == mode for h in hits)
+
+
+def test_bm25_and_dense_share_ids(store: Store, tiny_docs: list[Document]) -> None:
+    ids = {d["id"] for d in tiny_docs}
+    sparse = {h["id"] for h in store.search("capital city", 5, mode="bm25")}
+    dense = {h["id"] for h in store.search("capital city", 5, mode="dense")}
+    assert sparse <= ids and dense <= ids and sparse & dense
+
+
+def test_exclude_skips_seen_passages(store: Store) -> None:
+    hits = store.search("capital largest city tower", 2, mode="bm25", exclude={"fr"})
+    assert "fr" not in {h["id"] for h in hits} and len(hits) == 2
+    # BM25 returns only passages sharing a term with the query, never zero-score filler
+    assert [h["id"] for h in store.search("capital largest city", 5, mode="bm25")] in (
+        ["fr", "de"],
+        ["de", "fr"],
+    )
+
+
+def test_retrieval_is_counted(store: Store) -> None:
+    with metered() as meter:
+        store.search("Paris", 1, mode="bm25")
+        store.search("Paris", 1, mode="hybrid")
+    assert meter.retrieval_calls == 2
+
+
+def test_reopen_does_not_re_embed(tmp_path: Path, tiny_docs: list[Document]) -> None:
+    emb = CountingEmbedder()
+    Store.build(tmp_path / "s", tiny_docs, embedder=emb, progress=False)
+    assert emb.texts == len(tiny_docs)
+    emb2 = CountingEmbedder()
+    reopened = Store.open(tmp_path / "s", embedder=emb2)
+    assert len(reopened) == len(tiny_docs)
+    assert reopened.search("Eiffel", 1, mode="dense")[0]["id"] == "eiffel"
+    assert emb2.texts == 1  # only the query
+
+
+def test_rebuild_swaps_atomically_and_prunes(tmp_path: Path, tiny_docs: list[Document]) -> None:
+    root = tmp_path / "s"
+    first = Store.build(root, tiny_docs[:2], embedder=HashingEmbedder(), progress=False)
+    second = Store.build(root, tiny_docs, embedder=HashingEmbedder(), progress=False)
+    assert first.version_dir != second.version_dir
+    assert len(Store.open(root)) == len(tiny_docs)
+    assert [p.name for p in root.glob("v-*")] == [second.version_dir.name]
+
+
+def test_interrupted_build_leaves_previous_index(tmp_path: Path, tiny_docs: list[Document]) -> None:
+    root = tmp_path / "s"
+    Store.build(root, tiny_docs[:2], embedder=HashingEmbedder(), progress=False)
+
+    class Boom(HashingEmbedder):
+        def embed(
+            self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
+        ) -> Vectors:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Store.build(root, tiny_docs, embedder=Boom(), progress=False)
+    again = Store.open(root)
+    assert len(again) == 2 and again.search("Paris", 1, mode="bm25")[0]["id"] == "fr"
+    assert not list(root.glob(".building-*"))
+
+
+def test_missing_store_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError) as err:
+        Store.open(tmp_path / "nope")
+    assert "gaprag index" in err.value.hint
+
+
+def test_duplicate_ids_refused(tmp_path: Path, tiny_docs: list[Document]) -> None:
+    with pytest.raises(StoreError):
+        Store.build(
+            tmp_path / "s", [tiny_docs[0], tiny_docs[0]], embedder=HashingEmbedder(), progress=False
+        )
+
+
+@pytest.mark.parametrize("engine", ["bm25s", "rank_bm25"])
+def test_bm25_engines_agree_and_round_trip(
+    tmp_path: Path, engine: str, tiny_docs: list[Document]
+) -> None:
+    texts = [f"{d['title']} {d['text']}" for d in tiny_docs]
+    index = BM25Index.build(texts, engine)  # type: ignore[arg-type]
+    index.save(tmp_path / engine)
+    loaded = BM25Index.load(tmp_path / engine, engine, len(texts))  # type: ignore[arg-type]
+    top = loaded.search("Shakespeare playwright", 2)
+    assert top and texts[top[0][0]].startswith("William Shakespeare")
+    assert loaded.search("zzzz unknownword", 3) == []
+
+
+def test_tokenize_drops_stopwords_and_splits_cjk() -> None:
+    assert tokenize("What is the capital of France?") == ["capital", "france"]
+    assert tokenize("多囊卵巢") == ["多", "囊", "卵", "巢"]
+
+
+def test_rrf_orders_by_fused_rank() -> None:
+    fused = rrf([["a", "b", "c"], ["b", "a", "d"]])
+    assert [i for i, _ in fused][:2] in (["a", "b"], ["b", "a"])
+    assert fused[-1][0] in {"c", "d"}
+    assert np.isclose(fused[0][1], 1 / 61 + 1 / 62)
+
+
+def test_loaders(tmp_path: Path) -> None:
+    passages = tmp_path / "p.jsonl"
+    passages.write_text('{"id": "a", "title": "T", "text": "alpha"}\n\n{"text": "beta"}\n')
+    dataset = tmp_path / "d.jsonl"
+    rec = {
+        "id": "q1",
+        "question": "?",
+        "paragraphs": [
+            {"id": "a", "title": "T", "text": "alpha"},
+            {"id": "c", "title": "", "text": "gamma"},
+        ],
+    }
+    dataset.write_text(json.dumps(rec) + "\n")
+    folder = tmp_path / "txt"
+    folder.mkdir()
+    (folder / "doc.md").write_text(" ".join(f"w{i}" for i in range(250)))
+    docs = load_documents([passages, dataset, folder], chunk_size=100, overlap=20)
+    ids = [d["id"] for d in docs]
+    assert ids[:2] == ["a", ids[1]] and ids[1].startswith("d_")  # content-hash id when none given
+    assert "c" in ids and ids.count("a") == 1
+    assert [i for i in ids if i.startswith("doc.md#")] == ["doc.md#0", "doc.md#1", "doc.md#2"]
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ('{"id": "a", "text": "x"}\n{oops}\n', "b.jsonl:2: not valid JSON"),
+        ('{"id": "a", "title": "t"}\n', "b.jsonl:1: field 'text' is missing"),
+        ("[1, 2]\n", "b.jsonl:1: expected a JSON object"),
+        (
+            '{"question": "q", "paragraphs": [{"title": "t"}]}\n',
+            "b.jsonl:1: paragraphs[0]: field 'text'",
+        ),
+    ],
+)
+def test_malformed_jsonl_names_the_line(tmp_path: Path, content: str, needle: str) -> None:
+    bad = tmp_path / "b.jsonl"
+    bad.write_text(content)
+    with pytest.raises(InputError) as err:
+        load_documents([bad])
+    assert needle in str(err.value)
+
+
+def test_chunk_words() -> None:
+    chunks = chunk_words(" ".join(str(i) for i in range(10)), size=4, overlap=1)
+    assert chunks == ["0 1 2 3", "3 4 5 6", "6 7 8 9"]
+    with pytest.raises(InputError):
+        chunk_words("a b", size=2, overlap=2)
+
+
+def test_langchain_adapters(store: Store) -> None:
+    lc = GapragRetriever(store=store, k=2, mode="bm25")
+    docs = lc.invoke("Eiffel Tower")
+    assert docs[0].metadata["id"] == "eiffel"
+
+    class Fixed(BaseRetriever):
+        def _get_relevant_documents(self, query: str, *, run_manager: object) -> list[LCDocument]:  # type: ignore[override]
+            return [
+                LCDocument(page_content="one", metadata={"id": "x1"}),
+                LCDocument(page_content="two"),
+            ]
+
+    adapted = as_retriever(Fixed())
+    hits = adapted.search("anything", 5)
+    assert [h["id"] for h in hits][0] == "x1" and hits[1]["id"].startswith("d_")
+    assert adapted.search("anything", 5, exclude={"x1"})[0]["text"] == "two"
+    assert as_retriever(store) is store
