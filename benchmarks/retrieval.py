@@ -63,6 +63,58 @@ def timed(fn: Any, queries: list[Any]) -> dict[str, float]:
     }
 
 
+def bench_size(
+    n: int, base: list[str], real: Any, queries: list[str], qvecs: Any, rng: np.random.Generator
+) -> dict[str, dict[str, float]]:
+    texts = [
+        base[i % len(base)] + ("" if i < len(base) else f" variant{i // len(base)}")
+        for i in range(n)
+    ]
+    vecs = real[np.arange(n) % len(real)] + 0.05 * rng.standard_normal((n, real.shape[1])).astype(
+        np.float32
+    )
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ids = [f"p{i}" for i in range(n)]
+    out: dict[str, dict[str, float]] = {}
+    indexes: dict[str, BM25Index] = {}
+    for engine in ("bm25s", "rank_bm25"):
+        t = time.perf_counter()
+        index = BM25Index.build(texts, engine)  # type: ignore[arg-type]
+        build = time.perf_counter() - t
+        sample = (
+            queries if engine == "bm25s" or n <= 10000 else queries[:50]
+        )  # rank_bm25 is O(N) per query
+        out[engine] = {
+            "build_s": round(build, 3),
+            **timed(lambda s, ix=index: ix.search(s, 10), sample),
+        }
+        indexes[engine] = index
+    bm25s_index = indexes["bm25s"]
+    tmp = Path(tempfile.mkdtemp(prefix="gaprag-bench-"))
+    try:
+        client = make_client(tmp / "chroma")
+        t = time.perf_counter()
+        dense = DenseIndex.create(client, f"bench-{n}", ids, vecs)
+        build = time.perf_counter() - t
+        out["chroma"] = {
+            "build_s": round(build, 3),
+            **timed(lambda v: dense.search(v, 10), list(qvecs)),
+        }
+
+        def hybrid(i: int) -> None:
+            sparse = [ids[r] for r, _ in bm25s_index.search(queries[i], 20)]
+            near = [d for d, _ in dense.search(qvecs[i], 20)]
+            rrf([sparse, near])
+
+        out["hybrid"] = {
+            "build_s": round(out["bm25s"]["build_s"] + build, 3),
+            **timed(hybrid, list(range(len(queries)))),
+        }
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1000,10000,100000")
@@ -102,54 +154,9 @@ def main() -> None:
         "embedding": embedding,
     }
     for n in sizes:
-        texts = [
-            base[i % len(base)] + ("" if i < len(base) else f" variant{i // len(base)}")
-            for i in range(n)
-        ]
-        vecs = real[np.arange(n) % len(real)] + 0.05 * rng.standard_normal(
-            (n, real.shape[1])
-        ).astype(np.float32)
-        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-        ids = [f"p{i}" for i in range(n)]
-        indexes: dict[str, BM25Index] = {}
-        for engine in ("bm25s", "rank_bm25"):
-            t = time.perf_counter()
-            indexes[engine] = BM25Index.build(texts, engine)  # type: ignore[arg-type]
-            build = time.perf_counter() - t
-            q = (
-                queries if engine == "bm25s" or n <= 10000 else queries[:50]
-            )  # rank_bm25 is O(N) per query
-            result[engine][str(n)] = {
-                "build_s": round(build, 3),
-                **timed(lambda s, e=engine: indexes[e].search(s, 10), q),
-            }
-            print(f"{engine} {n}: {result[engine][str(n)]}", file=sys.stderr, flush=True)
-        tmp = Path(tempfile.mkdtemp(prefix="gaprag-bench-"))
-        try:
-            client = make_client(tmp / "chroma")
-            t = time.perf_counter()
-            dense = DenseIndex.create(client, f"bench-{n}", ids, vecs)
-            build = time.perf_counter() - t
-            result["chroma"][str(n)] = {
-                "build_s": round(build, 3),
-                **timed(lambda v: dense.search(v, 10), list(qvecs)),
-            }
-            print(f"chroma {n}: {result['chroma'][str(n)]}", file=sys.stderr, flush=True)
-            bm = indexes["bm25s"]
-
-            def hybrid(i: int, bm: BM25Index = bm, dense: DenseIndex = dense) -> None:
-                sparse = [ids[r] for r, _ in bm.search(queries[i], 20)]
-                dn = [d for d, _ in dense.search(qvecs[i], 20)]
-                rrf([sparse, dn])
-
-            result["hybrid"][str(n)] = {
-                "build_s": round(result["bm25s"][str(n)]["build_s"] + build, 3),
-                **timed(hybrid, list(range(len(queries)))),
-            }
-            print(f"hybrid {n}: {result['hybrid'][str(n)]}", file=sys.stderr, flush=True)
-            del client, dense
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        for key, value in bench_size(n, base, real, queries, qvecs, rng).items():
+            result[key][str(n)] = value
+            print(f"{key} {n}: {value}", file=sys.stderr, flush=True)
     print(json.dumps(result))
 
 
