@@ -1,0 +1,1 @@
+"""MIGRES: missing-information guided retrieve - extract - solve."""

@@ -1,0 +1,867 @@
+"""MIGRES: the acceptance tests of the method spec (§11) that need no GPU and no real model.
+
+Replies come from a ScriptedChatModel routed by prompt content; retrieval runs on a real Store
+built with the HashingEmbedder; the knowledge filter's scores come from a fake scorer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage
+
+from gaprag.graphs.common import Resources
+from gaprag.graphs.migres import graph as mg
+from gaprag.graphs.migres.filter import (
+    DEFAULT_EMBEDDING_DELTA,
+    CrossEncoderScorer,
+    EmbeddingScorer,
+    ScoreDoc,
+    knowledge_filter,
+    split_sentences,
+)
+from gaprag.graphs.migres.parsing import (
+    LeafReply,
+    MainReply,
+    clean_queries,
+    judgement,
+    salvage_leaf,
+    salvage_main,
+)
+from gaprag.llm.client import LLM
+from gaprag.state.base import Evidence
+from gaprag.stores import HashingEmbedder, Store
+from gaprag.testing import ScriptedChatModel
+
+# substrings that route a prompt to its scripted reply
+LEAF = "Pull out every piece of information"
+MAIN = "Answer the question using only the information"
+QUERY = "New queries:"
+KNOW = "from what you know"
+FINAL = "If the information is not enough, answer from your own knowledge"
+VERIFY = "Answer (Yes or No):"
+
+Q0 = "Do the directors of Levity and I Come with the Rain share a nationality?"
+UNANSWERABLE = json.dumps(
+    {
+        "answer": {"text": "unanswerable", "confidence": 1},
+        "explanation": "The nationality of the director is not known.",
+        "missing_information": "the director of Levity",
+    }
+)
+FINAL_REPLY = json.dumps({"answer": {"text": "No", "confidence": 3}, "explanation": "guess"})
+
+LEVITY = [
+    {
+        "id": "lev",
+        "title": "Levity (film)",
+        "text": "Levity is a 2003 drama film written and directed by Ed Solomon.",
+    },
+    {
+        "id": "sol",
+        "title": "Ed Solomon",
+        "text": "Edward James Solomon is an American filmmaker and screenwriter of film comedies.",
+    },
+    {
+        "id": "rain",
+        "title": "I Come with the Rain",
+        "text": "I Come with the Rain is a 2009 thriller film directed by Vietnamese-born French director Tran Anh Hung.",
+    },
+    {
+        "id": "tran",
+        "title": "Tran Anh Hung",
+        "text": "Tran Anh Hung is a Vietnamese-born French film director and screenwriter.",
+    },
+    {
+        "id": "d1",
+        "title": "Levity (album)",
+        "text": "Levity is an album released by a jazz band, unrelated to any film.",
+    },
+    {
+        "id": "d2",
+        "title": "Rain (film)",
+        "text": "Rain is a 1932 film directed by Lewis Milestone about a small island.",
+    },
+]
+
+
+# -- fixtures and helpers --------------------------------------------------------------------
+class FakeScorer:
+    """Scores from a function of (query, doc); records what it was asked to score."""
+
+    def __init__(self, fn: Callable[[str, ScoreDoc], float] | float = 1.0) -> None:
+        self.fn = fn
+        self.name = "fake"
+        self.default_delta = 0.5
+        self.seen: list[tuple[str, str]] = []
+
+    def score(self, query: str, docs: Sequence[ScoreDoc]) -> list[float]:
+        out = []
+        for d in docs:
+            self.seen.append((query, d["text"]))
+            out.append(self.fn(query, d) if callable(self.fn) else self.fn)
+        return out
+
+
+class FakeVerifier:
+    def __init__(self, accept: Callable[[str, str], bool]) -> None:
+        self.accept = accept
+        self.calls: list[tuple[str, str]] = []
+
+    def entails(self, premise: str, statement: str) -> bool:
+        self.calls.append((premise, statement))
+        return self.accept(premise, statement)
+
+
+def _store(root: Path, docs: list[dict[str, str]]) -> Store:
+    return Store.build(root, docs, embedder=HashingEmbedder(), progress=False)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def levity(tmp_path: Path) -> Store:
+    return _store(tmp_path / "levity", LEVITY)
+
+
+def main_json(text: str, confidence: int = 5) -> str:
+    """An answered main-module reply."""
+    return json.dumps(
+        {
+            "answer": {"text": text, "confidence": confidence},
+            "explanation": "From the information.",
+            "missing_information": "",
+        }
+    )
+
+
+def leaf_json(*facts: tuple[str, list[int]]) -> str:
+    return json.dumps(
+        {"useful_information": [{"info": f, "support_passages": s} for f, s in facts]}
+    )
+
+
+def run(
+    store: Store,
+    rules: list[tuple[str, Any]],
+    *,
+    scorer: Any = None,
+    verify_with: Any = None,
+    question: str = Q0,
+    **ctx: Any,
+) -> tuple[dict[str, Any], ScriptedChatModel]:
+    chat = ScriptedChatModel(rules=rules)
+    ctx.setdefault("verifier", "off")
+    graph = mg.build(
+        Resources(llm=chat, retriever=store),
+        mg.Context(**ctx),
+        scorer=scorer if scorer is not None else FakeScorer(1.0),
+        verifier=verify_with,
+    )
+    return graph.invoke({"question": question}), chat
+
+
+def prompts_with(chat: ScriptedChatModel, needle: str) -> list[str]:
+    return [p for p in chat.prompts() if needle in p]
+
+
+def counter_reply(make: Callable[[int], str]) -> Callable[[list[BaseMessage]], str]:
+    counter = itertools.count(1)
+    return lambda _messages: make(next(counter))
+
+
+# -- 1. topology -----------------------------------------------------------------------------
+def test_graph_has_the_spec_nodes_and_edges(levity: Store) -> None:
+    graph = mg.build(Resources(llm=ScriptedChatModel(), retriever=levity), mg.Context())
+    drawn = graph.get_graph()
+    assert set(drawn.nodes) - {"__start__", "__end__"} == {
+        "init", "retrieve", "rerank_filter", "llm_knowledge", "extract", "verify_nli",
+        "update_evidence_pool", "judge_missing", "regenerate_keywords", "generate_answer",
+        "finalize",
+    }  # fmt: skip
+    edges = {(e.source, e.target, e.conditional) for e in drawn.edges}
+    assert edges == {
+        ("__start__", "init", False),
+        ("init", "retrieve", False),
+        ("retrieve", "rerank_filter", False),
+        ("rerank_filter", "extract", True),
+        ("rerank_filter", "llm_knowledge", True),
+        ("rerank_filter", "update_evidence_pool", True),
+        ("llm_knowledge", "extract", False),
+        ("extract", "verify_nli", False),
+        ("verify_nli", "update_evidence_pool", False),
+        ("update_evidence_pool", "judge_missing", True),
+        ("update_evidence_pool", "generate_answer", True),
+        ("judge_missing", "finalize", True),
+        ("judge_missing", "regenerate_keywords", True),
+        ("regenerate_keywords", "retrieve", False),
+        ("generate_answer", "finalize", False),
+        ("finalize", "__end__", False),
+    }
+
+
+# -- 2-4. stopping and budget ----------------------------------------------------------------
+def test_early_stop_when_the_first_judge_answers(levity: Store) -> None:
+    answer = main_json("Paris", 5)
+    out, chat = run(
+        levity,
+        [(LEAF, leaf_json(("Levity was directed by Ed Solomon.", [0]))), (MAIN, answer)],
+    )
+    assert out["answer"] == "Paris"
+    assert out["stop_reason"] == "answered" and out["status"] == "answered"
+    assert out["iterations"] == 1 and out["judge_rounds"] == 1
+    assert out["usage"]["llm_calls"] == 2 == len(chat.calls)
+    assert out["llm_calls_by_kind"] == {"leaf": 1, "main": 1}
+    assert out["queries"] == [Q0]
+    assert out["known_info"] == ["Levity was directed by Ed Solomon."]
+    assert out["confidence"] == 5
+
+
+@pytest.mark.parametrize(("t", "rounds"), [(5, 6), (3, 4)])
+def test_budget_exhausted_forces_a_final_answer(tmp_path: Path, t: int, rounds: int) -> None:
+    docs = [
+        {
+            "id": f"p{i}",
+            "title": f"Film {i}",
+            "text": f"Film number {i} is a drama film made in year {1900 + i}.",
+        }
+        for i in range(40)
+    ]
+    store = _store(tmp_path / "films", docs)
+    rules = [
+        (LEAF, counter_reply(lambda n: leaf_json((f"Fact number {n} about the film.", [0])))),
+        (MAIN, UNANSWERABLE),
+        (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?")),
+        (FINAL, FINAL_REPLY),
+    ]
+    out, chat = run(store, rules, max_iterations=t, question="Which film is the oldest drama film?")
+    kinds = out["llm_calls_by_kind"]
+    assert kinds == {"main": t, "query": t, "leaf": rounds, "final": 1}
+    assert out["iterations"] == rounds and out["judge_rounds"] == t
+    assert out["status"] == "forced" and out["stop_reason"] == "max_iterations"
+    assert out["answer"] == "No"
+    assert len(out["known_info"]) == rounds
+    assert out["usage"]["llm_calls"] == len(chat.calls) == t + t + rounds + 1
+    assert len(out["passages_per_round"]) == rounds
+
+
+def test_judge_is_skipped_when_a_round_adds_nothing(levity: Store) -> None:
+    leaf = counter_reply(
+        lambda n: leaf_json(("Levity was directed by Ed Solomon.", [0])) if n == 1 else leaf_json()
+    )
+    queries = counter_reply(lambda n: f"Who is the director number {n} of the film?")
+    rules = [(LEAF, leaf), (MAIN, UNANSWERABLE), (QUERY, queries), (FINAL, FINAL_REPLY)]
+    out, chat = run(levity, rules, max_iterations=3)
+    kinds = out["llm_calls_by_kind"]
+    assert kinds["main"] == 1  # rounds 2 and 3 add nothing: no judge call
+    assert kinds["query"] == 3 and kinds["final"] == 1
+    assert out["judge_rounds"] == 3 and out["iterations"] == 4
+    query_prompts = prompts_with(chat, QUERY)
+    assert len(query_prompts) == 3
+    assert all("Missing Information: the director of Levity" in p for p in query_prompts)
+    skipped = [e for e in out["trace"] if e.get("event") == "skipped"]
+    assert len(skipped) == 2
+
+
+def test_judge_skip_can_be_turned_off(levity: Store) -> None:
+    leaf = counter_reply(
+        lambda n: leaf_json(("Levity was directed by Ed Solomon.", [0])) if n == 1 else leaf_json()
+    )
+    queries = counter_reply(lambda n: f"Who is the director number {n} of the film?")
+    rules = [(LEAF, leaf), (MAIN, UNANSWERABLE), (QUERY, queries), (FINAL, FINAL_REPLY)]
+    out, _ = run(levity, rules, max_iterations=3, skip_judge_if_no_new_info=False)
+    assert out["llm_calls_by_kind"]["main"] == 3
+
+
+# -- 5-7. query generation and memory --------------------------------------------------------
+LEVITY_QUERIES = (
+    "1. Who directed Levity?\nWho directed Levity?\nshort\n"
+    "What is Ed Solomon's nationality?\nWhere was Ed Solomon born?"
+)
+
+
+def test_clean_queries_strips_filters_and_caps() -> None:
+    history = [Q0, "What is Ed Solomon's nationality?"]
+    assert clean_queries(LEVITY_QUERIES, history=history) == [
+        "Who directed Levity?",
+        "Where was Ed Solomon born?",
+    ]
+    many = "\n".join(f"- Query {i}: what about topic number {i}?" for i in range(6))
+    assert len(clean_queries(many, history=[])) == 3
+    assert clean_queries('"Who wrote the play Hamlet?"', history=[]) == [
+        "Who wrote the play Hamlet?"
+    ]
+    assert clean_queries("short\nwhat is ed solomon's NATIONALITY?", history=history) == []
+
+
+def test_generated_queries_feed_the_next_round_and_the_history(levity: Store) -> None:
+    leaf = counter_reply(lambda n: leaf_json((f"Fact {n} about Levity and its director.", [0])))
+    replies = iter(
+        [
+            "Who directed Levity?\nWhat is Ed Solomon's nationality?",
+            LEVITY_QUERIES,  # both history matches are dropped
+            "short\nWho directed Levity?",  # everything filtered: falls back to q0
+        ]
+    )
+    rules = [
+        (LEAF, leaf),
+        (MAIN, UNANSWERABLE),
+        (QUERY, lambda _m: next(replies)),
+        (FINAL, FINAL_REPLY),
+    ]
+    out, chat = run(levity, rules, max_iterations=3)
+    assert out["queries"] == [
+        Q0,
+        "Who directed Levity?",
+        "What is Ed Solomon's nationality?",
+        "Where was Ed Solomon born?",
+        Q0,
+    ]
+    assert out["query_history"] == [
+        Q0,
+        "Who directed Levity?",
+        "What is Ed Solomon's nationality?",
+        "Where was Ed Solomon born?",
+    ]
+    second = prompts_with(chat, QUERY)[1]
+    assert (
+        f"Historical Questions: {Q0} Who directed Levity? What is Ed Solomon's nationality?"
+        in second
+    )
+
+
+def test_empty_query_reply_searches_the_missing_information(levity: Store) -> None:
+    rules = [
+        (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about the film Levity.", [0])))),
+        (MAIN, UNANSWERABLE),
+        (QUERY, ""),
+        (FINAL, FINAL_REPLY),
+    ]
+    out, _ = run(levity, rules, max_iterations=1)
+    assert out["queries"] == [Q0, "the director of Levity"]
+
+
+def test_seen_counter_limits_how_often_a_passage_is_shown(tmp_path: Path) -> None:
+    names = "ABCDEF"
+    docs = [
+        {
+            "id": n,
+            "title": f"Doc {n}",
+            "text": f"Document {n} talks about the film festival of {n} city.",
+        }
+        for n in names
+    ]
+    store = _store(tmp_path / "seen", docs)
+    scores = {n: 10.0 - i for i, n in enumerate(names)}  # A best, F worst, all above delta
+
+    def score(_q: str, d: ScoreDoc) -> float:
+        return scores[d["title"][-1]]
+
+    leaf = counter_reply(
+        lambda n: (
+            leaf_json(("Document A describes a film festival.", [0])) if n == 1 else leaf_json()
+        )
+    )
+    queries = counter_reply(lambda n: f"What happened at film festival number {n}?")
+    rules = [(LEAF, leaf), (MAIN, UNANSWERABLE), (QUERY, queries), (FINAL, FINAL_REPLY)]
+    out, chat = run(
+        store, rules, scorer=FakeScorer(score), max_iterations=3, top_k=2, sentence_filter=False,
+        delta=0.0,
+    )  # fmt: skip
+    leaf_prompts = prompts_with(chat, LEAF)
+    shown = [[n for n in names if f"(Title: Doc {n})" in p] for p in leaf_prompts]
+    # A is cited in round 1 (shown once, then used): never again. B is shown in rounds 1 and 2
+    # without being cited: excluded from round 3 on.
+    assert shown == [["A", "B"], ["B", "C"], ["C", "D"], ["D", "E"]]
+    assert out["passages_per_round"] == [2, 2, 2, 2]
+    assert [e["id"] for e in out["evidence"]] == ["A"]
+
+
+# -- 8-12. filtering -------------------------------------------------------------------------
+def _cand(i: int, text: str, title: str = "T") -> Evidence:
+    return Evidence(id=f"c{i}", title=title, text=text, source="bm25", score=1.0, round=1)
+
+
+def test_passage_threshold_keeps_scores_at_or_above_delta() -> None:
+    cands = [_cand(i, f"Passage number {i} has some words.") for i in range(3)]
+    table = {c["text"]: s for c, s in zip(cands, [5.1, 3.0, 2.99], strict=True)}
+    snippets, log = knowledge_filter(
+        cands, ["q"], FakeScorer(lambda _q, d: table[d["text"]]), delta=3.0, seen_counts={},
+        sentence_filter=False,
+    )  # fmt: skip
+    assert [s["id"] for s in snippets] == ["c0", "c1"]
+    assert [s["score"] for s in snippets] == [5.1, 3.0]
+    assert log["above_delta"] == 2
+
+
+def test_passage_score_is_the_max_over_queries_and_keeps_that_query() -> None:
+    cands = [_cand(0, "A passage about Ed Solomon and his films.")]
+    table = {"q1": 1.0, "q2": 4.0, "q3": 2.0}
+    snippets, _ = knowledge_filter(
+        cands, ["q1", "q2", "q3"], FakeScorer(lambda q, _d: table[q]), delta=3.0,
+        seen_counts={}, sentence_filter=False,
+    )  # fmt: skip
+    assert snippets[0]["query"] == "q2" and snippets[0]["score"] == 4.0
+
+
+def test_passages_shown_twice_are_filtered_out() -> None:
+    cands = [_cand(0, "First passage text here."), _cand(1, "Second passage text here.")]
+    snippets, _ = knowledge_filter(
+        cands, ["q"], FakeScorer(5.0), delta=3.0, seen_counts={"First passage text here.": 2},
+        sentence_filter=False,
+    )  # fmt: skip
+    assert [s["id"] for s in snippets] == ["c1"]
+
+
+def _sentence_scorer(passage: float, sentences: list[float], texts: list[str]) -> FakeScorer:
+    table = dict(zip(texts, sentences, strict=True))
+    return FakeScorer(lambda _q, d: table.get(d["text"], passage))
+
+
+def test_whole_passage_is_kept_when_no_sentence_beats_it() -> None:
+    s = ["Levity is a film.", "It was released in 2003.", "Ed Solomon directed it."]
+    cand = _cand(0, " ".join(s))
+    snippets, _ = knowledge_filter(
+        [cand], ["q"], _sentence_scorer(6.0, [5.5, 1.0, 2.0], s), delta=3.0, seen_counts={}
+    )
+    assert snippets[0]["text"] == cand["text"] == snippets[0]["origin_text"]
+
+
+def test_sentences_at_or_above_delta_are_kept_in_order() -> None:
+    s = ["Levity is a film.", "It was released in 2003.", "Ed Solomon directed it."]
+    cand = _cand(0, " ".join(s))
+    snippets, _ = knowledge_filter(
+        [cand], ["q"], _sentence_scorer(4.0, [7.0, 1.0, 3.5], s), delta=3.0, seen_counts={}
+    )
+    assert snippets[0]["text"] == "Levity is a film. Ed Solomon directed it."
+    assert snippets[0]["origin_text"] == cand["text"] and snippets[0]["score"] == 4.0
+
+
+def test_repeated_sentences_across_passages_are_kept_once() -> None:
+    s = ["Ed Solomon directed Levity.", "Levity stars Billy Bob Thornton."]
+    cands = [_cand(0, " ".join(s)), _cand(1, s[0] + " Something else entirely here.")]
+    table = {cands[0]["text"]: 5.0, cands[1]["text"]: 4.0, s[0]: 9.0, s[1]: 1.0}
+    snippets, _ = knowledge_filter(
+        cands, ["q"], FakeScorer(lambda _q, d: table.get(d["text"], 0.0)), delta=3.0,
+        seen_counts={},
+    )  # fmt: skip
+    assert [sn["text"] for sn in snippets] == ["Ed Solomon directed Levity."]
+
+
+def test_sentence_splitting_repairs() -> None:
+    text = (
+        "The city has 1.5 million people. Many animals live there, e.g. foxes and owls. "
+        "Dr. Smith founded it in 1900. It is large."
+    )
+    assert split_sentences(text) == [
+        "The city has 1.5 million people.",
+        "Many animals live there, e.g. foxes and owls.",
+        "Dr. Smith founded it in 1900.",
+        "It is large.",
+    ]
+    assert split_sentences("One sentence. but lowercase continues it.") == [
+        "One sentence. but lowercase continues it."
+    ]
+
+
+def test_sentence_contained_in_the_query_is_dropped() -> None:
+    s = ["Who directed Levity?", "Ed Solomon directed Levity in 2003."]
+    scorer = _sentence_scorer(4.0, [9.0, 8.0], s)
+    snippets, _ = knowledge_filter(
+        [_cand(0, " ".join(s))], ["Who directed Levity? Tell me."], scorer, delta=3.0,
+        seen_counts={},
+    )  # fmt: skip
+    assert snippets[0]["text"] == "Ed Solomon directed Levity in 2003."
+    assert ("Who directed Levity? Tell me.", "Who directed Levity?") not in scorer.seen
+
+
+def test_display_cap_order_and_short_snippets(tmp_path: Path) -> None:
+    docs = [
+        {
+            "id": f"s{i}",
+            "title": f"Doc {i}",
+            "text": f"Film review number {i} praises the acting and the plot.",
+        }
+        for i in range(8)
+    ]
+    docs.append({"id": "short", "title": "Doc short", "text": "Film review short."})
+    store = _store(tmp_path / "cap", docs)
+
+    def score(_q: str, d: ScoreDoc) -> float:
+        return 100.0 if d["title"] == "Doc short" else float(d["title"].split()[-1])
+
+    answer = main_json("x", 5)
+    out, chat = run(
+        store, [(LEAF, leaf_json(("Review 7 praises the acting.", [0]))), (MAIN, answer)],
+        scorer=FakeScorer(score), sentence_filter=False, delta=0.0, question="film review?",
+    )  # fmt: skip
+    prompt = prompts_with(chat, LEAF)[0]
+    assert [f"Passage {i}: (Title: Doc {7 - i})" in prompt for i in range(5)] == [True] * 5
+    assert "Passage 5" not in prompt and "Doc short" not in prompt
+    assert out["passages_per_round"] == [5]
+    assert out["evidence"][0]["id"] == "s7"
+
+
+# -- 13. LLM-knowledge fallback --------------------------------------------------------------
+KNOWLEDGE = "Ed Solomon is an American screenwriter and director born in 1960."
+
+
+def test_llm_knowledge_fallback_becomes_the_only_passage(levity: Store) -> None:
+    answer = main_json("No", 4)
+    out, chat = run(
+        levity,
+        [(KNOW, KNOWLEDGE), (LEAF, leaf_json((KNOWLEDGE, [0]))), (MAIN, answer)],
+        scorer=FakeScorer(0.1), delta=0.5,
+    )  # fmt: skip
+    know = prompts_with(chat, KNOW)
+    assert len(know) == 1 and know[0].endswith(f"Question: {Q0}\nInformation:")
+    leaf = prompts_with(chat, LEAF)[0]
+    assert f"Passage 0: (Title: LLM knowledge) {KNOWLEDGE}" in leaf and "Passage 1" not in leaf
+    assert leaf.endswith(f"Question: {Q0}\nYour response:")
+    assert out["known_info"] == [KNOWLEDGE]
+    assert out["evidence"][0]["source"] == "llm"
+    assert out["llm_calls_by_kind"] == {"knowledge": 1, "leaf": 1, "main": 1}
+
+
+def test_llm_knowledge_uses_the_first_pending_query(levity: Store) -> None:
+    rules = [
+        (KNOW, "Sorry, I have no information about that."),
+        (MAIN, UNANSWERABLE),
+        (QUERY, "Who directed the 2003 film Levity?\nWhat nationality is Ed Solomon?"),
+        (FINAL, FINAL_REPLY),
+    ]
+    out, chat = run(levity, rules, scorer=FakeScorer(0.1), delta=0.5, max_iterations=1)
+    know = prompts_with(chat, KNOW)
+    assert [p.rsplit("Question: ", 1)[1] for p in know] == [
+        f"{Q0}\nInformation:",
+        "Who directed the 2003 film Levity?\nInformation:",
+    ]
+    assert prompts_with(chat, LEAF) == []  # refusals give no passage, so no leaf call
+    assert out["known_info"] == []
+
+
+def test_no_llm_knowledge_call_when_disabled(levity: Store) -> None:
+    rules = [
+        (MAIN, UNANSWERABLE),
+        (QUERY, "Who directed the 2003 film Levity?"),
+        (FINAL, FINAL_REPLY),
+    ]
+    out, chat = run(
+        levity, rules, scorer=FakeScorer(0.1), delta=0.5, max_iterations=1, llm_knowledge=False
+    )
+    assert prompts_with(chat, KNOW) == [] and prompts_with(chat, LEAF) == []
+    assert out["llm_calls_by_kind"] == {"main": 1, "query": 1, "final": 1}
+    assert out["passages_per_round"] == [0, 0]
+
+
+# -- 14-15. extraction, verification, the evidence pool --------------------------------------
+def test_verification_and_deduplication_of_facts(levity: Store) -> None:
+    leaf = leaf_json(
+        ("A fact with no citation.", []),
+        ("Levity was directed by Tran Anh Hung.", [0]),
+        ("Ed Solomon is American.", [0, 1]),
+        ("ed solomon is american", [1]),
+        ("Levity is a 2003 drama film.", [0]),
+        ("A fact citing a missing passage.", [9]),
+    )
+    answer = main_json("No", 4)
+
+    def accept(premise: str, statement: str) -> bool:
+        if "Tran Anh Hung" in statement:
+            return False
+        return "American" not in statement or "Edward James Solomon" in premise
+
+    def score(_q: str, d: ScoreDoc) -> float:
+        return {"lev": 3.0, "sol": 2.0}.get(
+            next(x["id"] for x in LEVITY if d["text"] in x["text"] or x["text"] in d["text"]), 0.0
+        )
+
+    verifier = FakeVerifier(accept)
+    out, chat = run(
+        levity, [(LEAF, leaf), (MAIN, answer)], scorer=FakeScorer(score), delta=1.0,
+        verify_with=verifier, sentence_filter=False, question="What nationality is Ed Solomon, the director of Levity?",
+    )  # fmt: skip
+    assert out["known_info"] == ["Ed Solomon is American.", "Levity is a 2003 drama film."]
+    # the American fact fails on passage 0 and passes on passage 1; the duplicate is not checked
+    assert [s for _, s in verifier.calls] == [
+        "Levity was directed by Tran Anh Hung.",
+        "Ed Solomon is American.",
+        "Ed Solomon is American.",
+        "Levity is a 2003 drama film.",
+    ]
+    assert verifier.calls[0][0] == "(Title: Levity (film)) " + LEVITY[0]["text"]
+    assert {e["id"] for e in out["evidence"]} == {"lev", "sol"}
+    judge = prompts_with(chat, MAIN)[0]
+    assert "Information: Ed Solomon is American.; Levity is a 2003 drama film.\n" in judge
+
+
+def test_llm_verifier_rejects_unsupported_facts(levity: Store) -> None:
+    leaf = leaf_json(("Levity was directed by Ed Solomon.", [0]), ("Levity won an Oscar.", [0]))
+    rules = [
+        (
+            VERIFY,
+            lambda m: "Yes" if "Statement: Levity was directed" in str(m[-1].content) else "No",
+        ),
+        (LEAF, leaf),
+        (
+            MAIN,
+            json.dumps({"answer": {"text": "No"}, "explanation": "", "missing_information": ""}),
+        ),
+    ]
+    out, chat = run(levity, rules, verifier="llm")
+    assert out["known_info"] == ["Levity was directed by Ed Solomon."]
+    assert out["llm_calls_by_kind"]["verify"] == 2
+    assert len(prompts_with(chat, VERIFY)) == 2
+
+
+def test_known_info_rendering_and_no_passages_in_the_judge_prompt(levity: Store) -> None:
+    rules = [
+        (
+            LEAF,
+            counter_reply(
+                lambda n: (
+                    leaf_json()
+                    if n == 1
+                    else leaf_json(("Levity was directed by Ed Solomon.", [0]))
+                )
+            ),
+        ),
+        (MAIN, UNANSWERABLE),
+        (QUERY, "Who directed the film Levity?"),
+        (FINAL, FINAL_REPLY),
+    ]
+    _, chat = run(levity, rules, max_iterations=2)
+    judges = prompts_with(chat, MAIN)
+    assert "Information: None\nQuestion:" in judges[0]
+    assert "Information: Levity was directed by Ed Solomon.\nQuestion:" in judges[1]
+    for p in judges:
+        assert not any(doc["text"] in p for doc in LEVITY)
+        assert "Passage 0" not in p
+    query_prompts = prompts_with(chat, QUERY)
+    assert "Known Information: None\n" in query_prompts[0]
+    assert "Known Information: Levity was directed by Ed Solomon.\n" in query_prompts[1]
+    final = prompts_with(chat, FINAL)[0]
+    assert "Information: Levity was directed by Ed Solomon.\nQuestion:" in final
+
+
+# -- 16-21. parsers and the verdict ----------------------------------------------------------
+CASE2 = (
+    '{"useful_information": [{"info": "Der Stolz der Firma was directed by Carl Boese", '
+    '"support_passages": [0]}], {"info": "Bed and Sofa was directed by Carmine Gallone", '
+    '"support_passages": [1]}]}'
+)
+
+
+def test_malformed_leaf_reply_is_salvaged() -> None:
+    items = salvage_leaf(CASE2)
+    assert [i["support_passages"] for i in items] == [[0], [1]]
+    assert items[0]["info"].endswith("Carl Boese") and items[1]["info"].endswith("Carmine Gallone")
+
+
+def test_malformed_leaf_reply_is_salvaged_in_the_graph(levity: Store) -> None:
+    answer = main_json("No", 4)
+    out, _ = run(levity, [(LEAF, CASE2), (MAIN, answer)], scorer=FakeScorer(1.0), delta=0.5)
+    assert len(out["known_info"]) == 2
+
+
+def _structured_main(text: str) -> MainReply:
+    llm = LLM(ScriptedChatModel(replies=[text, text]))
+    return llm.structured("q", MainReply, default=MainReply()).value
+
+
+def test_main_reply_with_a_stray_brace_and_single_quotes_parse() -> None:
+    case1 = (
+        '{"answer": {"text": "Cologne", "confidence": 5}, "explanation": "From the info.", '
+        '"missing_information": ""}}'
+    )
+    parsed = _structured_main(case1)
+    assert parsed.answer.text == "Cologne" and parsed.answer.confidence == 5
+    quoted = "{'answer': {'text': 'Paris', 'confidence': 4}, 'explanation': 'x', 'missing_information': ''}"
+    assert _structured_main(quoted).answer.text == "Paris"
+    plain = _structured_main('{"answer": "Rome", "explanation": "e"}')
+    assert plain.answer.text == "Rome" and plain.answer.confidence == 1
+    assert plain.missing_information == "None"
+    bad_conf = _structured_main('{"answer": {"text": "Rome", "confidence": "high"}}')
+    assert bad_conf.answer.confidence == -1
+
+
+def test_key_scan_salvages_a_broken_main_reply() -> None:
+    broken = '{"answer": {"text": "unanswerable", "confidence": 2}, "explanation": "no date", "missing_information": "the birth date of X"'
+    reply = salvage_main(broken + " trailing junk ]]")
+    assert reply is not None
+    verdict = judgement(reply)
+    assert not verdict["answered"]
+    assert verdict["missing_information"].startswith("the birth date of X")
+
+
+def test_verdict_rules() -> None:
+    def verdict(text: str, missing: str = "", explanation: str = "expl text here") -> Any:
+        return judgement(
+            MainReply.model_validate(
+                {
+                    "answer": {"text": text},
+                    "explanation": explanation,
+                    "missing_information": missing,
+                }
+            )
+        )
+
+    unanswerable = verdict("Unanswerable", "", "The director is not in the information.")
+    assert not unanswerable["answered"]
+    assert unanswerable["missing_information"] == "The director is not in the information."
+    assert not verdict("UNANSWERABLE based on info")["answered"]
+    assert not verdict("")["answered"]
+    long_missing = verdict("unanswerable", "the nationality of Ed Solomon")
+    assert long_missing["missing_information"] == "the nationality of Ed Solomon"
+    answered = verdict("Ed Solomon.")
+    assert answered["answered"] and answered["answer_text"] == "Ed Solomon"
+
+
+def test_leaf_schema_coerces_citations() -> None:
+    reply = LeafReply.model_validate(
+        {
+            "useful_information": [
+                {"info": "x", "support_passages": ["0", "Passage 1"]},
+                {"info": "y", "support_passages": 2},
+            ]
+        }
+    )
+    assert [f.support_passages for f in reply.useful_information] == [[0, 1], [2]]
+
+
+def test_forced_answer_parse_failure_is_a_failed_status(levity: Store) -> None:
+    rules = [
+        (LEAF, leaf_json()),
+        (MAIN, UNANSWERABLE),
+        (QUERY, "Who directed the film Levity?"),
+        (FINAL, "I cannot answer this."),
+    ]
+    out, _ = run(levity, rules, max_iterations=1)
+    assert out["answer"] == "unanswerable"
+    assert out["status"] == "failed" and out["stop_reason"] == "max_iterations"
+
+
+def test_judge_parse_failure_keeps_looping_on_the_question(levity: Store) -> None:
+    rules = [
+        (LEAF, leaf_json(("Levity was directed by Ed Solomon.", [0]))),
+        (MAIN, "I think maybe."),
+        (QUERY, "Who directed the film Levity?"),
+        (FINAL, FINAL_REPLY),
+    ]
+    out, chat = run(levity, rules, max_iterations=1)
+    assert out["status"] == "forced"
+    assert f"Missing Information: {Q0}\n" in prompts_with(chat, QUERY)[0]
+
+
+# -- 25-27. configuration, accounting, determinism -------------------------------------------
+def test_task_presets() -> None:
+    ce = CrossEncoderScorer("/nonexistent/bge-reranker-base")  # loads lazily: never here
+    for task, t, delta in [("multihop", 5, 3.0), ("odqa", 3, 5.0), ("strategyqa", 5, 0.0)]:
+        ctx = mg.Context(task_type=task)
+        assert mg.budget(ctx) == t and mg.threshold(ctx, ce) == delta
+        assert ctx.top_k == 5 and ctx.n_retrieve == 50 and ctx.max_queries == 3
+        assert mg.threshold(ctx, EmbeddingScorer(HashingEmbedder())) == DEFAULT_EMBEDDING_DELTA
+    assert mg.budget(mg.Context(task_type="odqa", max_iterations=2)) == 2
+    assert mg.threshold(mg.Context(delta="0.25"), ce) == 0.25
+    assert mg.threshold(mg.Context(delta=1.5), ce) == 1.5
+
+
+def test_strategyqa_uses_the_yes_no_prompts(levity: Store) -> None:
+    answer = main_json("Yes", 4)
+    out, chat = run(
+        levity,
+        [(LEAF, leaf_json(("Levity is a film.", [0]))), ("is yes or no", answer)],
+        task_type="strategyqa",
+    )
+    assert out["answer"] == "Yes"
+    assert len(prompts_with(chat, "is yes or no")) == 1
+
+
+def test_seed_facts_for_grandparent_questions(levity: Store) -> None:
+    answer = main_json("Anna", 4)
+    out, chat = run(
+        levity, [(LEAF, leaf_json()), (MAIN, answer)], seed_facts=True,
+        question="Who is the paternal grandmother of Ed Solomon?",
+    )  # fmt: skip
+    assert out["known_info"] == [mg.SEED_FACTS["paternal grandmother"]]
+    assert "mother of that person's father" in prompts_with(chat, MAIN)[0]
+
+
+def test_accounting_fields_and_determinism(levity: Store) -> None:
+    def once() -> dict[str, Any]:
+        leaf = counter_reply(lambda n: leaf_json((f"Fact {n} about the film Levity.", [0])))
+        queries = counter_reply(lambda n: f"Who directed the film Levity, part {n}?")
+        rules = [(LEAF, leaf), (MAIN, UNANSWERABLE), (QUERY, queries), (FINAL, FINAL_REPLY)]
+        return run(levity, rules, max_iterations=2, retry_prefix=False)[0]
+
+    first, second = once(), once()
+    assert first["trace"] == second["trace"]
+    for key in (
+        "answer",
+        "known_info",
+        "queries",
+        "evidence",
+        "passages_per_round",
+        "knowledge_tokens",
+    ):
+        assert first[key] == second[key]
+    assert first["judge_rounds"] == 2 and first["knowledge_tokens"] > 0
+    assert sum(first["llm_calls_by_kind"].values()) == first["usage"]["llm_calls"]
+    assert first["usage"]["retrieval_calls"] == len(first["queries"])
+    assert any(e.get("node") == "rerank_filter" for e in first["trace"])
+
+
+class RecordingRetriever:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.calls: list[tuple[str, int, str | None]] = []
+        self.hits: list[Evidence] = []
+
+    def search(
+        self, query: str, k: int = 5, *, mode: Any = None, exclude: Any = ()
+    ) -> list[Evidence]:
+        self.calls.append((query, k, mode))
+        hits = self.store.search(query, k, mode=mode, exclude=exclude)
+        self.hits.extend(hits)
+        return hits
+
+
+def test_retrieval_asks_bm25_for_n_candidates_and_retries_short_lists(levity: Store) -> None:
+    answer = main_json("x", 5)
+    spy = RecordingRetriever(levity)
+    chat = ScriptedChatModel(rules=[(LEAF, leaf_json(("Levity is a film.", [0]))), (MAIN, answer)])
+    graph = mg.build(
+        Resources(llm=chat, retriever=spy), mg.Context(verifier="off"), scorer=FakeScorer(1.0)
+    )
+    out = graph.invoke({"question": "Who directed Levity?"})
+    assert spy.calls == [
+        ("Who directed Levity?", 50, "bm25"),
+        ("Find information about Who directed Levity?", 50, "bm25"),
+    ]
+    assert out["usage"]["retrieval_calls"] == 2
+    log = next(e for e in out["trace"] if e.get("node") == "rerank_filter")
+    assert len(spy.hits) > log["candidates"] == len({h["text"] for h in spy.hits})
+
+
+# -- the default scorer ----------------------------------------------------------------------
+def test_default_scorer_uses_the_store_embedder(levity: Store) -> None:
+    answer = main_json("Ed Solomon", 5)
+    chat = ScriptedChatModel(
+        rules=[(LEAF, leaf_json(("Levity was directed by Ed Solomon.", [0]))), (MAIN, answer)]
+    )
+    graph = mg.build(Resources(llm=chat, retriever=levity), mg.Context(verifier="off", delta=0.2))
+    out = graph.invoke({"question": "Who directed the film Levity?"})
+    assert out["answer"] == "Ed Solomon"
+    log = next(e for e in out["trace"] if e.get("node") == "rerank_filter")
+    assert log["scorer"] == "cosine:hashing-256" and log["delta"] == 0.2
+
+
+def test_embedding_scorer_reuses_stored_vectors(levity: Store) -> None:
+    docs = [ScoreDoc(id=d["id"], title=d["title"], text=d["text"]) for d in LEVITY]
+    direct = EmbeddingScorer(HashingEmbedder()).score("Who directed Levity?", docs)
+    stored = EmbeddingScorer(HashingEmbedder(), store=levity)
+    assert stored.score("Who directed Levity?", docs) == pytest.approx(direct, abs=1e-5)
+    assert max(direct) == direct[0]  # the Levity film passage is the closest
