@@ -1,0 +1,56 @@
+"""The graphs ``langgraph dev`` and LangGraph Studio serve (``langgraph.json`` points here).
+
+Every method is exposed as a module attribute of the same name (``gaprag.studio.migres``),
+compiled with :func:`gaprag.build_graph` and **no checkpointer**: the server brings its own
+persistence and refuses graphs that carry one. Building is instant because the LLM and the
+retriever are resolved on first use, from the run's context (Studio's assistant form) and
+the environment:
+
+- LLM: the context's ``base_url``/``model``, else ``GAPRAG_BASE_URL``/``GAPRAG_MODEL``, else
+  the embedded local server (started on the first call, not at import).
+- Retriever: the context's ``store`` (a directory made by ``gaprag index``), else the bundled
+  demo corpus (built into ``GAPRAG_HOME`` on first use).
+
+The langgraph server looks attributes up in the module's ``__dict__``, so the graphs are real
+module globals. A method whose module does not import yet is left out of the globals; asking
+for it raises a :class:`~gaprag.errors.GapragError` that says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.graph.state import CompiledStateGraph
+
+from gaprag.errors import GapragError
+from gaprag.graphs import METHODS, build_graph, list_methods
+
+Graph = CompiledStateGraph[Any, Any, Any, Any]
+
+#: Every method the project defines, in ``langgraph.json`` order.
+GRAPH_NAMES: tuple[str, ...] = tuple(METHODS)
+
+
+def server_graph(method: str) -> Graph:
+    """``method``'s graph as the server needs it: defaults only, no checkpointer, no store."""
+    graph = build_graph(method)
+    if graph.checkpointer is not None:  # pragma: no cover - build_graph guarantees this
+        raise GapragError(f"{method}: a served graph must not carry a checkpointer")
+    return graph
+
+
+#: The graphs that import today, by method name.
+GRAPHS: dict[str, Graph] = {name: server_graph(name) for name in list_methods()}
+globals().update(GRAPHS)
+
+
+def __getattr__(name: str) -> Graph:
+    """Only reached for names not in the globals: a declared method that is not available."""
+    if name in METHODS:
+        # Importing it again gives the real reason (not written yet, or a broken import).
+        return server_graph(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *GRAPHS})
