@@ -1,0 +1,60 @@
+"""State of the missing_knowledge (MisK-RAG) graph.
+
+One pass: retrieve with the user question from knowledge base A, draft an answer, one judge
+call (thought / knowledge missing? / missing knowledge / KB-aligned queries), retrieve with
+those queries from knowledge base B, merge by md5 within the budget, answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Literal, TypedDict
+
+from pydantic import Field
+
+from gaprag.state.base import BaseState, OutputState
+
+KnowledgeBase = Literal["passages", "qa_pairs", "merged"]
+ChunkKind = Literal["doc", "qa"]
+
+
+class Chunk(TypedDict):
+    """A retrieved knowledge-base entry, tagged with where and why it was retrieved."""
+
+    id: str
+    title: str
+    text: str  # passage text, or "Q: ...\nA: ..." for a question-answer pair
+    kind: ChunkKind  # "doc" (passage store) or "qa" (question-answer pair store)
+    kb: KnowledgeBase  # the knowledge base that was searched
+    source: str  # the retriever's label: bm25 / dense / hybrid / qa_pairs
+    score: float
+    rank: int  # 1-based rank within the query that retrieved it
+    retrieved_by: Literal["orig", "mk"]  # the user question, or a missing-knowledge query
+    query: str
+    md5: str  # md5 of the stripped text: the paper's duplicate test
+
+
+@dataclass(kw_only=True)
+class MissingKnowledgeOutput(OutputState):
+    """Common outputs plus the judge's verdict (``missing`` gives the evaluation's miss rate)."""
+
+    missing: Annotated[
+        bool, Field(description="The judge said knowledge was missing (MK retrieval ran).")
+    ] = False
+    thought: Annotated[str, Field(description="The judge's analysis, shown to the final call.")] = (
+        ""
+    )
+    missing_knowledge: list[str] = field(default_factory=list)
+    mk_queries: list[str] = field(default_factory=list)
+    draft_answer: Annotated[str, Field(description="The first-round (standard RAG) answer.")] = ""
+    judge_parse_ok: Annotated[
+        bool, Field(description="False when the judge reply could not be parsed (default used).")
+    ] = True
+
+
+@dataclass(kw_only=True)
+class MissingKnowledgeState(BaseState, MissingKnowledgeOutput):
+    initial_contexts: list[Chunk] = field(default_factory=list)
+    mk_candidates: list[list[Chunk]] = field(default_factory=list)
+    mk_contexts: list[Chunk] = field(default_factory=list)
+    mk_round: int = 0
