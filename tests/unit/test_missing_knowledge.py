@@ -26,6 +26,7 @@ from gaprag.graphs.missing_knowledge.graph import (
     md5_text,
     merge_round_robin,
     mk_queries,
+    split_question,
 )
 from gaprag.llm.client import LLM
 from gaprag.llm.parse import parse_model
@@ -436,6 +437,19 @@ def test_chinese_prompts_and_options(store: Store) -> None:
     assert all("选项：\nA. 抗雄激素疗法\nB. 促排卵治疗" in p for p in fake.prompts())
     assert rec.calls == [(q, 2)]  # options are never a retrieval query
     assert out["answer"] == "抗雄激素疗法"
+
+
+def test_options_appended_to_the_question_are_not_retrieved(store: Store) -> None:
+    fake = fake_llm(verdict(False), final="Paris")
+    rec = Recorder(store)
+    asked = "What is the capital of France?\nOptions:\nA. Paris\nB. Berlin\nAnswer with the correct option."
+    out = build_missing_knowledge(llm=fake, retriever=rec).invoke({"question": asked})
+    assert rec.calls == [("What is the capital of France?", 2)] and out["queries"] == [
+        "What is the capital of France?"
+    ]
+    assert all("France?\nOptions:\nA. Paris\nB. Berlin" in p for p in fake.prompts())
+    assert split_question("Q?\n选项：\nA. x") == ("Q?", "A. x")
+    assert split_question("Plain question?", "A. y") == ("Plain question?", "A. y")
 
 
 def test_draft_prompt_has_no_mk_section(store: Store) -> None:

@@ -110,7 +110,8 @@ class Context(BaseContext):
     options_text: str = describe(
         "",
         "Answer options of a multiple-choice question, one per line (e.g. 'A. ...'); shown "
-        "under the question in every prompt but never used as a retrieval query.",
+        "under the question in every prompt but never used as a retrieval query. An "
+        "'Options:' block appended to the question is recognised the same way.",
     )
     judge_max_tokens: int = describe(
         512, "Output cap for the judge call (thought + verdict + lists + queries)."
@@ -403,11 +404,25 @@ def format_options(options: Mapping[str, Any] | Sequence[Any]) -> str:
     return "\n".join(f"{k}. {v}" for k, v in items)
 
 
+_OPTIONS = re.compile(r"\n\s*(?:Options|选项)\s*[:：]\s*\n(?P<options>.+)$", re.S | re.I)
+
+
+def split_question(question: str, options_text: str = "") -> tuple[str, str]:
+    """(question stem, options). Options come from ``options_text`` or from an ``Options:``
+    block appended to the question (the evaluation harness's multiple-choice format); only the
+    stem is used as a retrieval query."""
+    match = _OPTIONS.search(question)
+    if match is None:
+        return question.strip(), options_text.strip()
+    return question[: match.start()].strip(), options_text.strip() or match["options"].strip()
+
+
 def question_block(question: str, options_text: str, lang: str) -> str:
-    if not options_text.strip():
-        return question
+    stem, options = split_question(question, options_text)
+    if not options:
+        return stem
     label = "选项：" if lang == "zh" else "Options:"
-    return f"{question}\n{label}\n{options_text.strip()}"
+    return f"{stem}\n{label}\n{options}"
 
 
 # -- the graph -----------------------------------------------------------------------------
@@ -449,14 +464,15 @@ def build(
     def retrieve_node(state: MissingKnowledgeState, runtime: Runtime[Context]) -> dict[str, Any]:
         ctx = merge_context(defaults, runtime.context)
         k_orig, _, _ = budget(ctx.top_k, ctx.budget_mode, ctx.k_mk_per_query)
+        query, _ = split_question(state.question)
         found = kb(ctx, ctx.kb_primary).chunks(
-            state.question, k_orig, mode=ctx.retrieval_mode, retrieved_by="orig"
+            query, k_orig, mode=ctx.retrieval_mode, retrieved_by="orig"
         )
-        emit(round=1, query=state.question, kb=ctx.kb_primary, added=len(found))
+        emit(round=1, query=query, kb=ctx.kb_primary, added=len(found))
         return {
             "initial_contexts": found,
             "evidence": [to_evidence(c, 1) for c in found],
-            "queries": [state.question],
+            "queries": [query],
             "iterations": 1,
             # reset the per-question fields (a checkpointed thread may hold a previous run's)
             "mk_candidates": [],
