@@ -86,34 +86,43 @@ class EmbeddingScorer:
             return {}
         out: dict[str, Vectors] = {}
         for d in docs:
-            vec = by_id.get(d["id"])
-            if vec is not None and store.get(d["id"]) is not None:
-                doc = store.get(d["id"])
-                if doc["text"] == d["text"] and doc["title"] == d["title"]:
-                    out[_doc_text(d)] = vec
+            vec, doc = by_id.get(d["id"]), store.get(d["id"])
+            # only when the text is the stored one (the graph may have cleaned it)
+            if (
+                vec is not None
+                and doc is not None
+                and (doc["title"], doc["text"])
+                == (
+                    d["title"],
+                    d["text"],
+                )
+            ):
+                out[_doc_text(d)] = vec
         return out
 
     def _vectors(self, texts: list[str], docs: Sequence[ScoreDoc] = ()) -> Vectors:
+        local: dict[str, Vectors] = {}
         with self._lock:
-            missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+            for t in dict.fromkeys(texts):
+                if t in self._cache:
+                    self._cache.move_to_end(t)
+                    local[t] = self._cache[t]
+        missing = [t for t in dict.fromkeys(texts) if t not in local]
         if missing and docs:
-            stored = self._from_store([d for d in docs if _doc_text(d) in set(missing)])
-            with self._lock:
-                self._cache.update(stored)
-            missing = [t for t in missing if t not in stored]
+            wanted = set(missing)
+            local.update(self._from_store([d for d in docs if _doc_text(d) in wanted]))
+            missing = [t for t in missing if t not in local]
         if missing:
-            fresh = self.embedder.embed(missing)
-            with self._lock:
-                for text, vec in zip(missing, fresh, strict=True):
-                    self._cache[text] = vec
+            local.update(zip(missing, self.embedder.embed(missing), strict=True))
         with self._lock:
-            rows = []
-            for t in texts:
+            for t in dict.fromkeys(texts):
+                self._cache[t] = local[t]
                 self._cache.move_to_end(t)
-                rows.append(self._cache[t])
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
-        return np.stack(rows) if rows else np.zeros((0, self.embedder.dim), dtype=np.float32)
+        if not texts:
+            return np.zeros((0, self.embedder.dim), dtype=np.float32)
+        return np.stack([local[t] for t in texts])
 
     def score(self, query: str, docs: Sequence[ScoreDoc]) -> list[float]:
         if not docs:
