@@ -1,0 +1,24 @@
+"""Evaluation harness: datasets, metrics, the multi-method runner and the report."""
+
+from gaprag.eval.datasets import Dataset, Example, bundled, load_dataset
+from gaprag.eval.metrics import accuracy, exact_match, f1_score, normalize_answer, support_recall
+from gaprag.eval.report import summarize, write_report
+from gaprag.eval.runner import TooManyErrors, aevaluate, evaluate, read_results
+
+__all__ = [
+    "Dataset",
+    "Example",
+    "TooManyErrors",
+    "accuracy",
+    "aevaluate",
+    "bundled",
+    "evaluate",
+    "exact_match",
+    "f1_score",
+    "load_dataset",
+    "normalize_answer",
+    "read_results",
+    "summarize",
+    "support_recall",
+    "write_report",
+]

@@ -1,0 +1,128 @@
+"""``gaprag eval`` and ``gaprag report`` (DESIGN.md §4)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from gaprag.errors import InputError
+
+
+def _print_table(summary: dict[str, Any], out: Path) -> None:
+    md = out / "summary.md"
+    if md.is_file():
+        text = md.read_text(encoding="utf-8")
+        body = [line for line in text.splitlines() if not line.startswith("![")]
+        print("\n".join(body).rstrip())
+    print(f"\nwrote {out / 'summary.md'}, {out / 'summary.json'} and plots in {out / 'plots'}")
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from gaprag.eval.runner import evaluate
+    from gaprag.graphs import list_methods
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if methods == ["all"]:
+        methods = list_methods()
+    out = (
+        Path(args.out) if args.out else Path("gaprag-eval") / Path(args.dataset).name.split(".")[0]
+    )
+    summary = evaluate(
+        methods=methods,
+        dataset=args.dataset,
+        limit=args.limit,
+        offset=args.offset,
+        out=out,
+        concurrency=args.concurrency,
+        resume=args.resume,
+        max_errors=args.max_errors,
+        sets=args.set or [],
+        base_url=args.base_url,
+        model=args.model,
+        store=args.store,
+        progress=not args.quiet,
+        seed=args.seed,
+    )
+    print(
+        f"gaprag: {summary['new_rows']} new results, {summary['skipped']} already done, "
+        f"{summary['errors']} errors -> {out / 'results.jsonl'}",
+        file=sys.stderr,
+    )
+    _print_table(summary, out)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from gaprag.eval.report import write_report
+
+    if not args.dirs:
+        raise InputError("no result directories given", hint="gaprag report DIR...")
+    out = (
+        Path(args.out)
+        if args.out
+        else (Path(args.dirs[0]) if len(args.dirs) == 1 else Path("gaprag-report"))
+    )
+    summary = write_report(args.dirs, out, seed=args.seed, n_boot=args.bootstrap)
+    _print_table(summary, out)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "eval",
+        help="compare methods on a dataset (same questions, store and model)",
+        description="Run several methods over the first N questions of a dataset and write "
+        "results.jsonl, per-question traces and a summary with bootstrap intervals.",
+    )
+    p.add_argument(
+        "--methods", required=True, help="comma-separated, e.g. standard_rag,migres (or 'all')"
+    )
+    p.add_argument(
+        "--dataset",
+        required=True,
+        help="bundled name (hotpotqa, musique, ...) or a dataset JSONL path",
+    )
+    p.add_argument("--limit", type=int, help="evaluate the first N questions (file order)")
+    p.add_argument("--offset", type=int, default=0, help="skip this many questions first")
+    p.add_argument("--out", help="output directory (default: gaprag-eval/DATASET)")
+    p.add_argument("--concurrency", type=int, default=1, help="questions in flight at once")
+    p.add_argument(
+        "--resume", action="store_true", help="skip (method, id) pairs already in results.jsonl"
+    )
+    p.add_argument(
+        "--max-errors",
+        type=int,
+        default=10,
+        help="stop after this many failed questions (0: never)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="[METHOD.]KEY=VALUE",
+        help="a method option, e.g. migres.max_iterations=3 (repeatable)",
+    )
+    p.add_argument(
+        "--base-url",
+        help="OpenAI-compatible endpoint (default: GAPRAG_BASE_URL or the embedded model)",
+    )
+    p.add_argument("--model", help="model name sent to --base-url")
+    p.add_argument(
+        "--store",
+        help="use this store (built by `gaprag index`) instead of the dataset's paragraphs",
+    )
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed for the summary")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_eval)
+
+    p = subparsers.add_parser(
+        "report", help="summary.md, summary.json and PNG plots from eval results"
+    )
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="directories written by `gaprag eval`")
+    p.add_argument(
+        "--out", help="where to write (default: DIR when one is given, else gaprag-report)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
+    p.set_defaults(func=cmd_report)

@@ -1,0 +1,427 @@
+"""Summaries of evaluation runs: ``summary.json``, ``summary.md`` and PNG plots.
+
+Per dataset and method: n, EM/F1/Acc/support recall (and multiple-choice accuracy where the
+set has options) with 95% percentile-bootstrap intervals (seeded), the cost means, the
+paired difference to ``standard_rag`` on the questions both answered, stop reasons and the
+miss rate where a method reports ``missing``.
+
+Rules: a failed question (``error`` set) is left out of the metric means and counted under
+``errors``; when a (dataset, method, id) appears more than once (a retried failure, or the
+same method in several directories) the last successful row wins.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gaprag.errors import InputError
+from gaprag.eval.runner import RESULTS, RUN_FILE, read_results
+
+BASELINE = "standard_rag"
+METRICS: tuple[str, ...] = ("em", "f1", "acc", "support_recall", "choice_correct")
+COSTS: tuple[str, ...] = (
+    "llm_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "tokens",
+    "retrieval_calls",
+    "iterations",
+    "wall_s",
+)
+LABELS = {
+    "em": "EM",
+    "f1": "F1",
+    "acc": "Acc",
+    "support_recall": "Support recall",
+    "choice_correct": "MC acc",
+}
+N_BOOT = 2000
+
+
+# -- statistics ----------------------------------------------------------------------------
+def bootstrap_ci(
+    values: Sequence[float], *, seed: int = 0, n_boot: int = N_BOOT, level: float = 0.95
+) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the mean; ``None`` for no values."""
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        return None
+    if data.size == 1 or np.all(data == data[0]):
+        return float(data[0]), float(data[0])
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, data.size, size=(n_boot, data.size))
+    means = data[idx].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(means, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def _stat(values: Sequence[float], seed: int, n_boot: int) -> dict[str, Any]:
+    ci = bootstrap_ci(values, seed=seed, n_boot=n_boot)
+    return {
+        "mean": float(np.mean(values)) if values else None,
+        "ci": list(ci) if ci else None,
+        "n": len(values),
+    }
+
+
+# -- rows ----------------------------------------------------------------------------------
+def dedupe(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (dataset, method, id): the last successful one, else the last one."""
+    keep: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+    for row in rows:
+        key = (row.get("dataset"), row.get("method"), row.get("id"))
+        old = keep.get(key)
+        if old is not None and not old.get("error") and row.get("error"):
+            continue
+        keep[key] = dict(row)
+    return list(keep.values())
+
+
+def _num(row: Mapping[str, Any], key: str) -> float:
+    if key == "tokens":
+        return float(row.get("prompt_tokens") or 0) + float(row.get("completion_tokens") or 0)
+    value = row.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+def _missing(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return value > 0
+    return bool(value)
+
+
+def summarize(
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    seed: int = 0,
+    n_boot: int = N_BOOT,
+    baseline: str = BASELINE,
+) -> dict[str, Any]:
+    """The summary structure written to ``summary.json``."""
+    rows = dedupe(rows)
+    by_dataset: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_dataset[str(row.get("dataset"))].append(row)
+    datasets: dict[str, Any] = {}
+    for name, ds_rows in by_dataset.items():
+        order = list(dict.fromkeys(str(r.get("method")) for r in ds_rows))
+        if baseline in order:
+            order.remove(baseline)
+            order.insert(0, baseline)
+        per: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in ds_rows:
+            per[str(r.get("method"))].append(r)
+        has_mc = any(r.get("choice_correct") is not None for r in ds_rows)
+        primary = "choice_correct" if has_mc else "f1"
+        methods: dict[str, Any] = {}
+        for m in order:
+            ok = [r for r in per[m] if not r.get("error")]
+            entry: dict[str, Any] = {"n": len(ok), "errors": len(per[m]) - len(ok)}
+            for key in METRICS:
+                vals = [float(r[key]) for r in ok if isinstance(r.get(key), int | float)]
+                if vals or key != "choice_correct":
+                    entry[key] = _stat(vals, seed, n_boot)
+            entry["cost"] = {
+                key: (float(np.mean([_num(r, key) for r in ok])) if ok else None) for key in COSTS
+            }
+            entry["stop_reasons"] = dict(Counter(str(r.get("stop_reason") or "") for r in per[m]))
+            flagged = [r for r in ok if "missing" in r]
+            entry["miss_rate"] = (
+                sum(_missing(r["missing"]) for r in flagged) / len(flagged) if flagged else None
+            )
+            by_iter: dict[int, list[float]] = defaultdict(list)
+            for r in ok:
+                if isinstance(r.get(primary), int | float):
+                    by_iter[int(r.get("iterations") or 0)].append(float(r[primary]))
+            entry["by_iterations"] = {
+                str(k): {"n": len(v), "mean": float(np.mean(v))} for k, v in sorted(by_iter.items())
+            }
+            if m != baseline and baseline in per:
+                entry["vs_baseline"] = _paired(per[baseline], per[m], seed, n_boot)
+            methods[m] = entry
+        scored = {
+            m: e[primary]["mean"]
+            for m, e in methods.items()
+            if e.get(primary, {}).get("mean") is not None
+        }
+        datasets[name] = {
+            "questions": len({r.get("id") for r in ds_rows}),
+            "primary": primary,
+            "baseline": baseline if baseline in per else None,
+            "best": max(scored, key=lambda k: scored[k]) if scored else None,
+            "methods": methods,
+        }
+    return {
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "bootstrap": {"resamples": n_boot, "level": 0.95, "seed": seed, "kind": "percentile"},
+        "baseline": baseline,
+        "datasets": datasets,
+    }
+
+
+def _paired(
+    base: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]], seed: int, n_boot: int
+) -> dict[str, Any]:
+    """``other - base`` per metric, on the questions both answered without error."""
+    b = {r.get("id"): r for r in base if not r.get("error")}
+    o = {r.get("id"): r for r in other if not r.get("error")}
+    common = [i for i in o if i in b]
+    out: dict[str, Any] = {"n": len(common)}
+    for key in METRICS:
+        diffs = [
+            float(o[i][key]) - float(b[i][key])
+            for i in common
+            if isinstance(o[i].get(key), int | float) and isinstance(b[i].get(key), int | float)
+        ]
+        if not diffs:
+            continue
+        stat = _stat(diffs, seed, n_boot)
+        stat["wins"] = sum(d > 0 for d in diffs)
+        stat["losses"] = sum(d < 0 for d in diffs)
+        stat["ties"] = sum(d == 0 for d in diffs)
+        out[key] = stat
+    costs = {}
+    for key in ("tokens", "llm_calls", "wall_s"):
+        bm = np.mean([_num(b[i], key) for i in common]) if common else 0.0
+        om = np.mean([_num(o[i], key) for i in common]) if common else 0.0
+        costs[key] = float(om / bm) if bm else None
+    out["cost_ratio"] = costs
+    return out
+
+
+# -- rendering -----------------------------------------------------------------------------
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _cell(stat: Mapping[str, Any] | None, signed: bool = False) -> str:
+    if not stat or stat.get("mean") is None:
+        return "–"
+    mean, ci = stat["mean"], stat.get("ci")
+    text = f"{mean:+.3f}" if signed else f"{mean:.3f}"
+    if ci:
+        text += f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if signed else f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+    return text
+
+
+def _verdict(name: str, ds: Mapping[str, Any]) -> str:
+    primary, best, base = ds["primary"], ds["best"], ds["baseline"]
+    label = LABELS[primary]
+    if best is None:
+        return "No scored questions."
+    entry = ds["methods"][best]
+    text = f"**Best {label}: `{best}` {_cell(entry[primary])}**"
+    vs = entry.get("vs_baseline")
+    if vs and primary in vs:
+        d = vs[primary]
+        significant = d["ci"] and (d["ci"][0] > 0 or d["ci"][1] < 0)
+        ratio = vs["cost_ratio"].get("tokens")
+        text += (
+            f", {d['mean']:+.3f} {label} over `{base}` (95% CI {d['ci'][0]:+.3f} to {d['ci'][1]:+.3f}, "
+            f"{'significant' if significant else 'not significant'}; {d['wins']} wins / {d['losses']} losses "
+            f"on {vs['n']} shared questions)"
+        )
+        if ratio:
+            text += f" at {ratio:.1f}× the tokens"
+    elif best == base:
+        text += " (the baseline)"
+    return text + "."
+
+
+def render_markdown(
+    summary: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], plots: Mapping[str, list[str]]
+) -> str:
+    boot = summary["bootstrap"]
+    lines = ["# gaprag evaluation summary", ""]
+    lines.append(
+        f"Means with 95% percentile-bootstrap intervals ({boot['resamples']} resamples, seed {boot['seed']}). "
+        "Failed questions are left out of the means and counted under *errors*; "
+        f"Δ columns are paired differences to `{summary['baseline']}` on the questions both answered."
+    )
+    lines.append("")
+    if runs:
+        lines += ["## Protocol", ""]
+        for run in runs:
+            corpus = run.get("corpus") or {}
+            sel = f"first {run.get('selected')} questions" + (
+                f" from offset {run['offset']}" if run.get("offset") else ""
+            )
+            opts = "; ".join(
+                f"`{m}`" + (f" ({', '.join(f'{k}={v}' for k, v in o.items())})" if o else "")
+                for m, o in (run.get("methods") or {}).items()
+            )
+            lines.append(
+                f"- **{run.get('dataset')}**: {sel} of {run.get('questions_in_file')} in "
+                f"`{Path(str(run.get('dataset_path', ''))).name}` (sha256 {str(run.get('dataset_sha256', ''))[:12]}); "
+                f"corpus {corpus.get('documents')} paragraphs (union of the file's paragraphs, "
+                f"{corpus.get('embedder')} + {corpus.get('bm25')}); model `{run.get('model')}`; methods {opts}."
+            )
+        lines.append("")
+    for name, ds in summary["datasets"].items():
+        primary = ds["primary"]
+        lines += [f"## {name} ({ds['questions']} questions)", "", _verdict(name, ds), ""]
+        metric_keys = ["em", "f1", "acc", "support_recall"] + (
+            ["choice_correct"] if primary == "choice_correct" else []
+        )
+        head = ["method", "n"] + [LABELS[k] for k in metric_keys]
+        head += [f"Δ{LABELS[primary]} vs {ds['baseline'] or BASELINE}"]
+        head += [
+            "LLM calls",
+            "prompt tok",
+            "completion tok",
+            "retrievals",
+            "iterations",
+            "wall s",
+            "errors",
+        ]
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
+        for m, e in ds["methods"].items():
+            name_cell = f"**{m}**" if m == ds["best"] else m
+            cells = [name_cell, str(e["n"])] + [_cell(e.get(k)) for k in metric_keys]
+            vs = e.get("vs_baseline")
+            cells.append(_cell(vs.get(primary), signed=True) if vs else "–")
+            c = e["cost"]
+            cells += [
+                _fmt(c["llm_calls"], 2),
+                _fmt(c["prompt_tokens"], 0),
+                _fmt(c["completion_tokens"], 0),
+                _fmt(c["retrieval_calls"], 2),
+                _fmt(c["iterations"], 2),
+                _fmt(c["wall_s"], 2),
+                str(e["errors"]),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines += ["", "Stop reasons:", ""]
+        for m, e in ds["methods"].items():
+            reasons = ", ".join(
+                f"{k} {v}" for k, v in sorted(e["stop_reasons"].items(), key=lambda kv: -kv[1])
+            )
+            extra = f"; miss rate {e['miss_rate']:.3f}" if e.get("miss_rate") is not None else ""
+            lines.append(f"- `{m}`: {reasons}{extra}")
+        lines.append("")
+        for plot in plots.get(name, []):
+            lines.append(f"![{Path(plot).stem}]({plot})")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(summary: Mapping[str, Any], out: Path) -> dict[str, list[str]]:
+    """Per dataset: primary metric vs tokens per question, and by iteration count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made: dict[str, list[str]] = {}
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    for name, ds in summary["datasets"].items():
+        primary, label = ds["primary"], LABELS[ds["primary"]]
+        files: list[str] = []
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        for m, e in ds["methods"].items():
+            stat, tokens = e.get(primary) or {}, e["cost"]["tokens"]
+            if stat.get("mean") is None or tokens is None:
+                continue
+            lo, hi = stat["ci"]
+            ax.errorbar(
+                [tokens], [stat["mean"]], yerr=[[stat["mean"] - lo], [hi - stat["mean"]]],
+                fmt="o", capsize=4, label=m,
+            )  # fmt: skip
+            ax.annotate(
+                m, (tokens, stat["mean"]), textcoords="offset points", xytext=(6, 4), fontsize=8
+            )
+        if any(e["cost"]["tokens"] for e in ds["methods"].values()):
+            ax.set_xscale("log")
+        ax.set_xlabel("tokens per question (prompt + completion, log)")
+        ax.set_ylabel(f"{label} (95% CI)")
+        ax.set_title(f"{name}: {label} vs cost")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = f"plots/{name}_{primary}_vs_tokens.png"
+        fig.savefig(out / path, dpi=110)
+        plt.close(fig)
+        files.append(path)
+
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        for m, e in ds["methods"].items():
+            its = e["by_iterations"]
+            if not its:
+                continue
+            xs = [int(k) for k in its]
+            ax.plot(xs, [its[k]["mean"] for k in its], marker="o", label=m)
+            for x, k in zip(xs, its, strict=True):
+                ax.annotate(
+                    f"n={its[k]['n']}",
+                    (x, its[k]["mean"]),
+                    textcoords="offset points",
+                    xytext=(4, -10),
+                    fontsize=7,
+                )
+        ax.set_xlabel("retrieval rounds (iterations)")
+        ax.set_ylabel(f"mean {label}")
+        ax.set_title(f"{name}: {label} by iteration count")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = f"plots/{name}_{primary}_by_iterations.png"
+        fig.savefig(out / path, dpi=110)
+        plt.close(fig)
+        files.append(path)
+        made[name] = files
+    return made
+
+
+def write_report(
+    dirs: Sequence[str | Path],
+    out: str | Path | None = None,
+    *,
+    seed: int = 0,
+    n_boot: int = N_BOOT,
+    plots: bool = True,
+) -> dict[str, Any]:
+    """Read ``results.jsonl`` of each dir, write ``summary.json``/``summary.md``/plots to ``out``."""
+    rows: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
+    for d in dirs:
+        path = Path(d)
+        if not (path / RESULTS).is_file():
+            raise InputError(
+                f"no {RESULTS} in {path}", hint="give directories written by `gaprag eval`"
+            )
+        rows += read_results(path)
+        if (path / RUN_FILE).is_file():
+            with contextlib.suppress(ValueError):
+                runs.append(json.loads((path / RUN_FILE).read_text(encoding="utf-8")))
+    if not rows:
+        raise InputError("no results to report", hint="run `gaprag eval` first")
+    target = Path(out) if out is not None else Path(dirs[0])
+    target.mkdir(parents=True, exist_ok=True)
+    summary = summarize(rows, seed=seed, n_boot=n_boot)
+    summary["runs"] = runs
+    made = plot(summary, target) if plots else {}
+    summary["plots"] = made
+    tmp = target / ".summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(target / "summary.json")
+    (target / "summary.md").write_text(render_markdown(summary, runs, made), encoding="utf-8")
+    return summary
