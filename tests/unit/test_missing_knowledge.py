@@ -467,8 +467,11 @@ def test_two_way_and_merged_knowledge_bases(store: Store, pairs: PairStore) -> N
     assert [c["kind"] for c in hits].count("doc") == 2 and [c["kind"] for c in hits].count(
         "qa"
     ) == 2
-    merged = KnowledgeBaseRetriever("merged", store, qa).chunks("who founded google", 3)
+    merged = KnowledgeBaseRetriever("merged", store, pairs).chunks(
+        "who founded google", 3, mode="dense"
+    )
     scores = [c["score"] for c in merged]
+    assert {c["source"] for c in merged} == {"dense", "qa_pairs"}  # a PairStore is accepted as is
     assert scores == sorted(scores, reverse=True) and [c["rank"] for c in merged] == [1, 2, 3]
     # usable as a plain retriever, e.g. standard_rag on the merged KB
     out = build_graph(

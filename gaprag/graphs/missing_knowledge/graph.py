@@ -238,11 +238,14 @@ class KnowledgeBaseRetriever:
     def __init__(
         self,
         kb: KnowledgeBase,
-        passages: Retriever | None,
-        pairs: Retriever | None,
+        passages: Any,
+        pairs: Any,
         *,
         merged_order: MergedOrder = "score",
+        qa_gamma: float = 1.0,
     ) -> None:
+        """``passages``: a gaprag store/retriever or a LangChain retriever; ``pairs``: a
+        :class:`~gaprag.stores.pairs.PairStore` or a retriever of "Q: ...\\nA: ..." evidence."""
         if kb in ("qa_pairs", "merged") and pairs is None:
             raise GapragError(
                 f"knowledge base {kb!r} needs a question-answer pair store",
@@ -252,8 +255,8 @@ class KnowledgeBaseRetriever:
         if kb in ("passages", "merged") and passages is None:
             raise GapragError(f"knowledge base {kb!r} needs a passage store", hint="pass a store")
         self.kb: KnowledgeBase = kb
-        self.passages = passages
-        self.pairs = pairs
+        self.passages: Retriever | None = as_retriever(passages) if passages is not None else None
+        self.pairs = pair_retriever(pairs, gamma=qa_gamma) if pairs is not None else None
         self.merged_order: MergedOrder = merged_order
 
     def chunks(
@@ -279,7 +282,7 @@ class KnowledgeBaseRetriever:
             pairs = _chunks(hits, "qa", self.kb, retrieved_by, query)
         if self.kb != "merged":
             return docs or pairs
-        if self.merged_order == "score" and mode in (None, "dense"):
+        if self.merged_order == "score" and mode == "dense":  # comparable cosines
             ranked = sorted([*docs, *pairs], key=lambda c: -c["score"])
         else:
             ranked = [c for pair in zip(docs, pairs, strict=False) for c in pair]
