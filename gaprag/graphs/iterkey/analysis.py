@@ -1,0 +1,63 @@
+"""Choosing IterKey's final answer, and the paper's per-run analyses (Tables 3, 4 and 9).
+
+All functions read the ``history`` list a run returns (one :class:`IterationRecord` per round)
+and never call a model, so they work on saved results too.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from gaprag.graphs.iterkey.parse import normalize_answer
+from gaprag.state.iterkey import IterationRecord
+
+FallbackPolicy = Literal["last", "first", "majority"]
+
+
+def majority_index(answers: Sequence[str]) -> int:
+    """Index of the most frequent normalised non-empty answer; ties go to the latest one."""
+    norms = [normalize_answer(a) for a in answers]
+    counts = Counter(n for n in norms if n)
+    if not counts:
+        return len(answers) - 1
+    best = max(counts.values())
+    return max(j for j, n in enumerate(norms) if n and counts[n] == best)
+
+
+def final_round(
+    history: Sequence[IterationRecord],
+    first_true_iteration: int | None,
+    policy: FallbackPolicy = "last",
+) -> IterationRecord | None:
+    """The round whose answer is returned: the first validated one, else the fallback policy."""
+    if not history:
+        return None
+    if first_true_iteration is not None:
+        for record in history:
+            if record["iteration"] == first_true_iteration:
+                return record
+    if policy == "first":
+        return history[0]
+    if policy == "majority":
+        return history[majority_index([r["answer"] for r in history])]
+    return history[-1]
+
+
+def verified_true(history: Sequence[IterationRecord], is_correct: Callable[[str], bool]) -> bool:
+    """Table 9 "VerifiedTrue": some round judged True has a correct answer."""
+    return any(r["verdict"] and is_correct(r["answer"]) for r in history)
+
+
+def verified_all(history: Sequence[IterationRecord], is_correct: Callable[[str], bool]) -> bool:
+    """Table 9 "VerifiedAll" (oracle): some round, whatever its verdict, has a correct answer."""
+    return any(is_correct(r["answer"]) for r in history)
+
+
+def new_per_step(history: Sequence[IterationRecord]) -> dict[str, list[int]]:
+    """Tables 3-4: keywords and documents at each round not seen in any earlier round."""
+    return {
+        "new_keywords": [len(r["new_keywords"]) for r in history],
+        "new_doc_ids": [len(r["new_doc_ids"]) for r in history],
+    }

@@ -1,0 +1,83 @@
+"""IterKey state: the current keyword set, this round's passages/answer/verdict, and the audit trail.
+
+One round (``iterations`` counts them, 1-based) is keywords K_i -> BM25 passages D_i -> answer
+a_i -> verdict v_i. K_(i+1) *replaces* K_i and D_(i+1) replaces D_i (no evidence pool): the
+common ``evidence`` field always holds only the current round's passages. Everything kept
+across rounds (``history``, ``keyword_history``, ``verdicts``, ``seen_*``) is bookkeeping for
+the trace and the paper's statistics and never reaches a prompt.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Annotated, Any, TypedDict
+
+from pydantic import Field
+
+from gaprag.state.base import BaseState, Evidence, OutputState
+
+
+class VerdictScores(TypedDict):
+    """How a verdict was decided: the option probabilities (logprobs path) and the path."""
+
+    prob_true: float | None
+    prob_false: float | None
+    method: str  # logprobs | constrained | parsed | default (the path of LLM.choose, or "cot")
+    raw: str
+
+
+class IterationRecord(TypedDict):
+    """Everything one round produced (spec §3), appended by ``validate_answer``."""
+
+    iteration: int
+    keywords: list[str]
+    retrieval_query: str
+    doc_ids: list[str]
+    doc_scores: list[float]
+    logged_doc_ids: list[str]  # top ``recall_k`` ids, for recall statistics only
+    documents: list[Evidence]  # D_i, so ``finalize`` can return the evidence of the chosen round
+    answer: str
+    verdict: bool
+    verdict_scores: VerdictScores
+    new_keywords: list[str]
+    new_doc_ids: list[str]
+    raw_keyword_output: str
+    raw_answer_output: str
+    raw_validation_output: str
+
+
+class ParseFailure(TypedDict):
+    node: str
+    iteration: int
+    raw: str
+    fallback_used: str
+
+
+@dataclass(kw_only=True)
+class IterKeyOutput(OutputState):
+    """The common output plus IterKey's per-round record."""
+
+    keywords: Annotated[list[str], Field(description="The last keyword set K_i.")] = field(
+        default_factory=list
+    )
+    verdicts: Annotated[list[bool], operator.add] = field(default_factory=list)
+    first_true_iteration: Annotated[
+        int | None, Field(description="The first round whose answer was validated True.")
+    ] = None
+    history: Annotated[list[IterationRecord], operator.add] = field(default_factory=list)
+    parse_failures: Annotated[list[ParseFailure], operator.add] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class IterKeyState(BaseState, IterKeyOutput):
+    """Internal state of one IterKey run."""
+
+    retrieval_query: str = ""
+    verdict: bool | None = None
+    verdict_scores: dict[str, Any] = field(default_factory=dict)
+    keyword_history: Annotated[list[list[str]], operator.add] = field(default_factory=list)
+    logged_doc_ids: list[str] = field(default_factory=list)
+    current_raw: dict[str, str] = field(default_factory=dict)
+    seen_doc_ids: list[str] = field(default_factory=list)
+    seen_keywords: list[str] = field(default_factory=list)
