@@ -1,0 +1,242 @@
+"""The paper's evaluation ladder: S, S ∪ E, S ∪ E ∪ O over one dataset (spec §7).
+
+All three sets live in **one** pair store, told apart by their source label; a tier is a
+``sources`` filter on the same store, so the ladder costs one build:
+
+- **S** (``synthetic``): the LLM writes Q&A pairs for every chunk of the dataset's corpus
+  (the union of its questions' paragraphs, one chunk per paragraph).
+- **E** (``expert``): for every test question, the expert LLM paraphrases it and answers the
+  paraphrase from the question's supporting paragraphs; the stored triple is (paraphrase,
+  expert answer, golden chunk). Expert answers are stored as produced, never corrected.
+- **O** (``oracle``): (test question, gold answer, golden chunk). An **upper bound**, not a
+  realistic setting: every test query finds its own question and answer in the store.
+
+Every step is resumable (finished items are recorded in the store). Typical use::
+
+    from gaprag.graphs.rag_ef.ladder import build_ladder, evaluate_ladder
+    store = build_ladder("hotpotqa", "ladder-hotpotqa.sqlite", llm=llm, limit=200)
+    print(evaluate_ladder(store, "hotpotqa", llm=llm, limit=200))
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gaprag.errors import InputError
+from gaprag.eval.datasets import Dataset, Example, load_dataset
+from gaprag.eval.metrics import accuracy, exact_match, f1_score, normalize_answer
+from gaprag.graphs.rag_ef.synth import PROMPTS, SynthReport, chunk_text, synthesize
+from gaprag.llm.client import LLM
+from gaprag.llm.factory import resolve_llm
+from gaprag.nodes import clean_answer, truncate_words
+from gaprag.stores.documents import Document
+from gaprag.stores.embeddings import Embedder
+from gaprag.stores.pairs import PairStore
+
+TIERS: dict[str, tuple[str, ...]] = {
+    "S": ("synthetic",),
+    "S+E": ("synthetic", "expert"),
+    "S+E+O": ("synthetic", "expert", "oracle"),
+}
+TIER_LABELS: dict[str, str] = {
+    "S": "S (synthetic)",
+    "S+E": "S ∪ E (synthetic + expert feedback)",
+    "S+E+O": "S ∪ E ∪ O (oracle: upper bound, not a realistic setting)",
+}
+
+
+def golden_chunk(ex: Example) -> Document | None:
+    """The supporting paragraph that contains a gold answer, else the first supporting one,
+    else any paragraph containing the answer, else None (spec §7.2)."""
+    by_id = {p["id"]: p for p in ex.paragraphs}
+    supporting = [by_id[s] for s in ex.supporting if s in by_id]
+
+    def has_answer(doc: Document) -> bool:
+        text = normalize_answer(chunk_text(doc))
+        return any(normalize_answer(a) and normalize_answer(a) in text for a in ex.answers)
+
+    for doc in supporting:
+        if has_answer(doc):
+            return doc
+    if supporting:
+        return supporting[0]
+    for doc in ex.paragraphs:
+        if has_answer(doc):
+            return doc
+    return None
+
+
+def _usable(examples: Sequence[Example]) -> list[tuple[Example, Document]]:
+    out = []
+    for ex in examples:
+        gold = golden_chunk(ex)
+        if gold is not None and ex.answers and not ex.is_multiple_choice:
+            out.append((ex, gold))
+    return out
+
+
+def build_oracle(store: PairStore, examples: Sequence[Example]) -> int:
+    """O: one (question, first gold answer, golden chunk) pair per usable test item."""
+    items = _usable(examples)
+    store.add_many(
+        [(ex.question, ex.answers[0], chunk_text(gold)) for ex, gold in items],
+        source="oracle",
+        chunk_ids=[gold["id"] for _, gold in items],
+    )
+    return len(items)
+
+
+def paraphrase(llm: LLM, question: str) -> str:
+    """The expert's rewrite; asked once more if it comes back unchanged (spec §2.5)."""
+    messages = PROMPTS["paraphrase"].render(question=question)
+    out = clean_answer(llm.generate(messages, max_tokens=96)).removeprefix("Question:").strip()
+    if normalize_answer(out) == normalize_answer(question) or not out:
+        retry = [
+            *messages,
+            ("user", "That is the same wording. Rewrite it with different words and word order."),
+        ]
+        again = clean_answer(llm.generate(retry, max_tokens=96)).removeprefix("Question:").strip()
+        out = again or out
+    return out or question
+
+
+def expert_answer(llm: LLM, question: str, document: str) -> str:
+    messages = PROMPTS["expert_answer"].render(
+        document=truncate_words(document, 600), question=question
+    )
+    return clean_answer(llm.generate(messages, max_tokens=48))
+
+
+def build_expert(
+    store: PairStore, examples: Sequence[Example], llm: LLM, *, progress: bool = True
+) -> int:
+    """E: (paraphrase, expert answer, golden chunk) per usable test item; resumable."""
+    job = "ladder:expert"
+    done = store.processed(job)
+    items = [(ex, gold) for ex, gold in _usable(examples) if ex.id not in done]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(items), desc="expert feedback (E)", unit="question")
+    added = 0
+    try:
+        for ex, gold in items:
+            para = paraphrase(llm, ex.question)
+            by_id = {p["id"]: p for p in ex.paragraphs}
+            docs = [by_id[s] for s in ex.supporting if s in by_id] or [gold]
+            answer = expert_answer(llm, para, "\n\n".join(chunk_text(d) for d in docs))
+            if answer:
+                store.add(para, answer, chunk_text(gold), source="expert", chunk_id=gold["id"],
+                          meta={"origin_id": ex.id, "original_question": ex.question})  # fmt: skip
+                added += 1
+            store.mark_processed(job, [ex.id])
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return added
+
+
+@dataclass
+class LadderBuild:
+    synthetic: SynthReport
+    expert_added: int
+    oracle: int
+    store: PairStore = field(repr=False)
+
+
+def build_ladder(
+    dataset: str | Path | Dataset,
+    store_path: str | Path,
+    *,
+    llm: Any = None,
+    expert_llm: Any = None,
+    embedder: Embedder | None = None,
+    limit: int | None = None,
+    synth_limit: int | None = None,
+    progress: bool = True,
+) -> LadderBuild:
+    """Build S (whole corpus), E and O (first ``limit`` questions) into one pair store.
+
+    ``llm`` writes S; ``expert_llm`` (default: ``llm``) plays the expert for E — use the
+    strongest model available and record which. ``synth_limit`` caps chunks synthesised now.
+    """
+    data = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
+    examples = data.select(limit)
+    docs = data.documents()
+    if not docs:
+        raise InputError(f"dataset {data.name!r} has no paragraphs", hint="S needs a corpus")
+    gen = resolve_llm(llm)
+    expert = resolve_llm(expert_llm) if expert_llm is not None else gen
+    store = PairStore.open(store_path, embedder=embedder)
+    report = synthesize(store, docs, gen, limit=synth_limit, progress=progress)
+    added = build_expert(store, examples, expert, progress=progress)
+    oracle = build_oracle(store, examples)
+    if progress:
+        print(
+            f"gaprag: ladder {data.name}: S {store.count(source='synthetic')} pairs, "
+            f"E {store.count(source='expert')}, O {store.count(source='oracle')} (upper bound)",
+            file=sys.stderr,
+        )
+    return LadderBuild(synthetic=report, expert_added=added, oracle=oracle, store=store)
+
+
+def evaluate_ladder(
+    store: PairStore,
+    dataset: str | Path | Dataset,
+    *,
+    llm: Any = None,
+    limit: int | None = None,
+    tiers: Sequence[str] = ("S", "S+E", "S+E+O"),
+    out: str | Path | None = None,
+    **options: Any,
+) -> dict[str, dict[str, Any]]:
+    """Answer the first ``limit`` questions with rag_ef over each tier; EM/F1/acc in percent.
+
+    ``options`` are rag_ef Context fields (e.g. ``similarity="bm25"``). With ``out``, one JSON
+    line per (tier, question) is written there.
+    """
+    from gaprag.graphs.rag_ef.graph import build_with_store
+
+    data = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
+    examples = data.select(limit)
+    unknown = [t for t in tiers if t not in TIERS]
+    if unknown:
+        raise InputError(f"unknown tier(s) {unknown}", hint="use S, S+E, S+E+O")
+    graph = build_with_store(store, llm=resolve_llm(llm), empty_store_fallback=False, **options)
+    results: dict[str, dict[str, Any]] = {}
+    with ExitStack() as stack:
+        fh = stack.enter_context(Path(out).open("w", encoding="utf-8")) if out else None
+        for tier in tiers:
+            ctx = {"sources": ",".join(TIERS[tier])}
+            totals = {"em": 0.0, "f1": 0.0, "acc": 0.0}
+            for ex in examples:
+                res = graph.invoke({"question": ex.question}, context=ctx)
+                pred = str(res.get("answer", ""))
+                scores = {
+                    "em": exact_match(pred, ex.answers),
+                    "f1": f1_score(pred, ex.answers),
+                    "acc": accuracy(pred, ex.answers),
+                }
+                for key, value in scores.items():
+                    totals[key] += value
+                if fh is not None:
+                    row = {"tier": tier, "id": ex.id, "question": ex.question,
+                           "answers": ex.answers, "prediction": pred, **scores}  # fmt: skip
+                    fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    fh.flush()
+            n = max(len(examples), 1)
+            results[tier] = {
+                "label": TIER_LABELS[tier],
+                "n": len(examples),
+                **{key: round(100 * value / n, 2) for key, value in totals.items()},
+            }
+    return results

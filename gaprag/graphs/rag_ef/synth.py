@@ -1,0 +1,130 @@
+"""The synthetic set S: the LLM writes Q&A pairs for every corpus chunk (spec §2.4, §4.1).
+
+``synthesize`` is resumable: each chunk's pairs are committed with the chunk marked done in the
+store, so a rerun after an interruption skips finished chunks (chunks that yielded no pairs
+included) and loses at most the chunk in flight.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gaprag.llm.client import LLM
+from gaprag.prompts import load_prompts
+from gaprag.stores.documents import Document
+from gaprag.stores.pairs import PairStore, chunk_hash, normalize_text
+
+PROMPTS = load_prompts("gaprag.graphs.rag_ef")
+MAX_ANSWER_CHARS = 300
+
+_BULLET = r"(?:\d+[.)]\s*|[-*•]\s*)?"
+_Q_LINE = re.compile(rf"^\s*{_BULLET}Q\s*[:：]\s*(.+)$", re.I)
+_A_LINE = re.compile(rf"^\s*{_BULLET}A\s*[:：]\s*(.+)$", re.I)
+_A_INLINE = re.compile(r"\s+A\s*[:：]\s*", re.I)
+_Q_SPLIT = re.compile(r"(?<=\S)[ \t]+(?=Q\s*[:：])")
+_QUOTES = "\"'“”‘’`"
+
+
+def _clean(text: str) -> str:
+    return text.strip().strip(_QUOTES).strip()
+
+
+def parse_qa(text: str) -> list[tuple[str, str]]:
+    """``Q: … A: …`` pairs from a generation (numbering, bullets, one-line runs tolerated).
+
+    Pairs with an empty question or answer, answers over 300 characters and repeats are dropped.
+    """
+    text = _Q_SPLIT.sub("\n", text.replace("**", ""))
+    lines = text.splitlines()
+    out: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    i = 0
+    while i < len(lines):
+        m = _Q_LINE.match(lines[i])
+        i += 1
+        if not m:
+            continue
+        rest = m.group(1)
+        parts = _A_INLINE.split(rest, maxsplit=1)
+        if len(parts) == 2:
+            question, answer = parts
+        else:
+            question, answer = rest, ""
+            if i < len(lines) and (a := _A_LINE.match(lines[i])):
+                answer = a.group(1)
+                i += 1
+        question, answer = _clean(question), _clean(answer)
+        if not question or not answer or len(answer) > MAX_ANSWER_CHARS:
+            continue
+        key = (normalize_text(question).lower(), normalize_text(answer).lower())
+        if key not in seen:
+            seen.add(key)
+            out.append((question, answer))
+    return out
+
+
+def chunk_text(doc: Document) -> str:
+    """How a corpus document is stored as a pair's chunk (title first, when there is one)."""
+    return f"{doc['title']}: {doc['text']}" if doc["title"] else doc["text"]
+
+
+def generate_pairs(llm: LLM, chunk: str, *, max_tokens: int = 512) -> list[tuple[str, str]]:
+    """One LLM call: the Q&A pairs for ``chunk``."""
+    return parse_qa(llm.generate(PROMPTS["generate_qa"].render(chunk=chunk), max_tokens=max_tokens))
+
+
+@dataclass
+class SynthReport:
+    chunks: int = 0  # chunks in the corpus
+    skipped: int = 0  # already done by an earlier run
+    processed: int = 0  # generated in this run
+    empty: int = 0  # generated, but no pair parsed
+    pairs: int = 0  # pairs added in this run
+
+
+def synthesize(
+    store: PairStore,
+    docs: Sequence[Document],
+    llm: LLM,
+    *,
+    source: str = "synthetic",
+    limit: int | None = None,
+    progress: bool = True,
+    max_tokens: int = 512,
+) -> SynthReport:
+    """Write Q&A pairs for every chunk not done yet; ``limit`` caps chunks generated this run."""
+    job = f"synthesize:{source}"
+    done = store.processed(job)
+    todo = [d for d in docs if chunk_hash(chunk_text(d)) not in done]
+    report = SynthReport(chunks=len(docs), skipped=len(docs) - len(todo))
+    if limit is not None:
+        todo = todo[: max(limit, 0)]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(todo), desc="synthesizing Q&A", unit="chunk")
+    try:
+        for doc in todo:
+            text = chunk_text(doc)
+            pairs = generate_pairs(llm, text, max_tokens=max_tokens)
+            if pairs:
+                store.add_many(
+                    [(q, a, text) for q, a in pairs],
+                    source=source,
+                    chunk_ids=[doc["id"]] * len(pairs),
+                )
+            else:
+                report.empty += 1
+            store.mark_processed(job, [chunk_hash(text)])
+            report.processed += 1
+            report.pairs += len(pairs)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(pairs=report.pairs)
+    finally:
+        if bar is not None:
+            bar.close()
+    return report

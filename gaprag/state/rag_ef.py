@@ -1,0 +1,82 @@
+"""RAG-EF state: ranked pairs, the assembled Q&A and context blocks, and the feedback loop.
+
+Item types are TypedDicts (plain dicts in checkpoints). ``ScoredPair`` comes from the pair
+store: a pair plus ``sim_q``, ``sim_c`` (the two factors of Eq. 2), ``score`` and ``rank``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Literal, TypedDict
+
+from pydantic import Field
+
+from gaprag.state.base import BaseState, Evidence, InputState, OutputState
+from gaprag.stores.pairs import ScoredPair
+
+Verdict = Literal["correct", "incorrect", "unknown", ""]
+
+
+class QAItem(TypedDict):
+    """One rendered line of the Q&A block (``answer`` is empty in ``q_only`` mode)."""
+
+    pair_id: str
+    question: str
+    answer: str
+
+
+class ContextItem(TypedDict):
+    """One unique chunk shown as ``Context{n}``."""
+
+    chunk_id: str
+    text: str
+    score: float
+
+
+class Feedback(TypedDict):
+    """An expert correction: the triple inserted into the pair store."""
+
+    question: str
+    answer: str
+    chunk: str
+    chunk_id: str | None
+    source: str
+
+
+@dataclass(kw_only=True)
+class RagEfInput(InputState):
+    gold_answers: Annotated[
+        list[str] | None,
+        Field(
+            description="Optional gold answers; with judge='gold' a wrong answer asks for feedback."
+        ),
+    ] = None
+
+
+@dataclass(kw_only=True)
+class RagEfOutput(OutputState):
+    """The common output plus what the feedback loop decided."""
+
+    first_answer: Annotated[
+        str, Field(description="The answer before any expert feedback was applied.")
+    ] = ""
+    verdict: Annotated[
+        Verdict, Field(description="feedback_classifier's verdict on the first answer.")
+    ] = ""
+    inserted_pair_id: Annotated[
+        str | None, Field(description="Id of the expert pair inserted by this run, if any.")
+    ] = None
+    retrieved_pairs: list[ScoredPair] = field(default_factory=list)
+    gated_out: list[str] = field(default_factory=list)  # pair ids dropped by the optional gate
+    contexts: list[ContextItem] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class RagEfState(BaseState, RagEfInput, RagEfOutput):
+    round: int = 0  # retrieval passes so far (1, or 2 after a re-answer)
+    feedback_rounds: int = 0  # expert pairs inserted by this run
+    passages: list[Evidence] = field(default_factory=list)  # standard mode / empty-store fallback
+    qa_block: list[QAItem] = field(default_factory=list)
+    prompt: str = ""
+    raw_generation: str = ""
+    feedback: Feedback | None = None

@@ -1,0 +1,526 @@
+"""rag_ef: prompt assembly, ablations, the expert feedback loop (interrupt/resume), synthesis,
+the S/E/O ladder and the CLI. Fake LLM (ScriptedChatModel) and HashingEmbedder only."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+from gaprag import build_graph
+from gaprag.cli import main as cli_main
+from gaprag.eval.datasets import load_dataset
+from gaprag.eval.metrics import normalize_answer
+from gaprag.graphs.rag_ef import build_with_store
+from gaprag.graphs.rag_ef.graph import parse_feedback
+from gaprag.graphs.rag_ef.ladder import (
+    build_expert,
+    build_oracle,
+    evaluate_ladder,
+    golden_chunk,
+)
+from gaprag.graphs.rag_ef.synth import chunk_text, parse_qa, synthesize
+from gaprag.llm.client import LLM
+from gaprag.stores import HashingEmbedder, Store
+from gaprag.stores.bm25 import tokenize
+from gaprag.stores.documents import Document
+from gaprag.stores.pairs import PairStore
+from gaprag.testing import ScriptedChatModel
+
+ANSWER_MARK = "using the question-answer pairs"
+JUDGE_MARK = "Verdict (correct or incorrect)"
+
+
+def copy_mode(messages: list[BaseMessage]) -> str:
+    """Spec §11's fake generator: copy the answer of the first Q&A line whose question holds
+    >= 50% of the target's content words; else the first context's first words."""
+    lines = str(messages[-1].content).splitlines()
+    want = set(tokenize(lines[-1].removeprefix("Question: ")))
+    for line in lines[:-1]:
+        m = re.match(r"Question: (.*?) Answer: (.*)$", line)
+        if m and want and len(want & set(tokenize(m.group(1)))) >= 0.5 * len(want):
+            return m.group(2)
+    for line in lines:
+        if line.startswith("Context1: "):
+            return "ctx " + " ".join(line.split()[1:3])
+    return "I do not know"
+
+
+def fake(
+    *, judge: str = "correct", extra: list[tuple[str, Any]] | None = None
+) -> ScriptedChatModel:
+    rules: list[tuple[str, Any]] = [(JUDGE_MARK, judge), *(extra or []), (ANSWER_MARK, copy_mode)]
+    return ScriptedChatModel(rules=rules, default="fallback")
+
+
+def answer_prompts(llm: ScriptedChatModel) -> list[str]:
+    return [p for p in llm.prompts() if ANSWER_MARK in p]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> PairStore:
+    return PairStore.open(tmp_path / "pairs.sqlite", embedder=HashingEmbedder())
+
+
+TOPICS = [
+    (
+        "Who wrote the tragedy Hamlet?",
+        "William Shakespeare",
+        "Hamlet is a tragedy written by William Shakespeare.",
+    ),
+    (
+        "What is the capital city of France?",
+        "Paris",
+        "Paris is the capital and largest city of France.",
+    ),
+    (
+        "Which river flows through Cairo?",
+        "Nile",
+        "The Nile flows north through Cairo into the Mediterranean.",
+    ),
+    (
+        "Who painted the Mona Lisa portrait?",
+        "Leonardo da Vinci",
+        "The Mona Lisa was painted by Leonardo da Vinci.",
+    ),
+    (
+        "What is the tallest mountain on Earth?",
+        "Mount Everest",
+        "Mount Everest is the highest mountain above sea level.",
+    ),
+    (
+        "Which planet is known as the red planet?",
+        "Mars",
+        "Mars is called the red planet because of iron oxide.",
+    ),
+]
+
+
+def fill(store: PairStore, source: str = "synthetic") -> list[str]:
+    return [store.add(q, a, c, source=source) for q, a, c in TOPICS]
+
+
+# -- prompt assembly (spec §11: 10-13) --------------------------------------------------------
+def test_prompt_layout_and_exactly_one_llm_call(store: PairStore) -> None:
+    fill(store)
+    llm = fake()
+    out = build_with_store(store, llm=llm).invoke({"question": "Who wrote Hamlet?"})
+    assert out["answer"] == "William Shakespeare" and out["stop_reason"] == "answered"
+    assert len(llm.calls) == 1 and llm.calls[0]["messages"][0][0] == "human"  # no system message
+    assert out["usage"]["llm_calls"] == 1 and out["usage"]["retrieval_calls"] == 1
+    prompt = llm.prompts()[0]
+    lines = prompt.splitlines()
+    qa = [i for i, ln in enumerate(lines) if re.match(r"Question: .* Answer: ", ln)]
+    ctx = [i for i, ln in enumerate(lines) if ln.startswith("Context")]
+    instr = next(i for i, ln in enumerate(lines) if ANSWER_MARK in ln)
+    assert len(qa) == 5 and qa == list(range(5))  # K lines first, in rank order
+    assert [lines[i].split(":")[0] for i in ctx] == [f"Context{n}" for n in range(1, 6)]
+    assert max(qa) < min(ctx) and max(ctx) < instr < len(lines) - 1
+    assert lines[-1] == "Question: Who wrote Hamlet?"
+    assert lines[0].startswith("Question: Who wrote the tragedy Hamlet? Answer: William")
+    assert [p["rank"] for p in out["retrieved_pairs"]] == [1, 2, 3, 4, 5]
+    kinds = [ev["id"][:2] for ev in out["evidence"]]
+    assert kinds == ["p_"] * 5 + ["c_"] * 5 and out["evidence"][0]["source"] == "feedback"
+
+
+def test_duplicate_chunks_are_shown_once_in_first_appearance_order(store: PairStore) -> None:
+    shared = "Hamlet is a tragedy written by William Shakespeare around 1600."
+    store.add("Who wrote Hamlet?", "Shakespeare", shared)
+    store.add("When was Hamlet written?", "around 1600", shared)
+    store.add("What kind of play is Hamlet?", "a tragedy", "  " + shared.replace(" ", "\n", 2))
+    store.add("Who is the prince in Hamlet?", "Hamlet", "Prince Hamlet of Denmark is the hero.")
+    store.add("Where is Hamlet set?", "Denmark", "Hamlet is set in Elsinore, Denmark.")
+    llm = fake()
+    out = build_with_store(store, llm=llm).invoke({"question": "Hamlet tragedy written"})
+    prompt = llm.prompts()[0]
+    assert len(re.findall(r"^Question: .* Answer: ", prompt, re.M)) == 5
+    numbers = re.findall(r"^Context(\d+): ", prompt, re.M)
+    assert numbers == ["1", "2", "3"] and len(out["contexts"]) == 3
+    first_seen = []
+    for p in out["retrieved_pairs"]:
+        text = " ".join(p["chunk"].split())
+        if text not in first_seen:
+            first_seen.append(text)
+    assert [c["text"] for c in out["contexts"]] == first_seen
+
+
+def test_ablation_render_modes(store: PairStore) -> None:
+    fill(store)
+    for i in range(6):
+        store.add(f"filler question {i}?", f"filler answer {i}", f"filler chunk {i}")
+    q = {"question": "Who wrote the tragedy Hamlet?"}
+    llm = fake()
+    build_with_store(store, llm=llm, qa_render_mode="none").invoke(q)
+    assert "Answer:" not in llm.prompts()[0] and "Context1:" in llm.prompts()[0]
+    llm = fake()
+    build_with_store(store, llm=llm, qa_render_mode="q_only").invoke(q)
+    prompt = llm.prompts()[0]
+    assert len(re.findall(r"^Question: ", prompt, re.M)) == 6 and "Answer:" not in prompt
+    runs = []
+    for _ in range(2):
+        llm = fake()
+        out = build_with_store(store, llm=llm, qa_render_mode="wrong_answer").invoke(q)
+        runs.append(re.findall(r"^Question: .* Answer: (.*)$", llm.prompts()[0], re.M))
+    originals = [p["answer"] for p in out["retrieved_pairs"]]
+    assert len(runs[0]) == 5 and runs[0] == runs[1]  # reproducible for a fixed seed
+    assert all(
+        normalize_answer(w) != normalize_answer(o) for w, o in zip(runs[0], originals, strict=True)
+    )
+    llm = fake()
+    build_with_store(store, llm=llm, qa_render_mode="wrong_answer", wrong_answer_seed=7).invoke(q)
+    assert re.findall(r"^Question: .* Answer: (.*)$", llm.prompts()[0], re.M) != runs[0]
+
+
+def test_empty_store_still_answers_with_an_empty_prompt(store: PairStore) -> None:
+    llm = fake()
+    out = build_with_store(store, llm=llm, empty_store_fallback=False).invoke({"question": "Who?"})
+    prompt = llm.prompts()[0]
+    assert prompt.splitlines()[-1] == "Question: Who?"
+    assert "Answer:" not in prompt and "Context1" not in prompt
+    assert out["answer"] == "I do not know" and out["evidence"] == []
+
+
+def test_empty_store_falls_back_to_the_document_retriever(
+    store: PairStore, tmp_path: Path, tiny_docs: list[Document]
+) -> None:
+    docs = Store.build(tmp_path / "docs", tiny_docs, embedder=HashingEmbedder(), progress=False)
+    llm = fake()
+    out = build_with_store(store, llm=llm, retriever=docs, top_k=2).invoke(
+        {"question": "Who wrote Hamlet?"}
+    )
+    assert "Context1: Hamlet: Hamlet is a tragedy" in llm.prompts()[0]
+    assert out["evidence"][0]["id"] == "hamlet" and len(out["evidence"]) == 2
+    assert any(t.get("event") == "empty_store_fallback" for t in out["trace"])
+
+
+def test_standard_mode_ranks_unique_chunks_without_qa_lines(store: PairStore) -> None:
+    fill(store)
+    store.add("Another Hamlet question?", "x", TOPICS[0][2])
+    llm = fake()
+    out = build_with_store(store, llm=llm, retrieval_mode="standard").invoke(
+        {"question": "Hamlet tragedy Shakespeare"}
+    )
+    prompt = llm.prompts()[0]
+    assert "Answer:" not in prompt and "question-answer pairs" not in prompt
+    texts = [c["text"] for c in out["contexts"]]
+    assert texts[0] == TOPICS[0][2] and len(texts) == len(set(texts)) == 5
+
+
+def test_gate_drops_low_pairs_and_their_chunks(store: PairStore) -> None:
+    fill(store)
+    llm = fake()
+    graph = build_with_store(store, llm=llm, min_pair_score=0.3)
+    out = graph.invoke({"question": "Who wrote the tragedy Hamlet?"})
+    kept = {p["id"] for p in out["retrieved_pairs"]}
+    assert kept and len(out["gated_out"]) == 5 - len(kept)
+    assert not kept & set(out["gated_out"])
+    for pid in out["gated_out"]:
+        gone = store.get(pid)
+        assert gone is not None and f"Question: {gone['question']} Answer" not in llm.prompts()[0]
+    assert all(p["score"] >= 0.3 for p in out["retrieved_pairs"])
+    assert len(re.findall(r"^Context\d+: ", llm.prompts()[0], re.M)) == len(kept)
+    nodes = [next(iter(u)) for u in graph.stream({"question": "Who wrote the tragedy Hamlet?"})]
+    assert nodes[:2] == ["retrieve", "rerank_filter"]
+    plain = build_with_store(store, llm=fake())
+    nodes = [next(iter(u)) for u in plain.stream({"question": "Who wrote the tragedy Hamlet?"})]
+    assert nodes == ["retrieve", "assemble_evidence", "generate_answer"]
+
+
+# -- feedback behaviour (spec §11: 14-20) -----------------------------------------------------
+ALADIN_Q = "Who was known by the stage name Aladin and worked as a management consultant?"
+ALADIN_A = "Eanasul Fateh"
+ALADIN_C = "Eanasul Fateh, known by his stage name Aladin, is a magician and management consultant."
+
+
+def test_insert_takes_effect_at_once_and_touches_nothing_else(store: PairStore) -> None:
+    fill(store)
+    graph = build_with_store(store, llm=fake())
+    before = graph.invoke({"question": ALADIN_Q})
+    assert before["answer"] != ALADIN_A
+    snapshot = {p["id"]: p for p in store.list()}
+    chunks = store.chunk_count()
+    pid = store.add(ALADIN_Q, ALADIN_A, ALADIN_C)
+    after = graph.invoke({"question": ALADIN_Q})
+    assert after["retrieved_pairs"][0]["id"] == pid and after["answer"] == ALADIN_A
+    rest = {p["id"]: p for p in store.list() if p["id"] != pid}
+    assert rest == snapshot and store.chunk_count() == chunks + 1
+
+
+def test_paraphrase_transfers_feedback(store: PairStore) -> None:
+    fill(store)
+    store.add(ALADIN_Q, ALADIN_A, ALADIN_C, source="expert")
+    out = build_with_store(store, llm=fake()).invoke(
+        {"question": "Which consultant performed under the stage name Aladin?"}
+    )
+    assert out["retrieved_pairs"][0]["question"] == ALADIN_Q
+    assert out["answer"] == ALADIN_A
+
+
+def test_llm_judge_interrupt_resume_upserts_and_reanswers_once(store: PairStore) -> None:
+    fill(store)
+    llm = fake(judge="incorrect")
+    graph = build_with_store(store, llm=llm, checkpointer=InMemorySaver(), judge="llm")
+    cfg: Any = {"configurable": {"thread_id": "t1"}}
+    paused = graph.invoke({"question": ALADIN_Q}, cfg)
+    assert paused["stop_reason"] == "awaiting_feedback" and paused["verdict"] == "incorrect"
+    request = paused["__interrupt__"][0].value
+    assert request["question"] == ALADIN_Q and request["answer"] == paused["answer"]
+    assert request["contexts"] and len(request["qa_pairs"]) == 5
+    assert len(store) == 6
+    done = graph.invoke(Command(resume={"answer": ALADIN_A, "chunk": ALADIN_C}), cfg)
+    assert len(store) == 7 and store.list(source="expert")[0]["id"] == done["inserted_pair_id"]
+    assert done["answer"] == ALADIN_A and done["first_answer"] == paused["answer"]
+    assert done["stop_reason"] == "reanswered" and done["iterations"] == 2
+    assert done["queries"] == [ALADIN_Q, ALADIN_Q]
+    assert "__interrupt__" not in done
+    assert sum(JUDGE_MARK in p for p in llm.prompts()) == 1  # judged once; loop bounded
+    assert len(answer_prompts(llm)) == 2
+
+
+def test_gold_judge_correct_answer_ends_with_store_unchanged(store: PairStore) -> None:
+    fill(store)
+    llm = fake()
+    graph = build_with_store(store, llm=llm, checkpointer=InMemorySaver(), judge="gold")
+    cfg: Any = {"configurable": {"thread_id": "g1"}}
+    out = graph.invoke(
+        {
+            "question": "Who wrote the tragedy Hamlet?",
+            "gold_answers": ["Shakespeare", "William Shakespeare"],
+        },
+        cfg,
+    )
+    assert out["verdict"] == "correct" and "__interrupt__" not in out and len(store) == 6
+    assert not any(JUDGE_MARK in p for p in llm.prompts())  # gold judging uses no LLM
+    cfg = {"configurable": {"thread_id": "g2"}}
+    out = graph.invoke({"question": ALADIN_Q, "gold_answers": [ALADIN_A]}, cfg)
+    assert out["verdict"] == "incorrect" and "__interrupt__" in out
+
+
+def test_review_flag_pauses_and_skip_leaves_store_alone(store: PairStore) -> None:
+    fill(store)
+    llm = fake()
+    graph = build_with_store(store, llm=llm, checkpointer=InMemorySaver())
+    cfg: Any = {"configurable": {"thread_id": "r1"}}
+    assert "__interrupt__" not in graph.invoke({"question": "Who wrote Hamlet?"}, cfg)
+    cfg = {"configurable": {"thread_id": "r2"}}
+    paused = graph.invoke({"question": "Who wrote Hamlet?"}, cfg, context={"review": True})
+    assert paused["__interrupt__"] and paused["verdict"] == "unknown"
+    done = graph.invoke(Command(resume={"skip": True}), cfg, context={"review": True})
+    assert done["stop_reason"] == "feedback_skipped" and len(store) == 6
+    cfg = {"configurable": {"thread_id": "r3"}}
+    graph.invoke({"question": "Who wrote Hamlet?"}, cfg, context={"review": True})
+    bad = graph.invoke(Command(resume={"answer": "x"}), cfg, context={"review": True})
+    assert bad["stop_reason"] == "feedback_invalid" and len(store) == 6
+    assert any("chunk" in str(t.get("error", "")) for t in bad["trace"])
+
+
+def test_parse_feedback_values() -> None:
+    fb = parse_feedback({"answer": " A ", "chunk": "C", "question": "Q2"}, "Q")
+    assert isinstance(fb, dict) and fb["question"] == "Q2" and fb["answer"] == "A"
+    assert fb["source"] == "expert"
+    assert parse_feedback(None, "Q") is None and parse_feedback({"skip": True}, "Q") is None
+    assert parse_feedback("just text", "Q") == "resume with a dict {'answer': ..., 'chunk': ...}"
+
+
+def test_store_found_by_context_path_and_by_retriever(tmp_path: Path) -> None:
+    path = tmp_path / "fb.sqlite"
+    st = PairStore.open(path, embedder=HashingEmbedder())
+    st.add(ALADIN_Q, ALADIN_A, ALADIN_C)
+    out = build_graph("rag_ef", llm=fake(), feedback_store=str(path)).invoke({"question": ALADIN_Q})
+    assert out["answer"] == ALADIN_A
+    out = build_graph("rag_ef", llm=fake(), retriever=st).invoke({"question": ALADIN_Q})
+    assert out["answer"] == ALADIN_A
+
+
+def test_sources_context_restricts_the_pool(store: PairStore) -> None:
+    store.add(ALADIN_Q, ALADIN_A, ALADIN_C, source="oracle")
+    fill(store)
+    graph = build_with_store(store, llm=fake())
+    assert graph.invoke({"question": ALADIN_Q})["answer"] == ALADIN_A
+    out = graph.invoke({"question": ALADIN_Q}, context={"sources": "synthetic,expert"})
+    assert out["answer"] != ALADIN_A
+    assert {p["source"] for p in out["retrieved_pairs"]} == {"synthetic"}
+
+
+# -- synthetic set S (spec §11: 22) -----------------------------------------------------------
+def test_parse_qa() -> None:
+    assert parse_qa("1. Q: What is X? A: Y\n2) Q: Who? A: Z.\nNoise line") == [
+        ("What is X?", "Y"),
+        ("Who?", "Z."),
+    ]
+    assert parse_qa("Q: a? A: b Q: c? A: d") == [("a?", "b"), ("c?", "d")]
+    assert parse_qa('**Q:** Where?\n**A:** "Here"\nQ: empty? A: \nQ: Where? A: Here') == [
+        ("Where?", "Here")
+    ]
+    assert parse_qa("- Q: long? A: " + "x" * 301) == []
+
+
+def test_synthesize_is_resumable(store: PairStore) -> None:
+    docs = [
+        Document(id="d1", title="Hamlet", text="Hamlet is a tragedy by Shakespeare."),
+        Document(id="d2", title="", text="Nothing useful here."),
+        Document(id="d3", title="Nile", text="The Nile flows through Cairo."),
+    ]
+    replies = {
+        "Hamlet": "Q: Who wrote Hamlet? A: Shakespeare\nQ: What is Hamlet? A: a tragedy",
+        "Nothing": "I cannot write questions.",
+        "Nile": "1. Q: Which river flows through Cairo? A: The Nile",
+    }
+
+    def reply(messages: list[BaseMessage]) -> str:
+        text = str(messages[-1].content)
+        return next(v for k, v in replies.items() if k in text.split("Passage:")[1])
+
+    llm = ScriptedChatModel(rules=[("Passage:", reply)])
+    first = synthesize(store, docs, LLM(llm), limit=2, progress=False)
+    assert (first.processed, first.empty, first.pairs) == (2, 1, 2)
+    second = synthesize(store, docs, LLM(llm), progress=False)
+    assert (second.skipped, second.processed, second.pairs) == (2, 1, 1)
+    assert len(llm.calls) == 3  # no chunk generated twice, empty ones included
+    pairs = store.list(source="synthetic")
+    assert {p["chunk_id"] for p in pairs} == {"d1", "d3"}
+    assert pairs[0]["chunk"] == chunk_text(docs[0]) == "Hamlet: Hamlet is a tragedy by Shakespeare."
+
+
+# -- the S / E / O ladder ---------------------------------------------------------------------
+def _dataset(tmp_path: Path) -> Path:
+    rows = [
+        {"id": "q1", "question": ALADIN_Q, "answers": [ALADIN_A], "supporting": ["p1"],
+         "paragraphs": [{"id": "p1", "title": "Aladin", "text": ALADIN_C},
+                        {"id": "p9", "title": "Filler", "text": "Unrelated filler text about weather."}]},
+        {"id": "q2", "question": "Which river flows through the city of Cairo?", "answers": ["Nile"],
+         "supporting": ["p2"], "paragraphs": [{"id": "p2", "title": "Nile", "text": TOPICS[2][2]}]},
+        {"id": "q3", "question": "Who painted the famous Mona Lisa portrait?", "answers": ["Leonardo da Vinci"],
+         "supporting": ["p3"], "paragraphs": [{"id": "p3", "title": "Mona Lisa", "text": TOPICS[3][2]}]},
+    ]  # fmt: skip
+    path = tmp_path / "toy.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+PARAPHRASES = {
+    ALADIN_Q: "Which management consultant performed under the stage name Aladin?",
+    "Which river flows through the city of Cairo?": "Cairo lies on which river flowing through it?",
+    "Who painted the famous Mona Lisa portrait?": "The famous Mona Lisa portrait was painted by whom?",
+}
+
+
+def _expert_llm() -> ScriptedChatModel:
+    def para(messages: list[BaseMessage]) -> str:
+        return PARAPHRASES[str(messages[-1].content).rsplit("Question: ", 1)[1].strip()]
+
+    def expert(messages: list[BaseMessage]) -> str:
+        doc = str(messages[-1].content)
+        return next(a for a in (ALADIN_A, "Nile", "Leonardo da Vinci") if a in doc)
+
+    return ScriptedChatModel(rules=[("Rewrite the question", para), ("Using the document", expert)])
+
+
+def test_oracle_and_expert_builders(store: PairStore, tmp_path: Path) -> None:
+    data = load_dataset(_dataset(tmp_path))
+    assert golden_chunk(data.examples[0]) == data.examples[0].paragraphs[0]
+    assert build_oracle(store, data.examples) == 3
+    oracle = store.list(source="oracle")
+    assert [(p["question"], p["answer"]) for p in oracle] == [
+        (e.question, e.answers[0]) for e in data.examples
+    ]
+    assert [p["chunk_id"] for p in oracle] == ["p1", "p2", "p3"]
+    assert build_expert(store, data.examples, LLM(_expert_llm()), progress=False) == 3
+    expert = store.list(source="expert")
+    assert [p["question"] for p in expert] == list(PARAPHRASES.values())
+    assert all(
+        normalize_answer(p["question"]) != normalize_answer(e.question)
+        for p, e in zip(expert, data.examples, strict=True)
+    )
+    assert [p["chunk"] for p in expert] == [p["chunk"] for p in oracle]
+    assert build_expert(store, data.examples, LLM(_expert_llm()), progress=False) == 0  # resumable
+
+
+def test_ladder_is_monotone_with_a_copy_mode_generator(store: PairStore, tmp_path: Path) -> None:
+    data = load_dataset(_dataset(tmp_path))
+    for ex in data.examples:  # S: pairs about the right chunks, asking other questions
+        for para in ex.paragraphs:
+            store.add(f"What is described in the {para['title']} passage?", "a description",
+                      chunk_text(para), source="synthetic", chunk_id=para["id"])  # fmt: skip
+    build_expert(store, data.examples, LLM(_expert_llm()), progress=False)
+    build_oracle(store, data.examples)
+    res = evaluate_ladder(store, data, llm=fake(), out=tmp_path / "ladder.jsonl")
+    assert res["S"]["em"] <= res["S+E"]["em"] <= res["S+E+O"]["em"]
+    assert res["S+E+O"]["em"] >= 95.0 and res["S"]["em"] < res["S+E+O"]["em"]
+    assert "upper bound" in res["S+E+O"]["label"]
+    assert len((tmp_path / "ladder.jsonl").read_text().splitlines()) == 9
+
+
+def test_one_expert_triple_fixes_a_paraphrase_and_leaves_unrelated_answers(
+    store: PairStore,
+) -> None:
+    fill(store)
+    store.add("What is described in the Aladin passage?", "a description", ALADIN_C)
+    graph = build_with_store(store, llm=fake())
+    unrelated = ["Which river flows through Cairo?", "What is the capital city of France?",
+                 "Who painted the Mona Lisa portrait?"]  # fmt: skip
+    before = {q: graph.invoke({"question": q})["answer"] for q in unrelated}
+    failed = graph.invoke({"question": ALADIN_Q})["answer"]
+    assert failed != ALADIN_A
+    store.add(ALADIN_Q, ALADIN_A, ALADIN_C, source="expert")
+    fixed = graph.invoke({"question": PARAPHRASES[ALADIN_Q]})["answer"]
+    assert fixed == ALADIN_A
+    assert {q: graph.invoke({"question": q})["answer"] for q in unrelated} == before
+    assert before == {
+        unrelated[0]: "Nile",
+        unrelated[1]: "Paris",
+        unrelated[2]: "Leonardo da Vinci",
+    }
+
+
+# -- CLI ----------------------------------------------------------------------------------------
+def test_cli_add_list_import_remove(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "cli.sqlite"
+    PairStore.open(path, embedder=HashingEmbedder()).close()  # fix the embedder for the file
+    assert (
+        cli_main(
+            [
+                "feedback",
+                "add",
+                "-q",
+                "Who?",
+                "-a",
+                "Me",
+                "--chunk",
+                "I did it.",
+                "--store",
+                str(path),
+            ]
+        )
+        == 0
+    )
+    pid = capsys.readouterr().out.strip()
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text(
+        json.dumps({"question": "Q2?", "answer": "A2", "chunk": "C2", "source": "oracle"}) + "\n"
+    )
+    assert cli_main(["feedback", "import", str(jsonl), "--store", str(path), "--quiet"]) == 0
+    assert cli_main(["feedback", "list", "--json", "--store", str(path)]) == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    assert (
+        next((r["id"], r["source"]) for r in rows) == (pid, "expert")
+        and rows[1]["source"] == "oracle"
+    )
+    assert cli_main(["feedback", "remove", pid, "--store", str(path)]) == 0
+    assert len(PairStore.open(path)) == 1
+    capsys.readouterr()
+    assert cli_main(["feedback", "remove", pid, "--store", str(path)]) == 2
+    assert capsys.readouterr().err.startswith(f"gaprag: error: no pair with id {pid}")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q", "answer": ""}\n')
+    assert cli_main(["feedback", "import", str(bad), "--store", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.jsonl:1: field 'answer' is missing or empty" in err and "Traceback" not in err
+    assert cli_main(["feedback", "add", "-q", "Q", "-a", "A", "--store", str(path)]) == 2
+    assert "chunk is missing" in capsys.readouterr().err
