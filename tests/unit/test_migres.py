@@ -865,3 +865,19 @@ def test_embedding_scorer_reuses_stored_vectors(levity: Store) -> None:
     stored = EmbeddingScorer(HashingEmbedder(), store=levity)
     assert stored.score("Who directed Levity?", docs) == pytest.approx(direct, abs=1e-5)
     assert max(direct) == direct[0]  # the Levity film passage is the closest
+
+
+def test_progress_events_are_streamed(levity: Store) -> None:
+    chat = ScriptedChatModel(
+        rules=[
+            (LEAF, leaf_json(("Levity was directed by Ed Solomon.", [0]))),
+            (MAIN, main_json("x")),
+        ]
+    )
+    graph = mg.build(
+        Resources(llm=chat, retriever=levity), mg.Context(verifier="off"), scorer=FakeScorer(1.0)
+    )
+    events = [e for e in graph.stream({"question": Q0}, stream_mode="custom")]
+    assert {"round": 1, "added": 1, "known": 1} in events
+    assert any(e.get("queries") == [Q0] for e in events)
+    assert events[-1] == {"done": True, "stop_reason": "answered", "iterations": 1}
