@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -303,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gaprag.config import offline_env
 
     offline_env()
+    # a plain `kill` should still run exit hooks (they stop the embedded LLM server)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

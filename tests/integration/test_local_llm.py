@@ -101,3 +101,38 @@ def test_structured_output_and_choice_on_real_server(
     )
     assert choice.path == "logprobs" and set(choice.probs) <= {"True", "False"}
     assert llm.generate("Count from 1 to 500.", max_tokens=5).count(" ") < 10  # the cap holds
+
+
+@needs_smol
+def test_server_does_not_outlive_a_killed_parent(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    code = (
+        "import sys, time\n"
+        "from gaprag.llm.server import ensure_local_server\n"
+        "s = ensure_local_server('smollm2-135m', quiet=True)\n"
+        "print(s.process.pid, s.port, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    env = {**os.environ, "GAPRAG_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stdout is not None
+    supervisor_pid, port = (int(x) for x in proc.stdout.readline().split())
+    os.kill(proc.pid, signal.SIGKILL)  # no exit hooks run
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(supervisor_pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail("the supervisor survived its parent")
+    import socket
+
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0  # nothing listens any more
