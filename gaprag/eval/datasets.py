@@ -54,13 +54,15 @@ class Example:
         return bool(self.options)
 
     def prompt(self) -> str:
-        """The question as sent to a method: multiple-choice options are listed after it."""
+        """The question as sent to a method: for multiple choice, a line ``Options:`` and one
+        line ``A. text`` per option follow the question.
+
+        The block is last, so methods can split it off (missing_knowledge does).
+        """
         if not self.options:
             return self.question
         lines = [f"{key}. {text}" for key, text in self.options.items()]
-        return (
-            f"{self.question}\nOptions:\n" + "\n".join(lines) + "\nAnswer with the correct option."
-        )
+        return f"{self.question}\nOptions:\n" + "\n".join(lines)
 
 
 @dataclass(frozen=True)

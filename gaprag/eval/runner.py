@@ -152,19 +152,30 @@ def seen_ids(output: Mapping[str, Any], retrievals: Sequence[Mapping[str, Any]])
 
 
 def score(example: Example, prediction: str, seen: Iterable[str]) -> dict[str, Any]:
-    """The metric fields of a row (plus ``choice``/``choice_correct`` for multiple choice)."""
-    out: dict[str, Any] = {
-        "em": exact_match(prediction, example.answers),
-        "f1": round(f1_score(prediction, example.answers), 6),
-        "acc": accuracy(prediction, example.answers),
-        "support_recall": support_recall(example.supporting, seen),
-    }
+    """The metric fields of a row (plus ``choice``/``choice_correct`` for multiple choice).
+
+    For a multiple-choice question whose prediction names an option ("D", "D. Masson
+    trichrome", "Masson trichrome stain"), EM/F1/Acc compare that option's text with the
+    gold, so they agree with ``choice_correct``; a prediction naming no option is scored as is.
+    """
+    scored = prediction
+    extra: dict[str, Any] = {}
     if example.options:
         gold = gold_option(example.options, example.answers, example.answer_idx)
         choice = choose_option(prediction, example.options)
-        out["choice"] = choice
-        out["choice_correct"] = None if gold is None else float(choice == gold)
-    return out
+        extra = {
+            "choice": choice,
+            "choice_correct": None if gold is None else float(choice == gold),
+        }
+        if choice is not None:
+            scored = example.options[choice]
+    return {
+        "em": exact_match(scored, example.answers),
+        "f1": round(f1_score(scored, example.answers), 6),
+        "acc": accuracy(scored, example.answers),
+        "support_recall": support_recall(example.supporting, seen),
+        **extra,
+    }
 
 
 # -- options and resume --------------------------------------------------------------------

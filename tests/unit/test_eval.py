@@ -307,6 +307,9 @@ def test_multiple_choice_maps_the_prediction_to_an_option(tmp_path: Path) -> Non
     rows = {r["id"]: r for r in read_results(tmp_path / "run")}
     assert rows["m1"]["choice"] == "B" and rows["m1"]["choice_correct"] == 1.0
     assert rows["m2"]["choice"] == "A" and rows["m2"]["choice_correct"] == 0.0
+    # EM/F1/Acc score the chosen option's text, so they agree with the choice
+    assert (rows["m1"]["em"], rows["m1"]["f1"], rows["m2"]["em"]) == (1.0, 1.0, 0.0)
+    assert rows["m1"]["prediction"] == "B"  # the raw reply is kept
     assert "Options:\nA. PAS\nB. Congo red\nC. Gram" in fake.prompts()[0]
     ds = summary["datasets"]["mc"]
     assert ds["primary"] == "choice_correct"
