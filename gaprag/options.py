@@ -20,6 +20,11 @@ def coerce(cls: type[Any], key: str, raw: str) -> Any:
             f"unknown option {key!r}", hint="valid options: " + ", ".join(sorted(fields))
         )
     hint = typing.get_type_hints(cls).get(key, str)
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if len(args) == 1 and type(None) in typing.get_args(hint):  # Optional[X]
+        if raw.strip().lower() in ("none", "null", ""):
+            return None
+        hint = args[0]
     try:
         if hint is bool:
             low = raw.strip().lower()

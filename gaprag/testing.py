@@ -76,7 +76,7 @@ class ScriptedChatModel(BaseChatModel):
         )
         prompt_tokens = sum(_tokens(str(m.content)) for m in messages)
         meta: dict[str, Any] = {}
-        if self.logprobs is not None and kwargs.get("logprobs"):
+        if self.logprobs and kwargs.get("logprobs"):
             top = [{"token": t, "logprob": lp} for t, lp in self.logprobs.items()]
             meta["logprobs"] = {
                 "content": [

@@ -44,20 +44,31 @@ class BaseContext:
     max_passage_words: int = describe(150, "Passages are cut to this many words in prompts.")
 
 
-def merge_context(build: C, run: C | dict[str, Any] | None) -> C:
-    """Build-time settings, overridden by run-time fields that differ from the class default."""
+def merge_context(build: C, run: Any) -> C:
+    """Build-time settings, overridden by run-time fields that differ from the class default.
+
+    ``run`` may be this method's context, a dict, or a parent graph's context object (when the
+    graph runs as a subgraph): fields are matched by name and unknown ones are ignored.
+    """
     if run is None:
         return build
+    names = [f.name for f in dataclasses.fields(build)]
     if isinstance(run, dict):
-        run = type(build)(**run)
+        values = {k: v for k, v in run.items() if k in names}
+    else:
+        values = {k: getattr(run, k) for k in names if hasattr(run, k)}
     changes = {}
     for f in dataclasses.fields(build):
-        value = getattr(run, f.name)
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING
-        )  # fmt: skip
-        if value != default:
-            changes[f.name] = value
+        if f.name not in values:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default: Any = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = dataclasses.MISSING
+        if values[f.name] != default:
+            changes[f.name] = values[f.name]
     return dataclasses.replace(build, **changes) if changes else build
 
 
@@ -82,6 +93,11 @@ class Resources:
         )
         self._lock = threading.Lock()
         self._cache: dict[tuple[str, str], Any] = {}
+
+    @property
+    def given_retriever(self) -> Retriever | None:
+        """The retriever passed to ``build_graph``, if any (None means: resolve from context)."""
+        return self._retriever
 
     def llm(self, ctx: BaseContext) -> LLM:
         if self._llm is not None:

@@ -254,10 +254,12 @@ class LLM:
         msgs = to_messages(messages)
         if self.supports_logprobs:
             try:
-                reply = self._invoke(msgs, max_tokens=1, logprobs=True, top_logprobs=10)
+                # a few tokens: some models open with a whitespace or newline token
+                reply = self._invoke(msgs, max_tokens=3, logprobs=True, top_logprobs=20)
                 probs = self._option_probs(reply, options)
                 if probs:
-                    best = max(probs, key=lambda k: probs[k])
+                    # ties go to the caller's safe default
+                    best = max(probs, key=lambda k: (probs[k], k == default))
                     record_decision(call=call, path="logprobs", probs=probs)
                     return Choice(best, "logprobs", probs, _text(reply))
             except EndpointError:
@@ -283,17 +285,27 @@ class LLM:
 
     @staticmethod
     def _option_probs(reply: AIMessage, options: Sequence[str]) -> dict[str, float]:
+        """Probability of each option at the first non-whitespace generated position.
+
+        Case and spacing variants of a token (``True``, `` true``, ``TRUE``) are summed; a token
+        counts for an option when it is a prefix of it (``Tr`` for ``True``).
+        """
         logprobs = reply.response_metadata.get("logprobs") or {}
         content = logprobs.get("content") if isinstance(logprobs, dict) else None
         if not content:
             return {}
-        top = content[0].get("top_logprobs") or []
+        position = next((c for c in content if str(c.get("token", "")).strip()), None)
+        if position is None:
+            return {}
         probs: dict[str, float] = {}
-        for item in top:
+        for item in position.get("top_logprobs") or []:
             token = str(item.get("token", "")).strip().lower()
             if not token:
                 continue
             for option in options:
-                if option.lower().startswith(token) and option not in probs:
-                    probs[option] = math.exp(float(item.get("logprob", -100.0)))
+                if option.lower().startswith(token):
+                    probs[option] = probs.get(option, 0.0) + math.exp(
+                        float(item.get("logprob", -100.0))
+                    )
+                    break
         return probs

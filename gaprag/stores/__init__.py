@@ -2,6 +2,7 @@
 
 from gaprag.stores.documents import Document, load_documents, make_document
 from gaprag.stores.embeddings import Embedder, HashingEmbedder, MiniLMEmbedder, default_embedder
+from gaprag.stores.pairs import PairStore, QAPair
 from gaprag.stores.retriever import (
     GapragRetriever,
     LangChainRetrieverAdapter,
@@ -18,6 +19,8 @@ __all__ = [
     "HashingEmbedder",
     "LangChainRetrieverAdapter",
     "MiniLMEmbedder",
+    "PairStore",
+    "QAPair",
     "RetrievalMode",
     "Retriever",
     "Store",

@@ -118,3 +118,18 @@ def test_graph_draw_mermaid(tmp_path: Path) -> None:
     assert main(["graph", "draw", "standard_rag", "--out", str(out)]) == 0
     text = out.read_text()
     assert "retrieve --> generate_answer" in text
+
+
+def test_optional_numbers_coerce() -> None:
+    from dataclasses import dataclass
+
+    from gaprag.options import coerce
+
+    @dataclass
+    class Ctx:
+        threshold: float | None = None
+        rounds: int | None = 3
+
+    assert coerce(Ctx, "threshold", "0.5") == 0.5
+    assert coerce(Ctx, "threshold", "none") is None
+    assert coerce(Ctx, "rounds", "4") == 4

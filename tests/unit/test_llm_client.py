@@ -112,3 +112,15 @@ def test_server_rejecting_response_format_falls_back_to_unconstrained() -> None:
     out = llm.structured("judge", Judge, default=DEFAULT)
     assert out.value.sufficient is True and out.path == "parsed"
     assert llm.structured_mode == "none"  # remembered for later calls
+
+
+def test_choose_sums_case_variants_and_breaks_ties_to_default() -> None:
+    fake = ScriptedChatModel(replies=["x"], logprobs={"True": -1.2, " true": -1.2, "False": -0.9})
+    choice = LLM(fake, supports_logprobs=True).choose("valid?", ["True", "False"], default="False")
+    assert choice.value == "True"  # 2 * e^-1.2 = 0.60 > e^-0.9 = 0.41
+    assert abs(choice.probs["True"] - 2 * 2.718281828**-1.2) < 1e-6
+    tie = ScriptedChatModel(replies=["x"], logprobs={"True": -0.7, "False": -0.7})
+    assert (
+        LLM(tie, supports_logprobs=True).choose("?", ["True", "False"], default="False").value
+        == "False"
+    )

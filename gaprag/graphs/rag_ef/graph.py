@@ -272,7 +272,7 @@ def build(
     *,
     pair_store: PairStore | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
-    given = getattr(res, "_retriever", None)  # build_graph("rag_ef", retriever=PairStore)
+    given = res.given_retriever  # build_graph("rag_ef", retriever=PairStore)
     if pair_store is None and isinstance(given, PairStore):
         pair_store = given
     documents_given = given is not None and not isinstance(given, PairStore)
