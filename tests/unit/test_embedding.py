@@ -97,7 +97,7 @@ def test_as_tool_describes_itself_for_an_agent(store: Store) -> None:
     assert "Retrieve top-k passages once" in tool.description  # from the module docstring
     assert tool.description.startswith("Answer a factual question")
     assert set(tool.args) == {"question"}
-    assert tool.tool_call_schema.model_json_schema()["required"] == ["question"]
+    assert tool.get_input_schema().model_json_schema()["required"] == ["question"]
 
 
 @pytest.mark.parametrize("method", AVAILABLE)
