@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any
 
 from pydantic import Field
+from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
 
 class Evidence(TypedDict):
@@ -85,10 +86,23 @@ class OutputState:
     answer: Annotated[str, Field(description="The final short answer.")] = ""
     stop_reason: Annotated[str, Field(description="Why the loop ended.")] = ""
     iterations: Annotated[int, Field(description="Retrieval rounds run.")] = 0
-    queries: Annotated[list[str], operator.add] = field(default_factory=list)
-    evidence: list[Evidence] = field(default_factory=list)
-    usage: Annotated[Usage, add_usage] = field(default_factory=empty_usage)
-    trace: Annotated[list[dict[str, Any]], add_trace] = field(default_factory=list)
+    queries: Annotated[
+        list[str], Field(description="Every retrieval query issued, in order."), operator.add
+    ] = field(default_factory=list)
+    evidence: Annotated[
+        list[Evidence],
+        Field(description="What the answer was built from: passages, facts or feedback pairs."),
+    ] = field(default_factory=list)
+    usage: Annotated[
+        Usage,
+        Field(description="LLM calls, prompt/completion tokens, retrieval calls, wall time."),
+        add_usage,
+    ] = field(default_factory=empty_usage)
+    trace: Annotated[
+        list[dict[str, Any]],
+        Field(description="Decision records: how each structured call was decided, and fallbacks."),
+        add_trace,
+    ] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal
 
 from pydantic import Field
+from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
 from gaprag.state.base import BaseState, Evidence, OutputState
 

@@ -8,9 +8,10 @@ those queries from knowledge base B, merge by md5 within the budget, answer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal
 
 from pydantic import Field
+from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
 from gaprag.state.base import BaseState, OutputState
 

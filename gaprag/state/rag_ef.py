@@ -7,9 +7,10 @@ store: a pair plus ``sim_q``, ``sim_c`` (the two factors of Eq. 2), ``score`` an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal
 
 from pydantic import Field
+from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
 from gaprag.state.base import BaseState, Evidence, InputState, OutputState
 from gaprag.stores.pairs import ScoredPair

@@ -9,9 +9,10 @@ replace semantics), so nothing accumulates by surprise.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, TypedDict
+from typing import Annotated
 
 from pydantic import Field
+from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
 from gaprag.state.base import BaseState, Evidence, OutputState
 

@@ -12,7 +12,9 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
+
+from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
 from gaprag.errors import InputError
 

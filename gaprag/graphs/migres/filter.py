@@ -17,9 +17,10 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, Protocol, TypedDict, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
 from gaprag.state.base import Evidence
 from gaprag.state.migres import Snippet
