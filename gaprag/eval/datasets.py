@@ -15,14 +15,13 @@ every run on a dataset uses the same store, built once and cached by content has
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from gaprag.errors import InputError
-from gaprag.stores.documents import Document, corpus_hash
+from gaprag.stores.documents import Document, corpus_hash, read_jsonl
 from gaprag.stores.embeddings import Embedder
 from gaprag.stores.store import Store
 
@@ -205,19 +204,7 @@ def load_dataset(name_or_path: str | Path) -> Dataset:
         raise InputError(f"cannot read {path}: {exc.strerror}", hint="check the path") from None
     examples: list[Example] = []
     seen: dict[str, int] = {}
-    for lineno, raw_line in enumerate(data.split(b"\n"), start=1):
-        if not raw_line.strip():
-            continue
-        try:
-            line = raw_line.decode("utf-8")
-        except UnicodeDecodeError:
-            raise _fail(path, lineno, "not UTF-8 text") from None
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise _fail(path, lineno, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(record, dict):
-            raise _fail(path, lineno, "expected a JSON object")
+    for lineno, record in read_jsonl(path, hint=_fail(path, 0, "").hint):
         ex = parse_record(path, lineno, record)
         if ex.id in seen:
             raise _fail(path, lineno, f"duplicate id {ex.id!r} (first on line {seen[ex.id]})")

@@ -33,7 +33,11 @@ def make_document(text: str, title: str = "", doc_id: str | None = None) -> Docu
     return Document(id=doc_id or content_id(title, text), title=title, text=text)
 
 
-def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def read_jsonl(
+    path: str | Path, *, hint: str = "each line must be one JSON object"
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line; malformed input raises InputError naming the line."""
+    path = Path(path)
     try:
         fh = path.open("rb")
     except OSError as exc:
@@ -86,7 +90,7 @@ def _passage(path: Path, lineno: int, record: dict[str, Any], where: str = "") -
 def load_jsonl(path: Path) -> list[Document]:
     """Passages from a passage JSONL or a dataset JSONL (paragraph union, first id wins)."""
     docs: dict[str, Document] = {}
-    for lineno, record in _records(path):
+    for lineno, record in read_jsonl(path):
         if "paragraphs" in record:
             paragraphs = record["paragraphs"]
             if not isinstance(paragraphs, list):

@@ -10,11 +10,10 @@ LLM). Pairs whose question equals an evaluation question are left out (leakage f
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import string
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from pydantic import BaseModel, Field, field_validator
 from gaprag.errors import InputError
 from gaprag.llm.client import LLM
 from gaprag.prompts import load_prompts
+from gaprag.stores.documents import read_jsonl
 
 PROMPTS = load_prompts("gaprag.graphs.missing_knowledge")
 JOB = "missing_knowledge.qa_pairs"
@@ -56,27 +56,6 @@ def normalize_question(text: str) -> str:
     return " ".join(text.split())
 
 
-def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    try:
-        fh = path.open(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}", hint="check the path") from None
-    with fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(
-                    f"{path}:{lineno}: not valid JSON ({exc.msg})",
-                    hint="each line must be one JSON object",
-                ) from None
-            if not isinstance(record, dict):
-                raise InputError(f"{path}:{lineno}: expected a JSON object", hint="fix the record")
-            yield lineno, record
-
-
 def eval_questions(paths: Iterable[str | Path]) -> set[str]:
     """Normalised ``question`` fields of dataset JSONL files (for the leakage filter)."""
     out: set[str] = set()
@@ -84,7 +63,7 @@ def eval_questions(paths: Iterable[str | Path]) -> set[str]:
         path = Path(raw)
         if path.is_dir() or not path.exists():
             continue
-        for _, record in _records(path):
+        for _, record in read_jsonl(path):
             q = record.get("question")
             if isinstance(q, str) and q.strip():
                 out.add(normalize_question(q))
@@ -95,7 +74,7 @@ def historical_pairs(path: Path) -> list[tuple[str, str, str]]:
     """(question, answer, chunk) from records with ``question`` and ``answer`` (or
     ``answers``: the first); the chunk is ``chunk``/``context`` or the pair's own text."""
     out: list[tuple[str, str, str]] = []
-    for lineno, record in _records(path):
+    for lineno, record in read_jsonl(path):
         question = record.get("question")
         answer = record.get("answer")
         if answer is None and isinstance(record.get("answers"), list) and record["answers"]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gaprag.errors import InputError
+from gaprag.stores.documents import read_jsonl
 
 STORE_HELP = "pair store file (default: GAPRAG_HOME/feedback.sqlite)"
 
@@ -47,18 +48,8 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 def _records(path: str) -> list[tuple[int, dict[str, Any]]]:
     out: list[tuple[int, dict[str, Any]]] = []
-    for lineno, line in enumerate(_read_text(path).splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(
-                f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})",
-                hint='each line must be {"question": ..., "answer": ..., "chunk": ...}',
-            ) from None
-        if not isinstance(record, dict):
-            raise InputError(f"{path}:{lineno}: expected a JSON object", hint="one object a line")
+    hint = 'each line must be {"question": ..., "answer": ..., "chunk": ...}'
+    for lineno, record in read_jsonl(path, hint=hint):
         for key in ("question", "answer", "chunk"):
             value = record.get(key)
             if not isinstance(value, str) or not value.strip():
