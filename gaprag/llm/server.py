@@ -35,7 +35,11 @@ Engine = Literal["llama-cpp-python", "xllamacpp"]
 
 def available_engines() -> list[Engine]:
     engines: list[Engine] = []
-    if importlib.util.find_spec("llama_cpp") is not None:
+    # llama-cpp-python without its [server] extra (e.g. pulled in by another package) cannot serve
+    if all(
+        importlib.util.find_spec(m) is not None
+        for m in ("llama_cpp", "fastapi", "uvicorn", "sse_starlette")
+    ):
         engines.append("llama-cpp-python")
     if importlib.util.find_spec("xllamacpp") is not None:
         engines.append("xllamacpp")

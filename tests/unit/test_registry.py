@@ -80,3 +80,21 @@ def test_unknown_and_missing_models() -> None:
         ensure_model("gpt-17")
     assert "qwen2.5-coder-1.5b" in err.value.hint
     assert set(registry.MODELS) >= {"qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2-135m"}
+
+
+def test_llama_cpp_without_server_extra_is_not_an_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from gaprag.llm import server
+
+    real = importlib.util.find_spec
+
+    def fake(name: str, *args: object) -> object:
+        if name == "fastapi":
+            return None
+        if name in ("llama_cpp", "xllamacpp"):
+            return object()
+        return real(name)
+
+    monkeypatch.setattr(server.importlib.util, "find_spec", fake)
+    assert server.available_engines() == ["xllamacpp"]
