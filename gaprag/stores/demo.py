@@ -7,7 +7,10 @@ from importlib import resources
 from pathlib import Path
 
 from gaprag.config import gaprag_home
-from gaprag.stores.documents import Document, corpus_hash, load_jsonl
+import numpy as np
+
+from gaprag.stores.documents import Document, corpus_hash, load_jsonl, passage_text
+from gaprag.stores.embeddings import CachedEmbedder, Embedder, default_embedder
 from gaprag.stores.store import Store
 
 _cache: dict[str, Store] = {}
@@ -18,7 +21,9 @@ def demo_corpus_path() -> Path:
     return Path(str(resources.files("gaprag") / "data" / "demo" / "hotpotqa_paragraphs.jsonl"))
 
 
-def store_for(docs: list[Document], name: str, *, progress: bool = True) -> Store:
+def store_for(
+    docs: list[Document], name: str, *, progress: bool = True, embedder: Embedder | None = None
+) -> Store:
     """A store for ``docs`` under ``GAPRAG_HOME/stores``, keyed by content hash and reused."""
     key = f"{name}-{corpus_hash(docs)}"
     with _lock:
@@ -30,6 +35,24 @@ def store_for(docs: list[Document], name: str, *, progress: bool = True) -> Stor
         )
         _cache[key] = store
         return store
+
+
+def demo_vectors_path() -> Path:
+    return Path(str(resources.files("gaprag") / "data" / "demo" / "minilm_vectors.npz"))
+
+
+def demo_embedder(docs: list[Document]) -> Embedder | None:
+    """MiniLM with the shipped demo-corpus vectors, when ``docs`` are (a subset of) that corpus."""
+    path = demo_vectors_path()
+    if not path.exists():
+        return None
+    data = np.load(path)
+    ids = [str(i) for i in data["ids"]]
+    by_id = dict(zip(ids, data["vectors"].astype(np.float32), strict=True))
+    cache = {passage_text(d): by_id[d["id"]] for d in docs if d["id"] in by_id}
+    if not cache:
+        return None
+    return CachedEmbedder(default_embedder(), cache)
 
 
 def demo_store(*, progress: bool = True) -> Store:

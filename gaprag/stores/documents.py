@@ -29,6 +29,11 @@ def content_id(title: str, text: str) -> str:
     return "d_" + hashlib.sha1(f"{title}\n{text}".encode()).hexdigest()[:16]
 
 
+def passage_text(doc: Document) -> str:
+    """The text embedded for a passage: its title, then its text."""
+    return f"{doc['title']}: {doc['text']}"
+
+
 def make_document(text: str, title: str = "", doc_id: str | None = None) -> Document:
     return Document(id=doc_id or content_id(title, text), title=title, text=text)
 

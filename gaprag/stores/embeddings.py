@@ -89,6 +89,34 @@ class HashingEmbedder:
         return out
 
 
+class CachedEmbedder:
+    """Vectors looked up by exact text, falling back to ``base`` for texts not in the cache.
+
+    Used for the bundled demo corpus, whose MiniLM vectors ship with the package so the first
+    ``gaprag ask`` does not spend a minute embedding it.
+    """
+
+    def __init__(self, base: Embedder, cache: dict[str, Vectors]) -> None:
+        self.base = base
+        self.name = base.name
+        self.dim = base.dim
+        self.cache = cache
+
+    def embed(
+        self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
+    ) -> Vectors:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        missing = [i for i, t in enumerate(texts) if t not in self.cache]
+        for i, t in enumerate(texts):
+            if t in self.cache:
+                out[i] = self.cache[t]
+        if missing:
+            out[missing] = self.base.embed(
+                [texts[i] for i in missing], batch_size=batch_size, progress=progress
+            )
+        return out
+
+
 _default: MiniLMEmbedder | None = None
 _default_lock = threading.Lock()
 

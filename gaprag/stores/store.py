@@ -31,7 +31,7 @@ from gaprag.llm.accounting import record_retrieval
 from gaprag.state.base import Evidence
 from gaprag.stores.bm25 import BM25Index, Engine
 from gaprag.stores.dense import DenseIndex, make_client
-from gaprag.stores.documents import Document, corpus_hash
+from gaprag.stores.documents import Document, corpus_hash, passage_text
 from gaprag.stores.embeddings import Embedder, Vectors, default_embedder, embedder_by_name
 from gaprag.stores.hybrid import rrf
 
@@ -105,7 +105,7 @@ class Store:
                 )
             t0 = time.perf_counter()
             vectors = embedder.embed(
-                [f"{d['title']}: {d['text']}" for d in docs],
+                [passage_text(d) for d in docs],
                 batch_size=batch_size,
                 progress=progress,
             )
@@ -254,6 +254,6 @@ class Store:
 
     def similarity(self, query: str, doc_ids: Sequence[str]) -> np.ndarray[Any, Any]:
         """Cosine similarity of ``query`` to each document (embeds the documents on the fly)."""
-        texts = [f"{d['title']}: {d['text']}" for i in doc_ids if (d := self.get(i)) is not None]
+        texts = [passage_text(d) for i in doc_ids if (d := self.get(i)) is not None]
         vecs = self.embedder.embed([query, *texts])
         return np.asarray(vecs[1:] @ vecs[0])

@@ -211,3 +211,26 @@ def test_langchain_adapters(store: Store) -> None:
     assert next(h["id"] for h in hits) == "x1" and hits[1]["id"].startswith("d_")
     assert adapted.search("anything", 5, exclude={"x1"})[0]["text"] == "two"
     assert as_retriever(store) is store
+
+
+def test_cached_embedder_uses_cache_and_falls_back() -> None:
+    from gaprag.stores.embeddings import CachedEmbedder
+
+    base = CountingEmbedder()
+    vec = np.ones(256, dtype=np.float32) / 16
+    emb = CachedEmbedder(base, {"known": vec})
+    out = emb.embed(["known", "unknown text"])
+    assert np.allclose(out[0], vec) and base.texts == 1  # only the miss was embedded
+    assert np.allclose(out[1], HashingEmbedder().embed(["unknown text"])[0])
+
+
+def test_shipped_demo_vectors_cover_the_demo_corpus() -> None:
+    from gaprag.stores.demo import demo_corpus_path, demo_vectors_path
+    from gaprag.stores.documents import load_jsonl
+
+    data = np.load(demo_vectors_path())
+    ids = [d["id"] for d in load_jsonl(demo_corpus_path())]
+    assert [str(i) for i in data["ids"]] == ids
+    vectors = data["vectors"].astype(np.float32)
+    assert vectors.shape == (len(ids), 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-2)
