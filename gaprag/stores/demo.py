@@ -6,9 +6,9 @@ import threading
 from importlib import resources
 from pathlib import Path
 
-from gaprag.config import gaprag_home
 import numpy as np
 
+from gaprag.config import gaprag_home
 from gaprag.stores.documents import Document, corpus_hash, load_jsonl, passage_text
 from gaprag.stores.embeddings import CachedEmbedder, Embedder, default_embedder
 from gaprag.stores.store import Store
