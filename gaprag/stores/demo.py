@@ -30,9 +30,11 @@ def store_for(
         if key in _cache:
             return _cache[key]
         root = gaprag_home() / "stores" / key
-        store = (
-            Store.open(root) if Store.exists(root) else Store.build(root, docs, progress=progress)
-        )
+        if Store.exists(root):
+            store = Store.open(root)
+        else:
+            emb = embedder or demo_embedder(docs)
+            store = Store.build(root, docs, progress=progress, embedder=emb)
         _cache[key] = store
         return store
 

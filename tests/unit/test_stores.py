@@ -234,3 +234,16 @@ def test_shipped_demo_vectors_cover_the_demo_corpus() -> None:
     vectors = data["vectors"].astype(np.float32)
     assert vectors.shape == (len(ids), 384)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-2)
+
+
+def test_demo_corpus_store_uses_the_shipped_vectors(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gaprag.stores import demo
+    from gaprag.stores.documents import load_jsonl
+
+    counting = CountingEmbedder()
+    counting.dim = 384
+    monkeypatch.setattr(demo, "default_embedder", lambda: counting)
+    docs = load_jsonl(demo.demo_corpus_path())[:40]
+    store = demo.store_for(docs, "demo-test", progress=False)
+    assert counting.texts == 0  # every passage vector came from the shipped file
+    assert len(store) == 40 and store.manifest["dim"] == 384  # MiniLM-sized shipped vectors
