@@ -99,7 +99,7 @@ class Store:
             bm25_s = time.perf_counter() - t0
             if progress:
                 print(
-                    f"gaprag: embedding {len(docs)} passages with {embedder.name}...",
+                    f"gaprag: indexing {len(docs)} passages (BM25 + {embedder.name} vectors)...",
                     file=sys.stderr,
                     flush=True,
                 )
