@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import string
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from gaprag.errors import InputError
+from gaprag.eval.metrics import normalize_answer
 from gaprag.llm.client import LLM
 from gaprag.prompts import load_prompts
 from gaprag.stores.documents import read_jsonl
@@ -45,17 +45,6 @@ class QAList(BaseModel):
     pairs: list[QAItem] = Field(default_factory=list)
 
 
-def normalize_question(text: str) -> str:
-    """SQuAD-style: lower case, no punctuation (ASCII or CJK), no articles, single spaces."""
-    text = text.lower()
-    text = "".join(
-        " " if ch in string.punctuation or ch in "，。？！：；、（）“”‘’《》？" else ch
-        for ch in text
-    )
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
-
-
 def eval_questions(paths: Iterable[str | Path]) -> set[str]:
     """Normalised ``question`` fields of dataset JSONL files (for the leakage filter)."""
     out: set[str] = set()
@@ -66,7 +55,7 @@ def eval_questions(paths: Iterable[str | Path]) -> set[str]:
         for _, record in read_jsonl(path):
             q = record.get("question")
             if isinstance(q, str) and q.strip():
-                out.add(normalize_question(q))
+                out.add(normalize_answer(q))
     return out
 
 
@@ -108,7 +97,7 @@ def generate_pairs(
     seen: set[str] = set()
     out: list[QAItem] = []
     for item in reply.value.pairs:
-        key = normalize_question(item.question)
+        key = normalize_answer(item.question)
         if item.question and item.answer and key not in seen:
             seen.add(key)
             out.append(item)
@@ -152,7 +141,7 @@ def cmd_qa_pairs(args: argparse.Namespace) -> int:
 
     if args.historical:
         items = [it for raw in args.corpus for it in historical_pairs(Path(raw))]
-        kept = [it for it in items if normalize_question(it[0]) not in excluded]
+        kept = [it for it in items if normalize_answer(it[0]) not in excluded]
         if args.limit is not None:
             kept = kept[: args.limit]
         before = len(store)
@@ -178,7 +167,7 @@ def cmd_qa_pairs(args: argparse.Namespace) -> int:
     bar = tqdm(todo, desc="qa-pairs", unit="chunk", disable=args.quiet, file=sys.stderr)
     for doc, text in bar:
         pairs = generate_pairs(llm, text, max_pairs=args.max_pairs, max_tokens=args.max_tokens)
-        good = [p for p in pairs if normalize_question(p.question) not in excluded]
+        good = [p for p in pairs if normalize_answer(p.question) not in excluded]
         left_out += len(pairs) - len(good)
         if good:
             store.add_many(
