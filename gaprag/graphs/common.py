@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.retrievers import BaseRetriever
 
 from gaprag.errors import GapragError
 from gaprag.llm.client import LLM
@@ -123,7 +122,3 @@ class Resources:
             if key not in self._cache:
                 self._cache[key] = Store.open(ctx.store)
             return self._cache[key]  # type: ignore[no-any-return]
-
-
-def is_retriever_like(obj: Any) -> bool:
-    return isinstance(obj, BaseRetriever | Retriever)

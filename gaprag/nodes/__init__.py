@@ -6,13 +6,12 @@ from gaprag.nodes.generate_answer import (
     generate_answer,
     truncate_words,
 )
-from gaprag.nodes.retrieve import merge_evidence, retrieve
+from gaprag.nodes.retrieve import retrieve
 
 __all__ = [
     "clean_answer",
     "format_passages",
     "generate_answer",
-    "merge_evidence",
     "retrieve",
     "truncate_words",
 ]

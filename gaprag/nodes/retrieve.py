@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 
 from gaprag.state.base import Evidence
 from gaprag.stores.retriever import Retriever
@@ -29,16 +29,4 @@ def retrieve(
                 continue
             seen.add(hit["id"])
             out.append(Evidence(**{**hit, "round": round}))
-    return out
-
-
-def merge_evidence(*pools: Iterable[Evidence]) -> list[Evidence]:
-    """Concatenate pools keeping the first occurrence of each id."""
-    seen: set[str] = set()
-    out: list[Evidence] = []
-    for pool in pools:
-        for ev in pool:
-            if ev["id"] not in seen:
-                seen.add(ev["id"])
-                out.append(ev)
     return out
