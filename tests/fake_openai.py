@@ -8,7 +8,8 @@ with a canned reply plus token usage, and records every request body it received
         ...
         assert server.requests[0]["messages"][-1]["content"].endswith("Answer:")
 
-``reply`` may be a string or a callable ``(request_body) -> str`` for scripted answers.
+``reply`` may be a string or a callable ``(request_body) -> str`` for scripted answers;
+``finish_reason`` likewise (``"length"`` imitates a reply cut at the output cap).
 Only the standard library is used, so a ``langgraph dev`` subprocess can reach it too.
 """
 
@@ -34,8 +35,15 @@ def _tokens(text: str) -> int:
 class FakeOpenAI:
     """Run with ``start()``/``stop()`` or as a context manager; binds a free port on 127.0.0.1."""
 
-    def __init__(self, reply: Reply = "canned answer", *, model: str = MODEL_ID) -> None:
+    def __init__(
+        self,
+        reply: Reply = "canned answer",
+        *,
+        model: str = MODEL_ID,
+        finish_reason: Reply = "stop",
+    ) -> None:
         self.reply = reply
+        self.finish_reason = finish_reason
         self.model = model
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -94,6 +102,8 @@ class FakeOpenAI:
                 with fake._lock:
                     fake.requests.append(body)
                 text = fake.reply(body) if callable(fake.reply) else fake.reply
+                finish = fake.finish_reason
+                finish = finish(body) if callable(finish) else finish
                 prompt = sum(_tokens(str(m.get("content", ""))) for m in body.get("messages", []))
                 usage = {
                     "prompt_tokens": prompt,
@@ -114,7 +124,7 @@ class FakeOpenAI:
                             {
                                 "index": 0,
                                 "message": {"role": "assistant", "content": text},
-                                "finish_reason": "stop",
+                                "finish_reason": finish,
                                 "logprobs": None,
                             }
                         ],

@@ -21,6 +21,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages.ai import UsageMetadata
 from pydantic import BaseModel
 
 from gaprag.errors import EndpointError
@@ -77,6 +78,32 @@ def _text(msg: BaseMessage) -> str:
     return "".join(c if isinstance(c, str) else str(c.get("text", "")) for c in content)
 
 
+def _truncated_reply(exc: Exception) -> AIMessage | None:
+    """The partial reply inside an OpenAI ``LengthFinishReasonError``, else ``None``.
+
+    With a ``response_format`` langchain-openai parses the reply through the OpenAI SDK, which
+    raises instead of returning when the output cap was reached.
+    """
+    if type(exc).__name__ != "LengthFinishReasonError":
+        return None
+    completion = getattr(exc, "completion", None)
+    choices = getattr(completion, "choices", None)
+    if not choices:
+        return None
+    content = getattr(getattr(choices[0], "message", None), "content", None) or ""
+    usage = getattr(completion, "usage", None)
+    metadata: UsageMetadata | None = None
+    if usage is not None:
+        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        output = int(getattr(usage, "completion_tokens", 0) or 0)
+        metadata = UsageMetadata(
+            input_tokens=prompt, output_tokens=output, total_tokens=prompt + output
+        )
+    return AIMessage(
+        content=str(content), usage_metadata=metadata, response_metadata={"finish_reason": "length"}
+    )
+
+
 def _estimate_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4))
 
@@ -118,7 +145,13 @@ class LLM:
         try:
             reply = self.chat.invoke(messages, **kwargs)
         except Exception as exc:  # translate transport failures into one clear message
-            raise self._endpoint_error(exc) from exc
+            truncated = _truncated_reply(exc)
+            if truncated is None:
+                raise self._endpoint_error(exc) from exc
+            # a constrained reply cut at the cap: the OpenAI SDK refuses to parse it, but the
+            # text is a reply like any other (the tolerant parser or the repair deal with it)
+            record_decision(event="length_limit", max_tokens=max_tokens)
+            reply = truncated
         assert isinstance(reply, AIMessage)
         usage = reply.usage_metadata
         if usage:

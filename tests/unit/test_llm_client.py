@@ -92,6 +92,33 @@ def test_endpoint_down_is_a_clear_error() -> None:
     assert "127.0.0.1:9" in str(err.value) and "GAPRAG_BASE_URL" in err.value.hint
 
 
+def test_constrained_reply_cut_at_the_cap_is_repaired_not_raised() -> None:
+    """With a response_format the OpenAI SDK raises LengthFinishReasonError on a reply cut at
+    max_tokens; the layer must treat it as a bad reply (repair, then default), count its tokens
+    and note it in the trace (seen on a real run: a 1.5B model looping to the 256-token cap)."""
+    from tests.fake_openai import FakeOpenAI
+
+    replies = iter(['{"sufficient": true, "missing": "the the the', '{"sufficient": true}'])
+    finishes = iter(["length", "stop"])
+    with FakeOpenAI(lambda body: next(replies), finish_reason=lambda body: next(finishes)) as srv:
+        llm = openai_llm(srv.base_url, "m", structured_mode="json_object")
+        with metered() as meter:
+            out = llm.structured("judge", Judge, default=DEFAULT, max_tokens=8)
+        assert [r["response_format"]["type"] for r in srv.requests] == ["json_object"] * 2
+    assert out.path == "repaired" and out.value.sufficient is True
+    assert meter.llm_calls == 2 and meter.completion_tokens > 0
+    assert {"event": "length_limit", "max_tokens": 8} in meter.decisions
+
+
+def test_constrained_reply_always_cut_falls_back_to_default() -> None:
+    from tests.fake_openai import FakeOpenAI
+
+    with FakeOpenAI('{"sufficient": tr', finish_reason="length") as srv:
+        llm = openai_llm(srv.base_url, "m", structured_mode="json_object")
+        out = llm.structured("judge", Judge, default=DEFAULT, max_tokens=8)
+    assert out.path == "default" and out.value == DEFAULT and len(srv.requests) == 2
+
+
 def test_server_rejecting_response_format_falls_back_to_unconstrained() -> None:
     class BadRequestError(Exception):
         pass
