@@ -65,7 +65,7 @@ _ID_KEYS = ("id", "ids", "doc_id", "doc_ids", "evidence_ids")
 
 
 class TooManyErrors(GapragError):
-    """The run stopped because the error cap was reached; finished rows are kept."""
+    """The error cap was reached, or every question of the run failed; finished rows are kept."""
 
 
 # -- results file --------------------------------------------------------------------------
@@ -419,6 +419,12 @@ async def aevaluate(
             hint="check --limit and --offset",
         )
     opts = method_options(names, sets, options)
+    if llm is None and not base_url and not any(o.get("base_url") for o in opts.values()):
+        # Fail before indexing and before any question when the default LLM cannot start (its
+        # weights are not installed, no engine): every question would fail the same way.
+        from gaprag.llm.factory import default_llm
+
+        default_llm()
 
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -534,6 +540,12 @@ async def aevaluate(
         "skipped": len(selected) * len(names) - len(jobs),
         "errors": len(errors),
     }
+    if new_rows and len(errors) == len(new_rows) and not stop.is_set():
+        raise TooManyErrors(
+            f"all {len(errors)} questions of this run failed; last: {errors[-1]}",
+            hint=f"see the 'error' field in {results_path}; fix the cause (an unreachable "
+            "endpoint, a missing model) and rerun with --resume (failed questions are retried)",
+        )
     if stop.is_set():
         raise TooManyErrors(
             f"stopped after {len(errors)} failed questions (--max-errors {max_errors}); "

