@@ -540,16 +540,14 @@ async def aevaluate(
         "skipped": len(selected) * len(names) - len(jobs),
         "errors": len(errors),
     }
-    if new_rows and len(errors) == len(new_rows) and not stop.is_set():
-        raise TooManyErrors(
-            f"all {len(errors)} questions of this run failed; last: {errors[-1]}",
-            hint=f"see the 'error' field in {results_path}; fix the cause (an unreachable "
-            "endpoint, a missing model) and rerun with --resume (failed questions are retried)",
+    if stop.is_set() or (new_rows and len(errors) == len(new_rows)):
+        what = (
+            f"stopped after {len(errors)} failed questions (--max-errors {max_errors})"
+            if stop.is_set()
+            else f"all {len(errors)} questions of this run failed"
         )
-    if stop.is_set():
         raise TooManyErrors(
-            f"stopped after {len(errors)} failed questions (--max-errors {max_errors}); "
-            f"last: {errors[-1]}",
+            f"{what}; last: {errors[-1]}",
             hint=f"see the 'error' field in {results_path} and traces/; fix the cause and "
             "rerun with --resume (failed questions are retried)",
         )
