@@ -82,10 +82,13 @@ class ScriptedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         """The native async path: the latency is awaited (no worker thread), so concurrent
-        runs really overlap; the reply itself is computed in a worker thread, since a reply
-        callable may block."""
+        runs really overlap. Reply callables may block, so with any of them the reply is
+        computed in a worker thread."""
         if self.latency:
             await asyncio.sleep(self.latency)
+        scripted = [self.default, *self.replies, *(r for _, r in self.rules)]
+        if not any(callable(r) for r in scripted):
+            return self._result(messages, **kwargs)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, functools.partial(self._result, messages, **kwargs))
 
