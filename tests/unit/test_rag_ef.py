@@ -17,8 +17,7 @@ from gaprag import build_graph
 from gaprag.cli import main as cli_main
 from gaprag.eval.datasets import load_dataset
 from gaprag.eval.metrics import normalize_answer
-from gaprag.graphs.rag_ef import build_with_store
-from gaprag.graphs.rag_ef.graph import parse_feedback
+from gaprag.graphs.rag_ef.feedback import parse_feedback
 from gaprag.graphs.rag_ef.ladder import (
     build_expert,
     build_oracle,
@@ -110,7 +109,7 @@ def fill(store: PairStore, source: str = "synthetic") -> list[str]:
 def test_prompt_layout_and_exactly_one_llm_call(store: PairStore) -> None:
     fill(store)
     llm = fake()
-    out = build_with_store(store, llm=llm).invoke({"question": "Who wrote Hamlet?"})
+    out = build_graph("rag_ef", pair_store=store, llm=llm).invoke({"question": "Who wrote Hamlet?"})
     assert out["answer"] == "William Shakespeare" and out["stop_reason"] == "answered"
     assert len(llm.calls) == 1 and llm.calls[0]["messages"][0][0] == "human"  # no system message
     assert out["usage"]["llm_calls"] == 1 and out["usage"]["retrieval_calls"] == 1
@@ -137,7 +136,9 @@ def test_duplicate_chunks_are_shown_once_in_first_appearance_order(store: PairSt
     store.add("Who is the prince in Hamlet?", "Hamlet", "Prince Hamlet of Denmark is the hero.")
     store.add("Where is Hamlet set?", "Denmark", "Hamlet is set in Elsinore, Denmark.")
     llm = fake()
-    out = build_with_store(store, llm=llm).invoke({"question": "Hamlet tragedy written"})
+    out = build_graph("rag_ef", pair_store=store, llm=llm).invoke(
+        {"question": "Hamlet tragedy written"}
+    )
     prompt = llm.prompts()[0]
     assert len(re.findall(r"^Question: .* Answer: ", prompt, re.M)) == 5
     numbers = re.findall(r"^Context(\d+): ", prompt, re.M)
@@ -156,16 +157,18 @@ def test_ablation_render_modes(store: PairStore) -> None:
         store.add(f"filler question {i}?", f"filler answer {i}", f"filler chunk {i}")
     q = {"question": "Who wrote the tragedy Hamlet?"}
     llm = fake()
-    build_with_store(store, llm=llm, qa_render_mode="none").invoke(q)
+    build_graph("rag_ef", pair_store=store, llm=llm, qa_render_mode="none").invoke(q)
     assert "Answer:" not in llm.prompts()[0] and "Context1:" in llm.prompts()[0]
     llm = fake()
-    build_with_store(store, llm=llm, qa_render_mode="q_only").invoke(q)
+    build_graph("rag_ef", pair_store=store, llm=llm, qa_render_mode="q_only").invoke(q)
     prompt = llm.prompts()[0]
     assert len(re.findall(r"^Question: ", prompt, re.M)) == 6 and "Answer:" not in prompt
     runs = []
     for _ in range(2):
         llm = fake()
-        out = build_with_store(store, llm=llm, qa_render_mode="wrong_answer").invoke(q)
+        out = build_graph(
+            "rag_ef", pair_store=store, llm=llm, qa_render_mode="wrong_answer"
+        ).invoke(q)
         runs.append(re.findall(r"^Question: .* Answer: (.*)$", llm.prompts()[0], re.M))
     originals = [p["answer"] for p in out["retrieved_pairs"]]
     assert len(runs[0]) == 5 and runs[0] == runs[1]  # reproducible for a fixed seed
@@ -173,13 +176,17 @@ def test_ablation_render_modes(store: PairStore) -> None:
         normalize_answer(w) != normalize_answer(o) for w, o in zip(runs[0], originals, strict=True)
     )
     llm = fake()
-    build_with_store(store, llm=llm, qa_render_mode="wrong_answer", wrong_answer_seed=7).invoke(q)
+    build_graph(
+        "rag_ef", pair_store=store, llm=llm, qa_render_mode="wrong_answer", wrong_answer_seed=7
+    ).invoke(q)
     assert re.findall(r"^Question: .* Answer: (.*)$", llm.prompts()[0], re.M) != runs[0]
 
 
 def test_empty_store_still_answers_with_an_empty_prompt(store: PairStore) -> None:
     llm = fake()
-    out = build_with_store(store, llm=llm, empty_store_fallback=False).invoke({"question": "Who?"})
+    out = build_graph("rag_ef", pair_store=store, llm=llm, empty_store_fallback=False).invoke(
+        {"question": "Who?"}
+    )
     prompt = llm.prompts()[0]
     assert prompt.splitlines()[-1] == "Question: Who?"
     assert "Answer:" not in prompt and "Context1" not in prompt
@@ -191,7 +198,7 @@ def test_empty_store_falls_back_to_the_document_retriever(
 ) -> None:
     docs = Store.build(tmp_path / "docs", tiny_docs, embedder=HashingEmbedder(), progress=False)
     llm = fake()
-    out = build_with_store(store, llm=llm, retriever=docs, top_k=2).invoke(
+    out = build_graph("rag_ef", pair_store=store, llm=llm, retriever=docs, top_k=2).invoke(
         {"question": "Who wrote Hamlet?"}
     )
     assert "Context1: Hamlet: Hamlet is a tragedy" in llm.prompts()[0]
@@ -203,7 +210,7 @@ def test_standard_mode_ranks_unique_chunks_without_qa_lines(store: PairStore) ->
     fill(store)
     store.add("Another Hamlet question?", "x", TOPICS[0][2])
     llm = fake()
-    out = build_with_store(store, llm=llm, retrieval_mode="standard").invoke(
+    out = build_graph("rag_ef", pair_store=store, llm=llm, retrieval_mode="standard").invoke(
         {"question": "Hamlet tragedy Shakespeare"}
     )
     prompt = llm.prompts()[0]
@@ -215,7 +222,7 @@ def test_standard_mode_ranks_unique_chunks_without_qa_lines(store: PairStore) ->
 def test_gate_drops_low_pairs_and_their_chunks(store: PairStore) -> None:
     fill(store)
     llm = fake()
-    graph = build_with_store(store, llm=llm, min_pair_score=0.3)
+    graph = build_graph("rag_ef", pair_store=store, llm=llm, min_pair_score=0.3)
     out = graph.invoke({"question": "Who wrote the tragedy Hamlet?"})
     kept = {p["id"] for p in out["retrieved_pairs"]}
     assert kept and len(out["gated_out"]) == 5 - len(kept)
@@ -227,7 +234,7 @@ def test_gate_drops_low_pairs_and_their_chunks(store: PairStore) -> None:
     assert len(re.findall(r"^Context\d+: ", llm.prompts()[0], re.M)) == len(kept)
     nodes = [next(iter(u)) for u in graph.stream({"question": "Who wrote the tragedy Hamlet?"})]
     assert nodes[:2] == ["retrieve", "rerank_filter"]
-    plain = build_with_store(store, llm=fake())
+    plain = build_graph("rag_ef", pair_store=store, llm=fake())
     nodes = [next(iter(u)) for u in plain.stream({"question": "Who wrote the tragedy Hamlet?"})]
     assert nodes == ["retrieve", "assemble_evidence", "generate_answer"]
 
@@ -240,7 +247,7 @@ ALADIN_C = "Eanasul Fateh, known by his stage name Aladin, is a magician and man
 
 def test_insert_takes_effect_at_once_and_touches_nothing_else(store: PairStore) -> None:
     fill(store)
-    graph = build_with_store(store, llm=fake())
+    graph = build_graph("rag_ef", pair_store=store, llm=fake())
     before = graph.invoke({"question": ALADIN_Q})
     assert before["answer"] != ALADIN_A
     snapshot = {p["id"]: p for p in store.list()}
@@ -255,7 +262,7 @@ def test_insert_takes_effect_at_once_and_touches_nothing_else(store: PairStore) 
 def test_paraphrase_transfers_feedback(store: PairStore) -> None:
     fill(store)
     store.add(ALADIN_Q, ALADIN_A, ALADIN_C, source="expert")
-    out = build_with_store(store, llm=fake()).invoke(
+    out = build_graph("rag_ef", pair_store=store, llm=fake()).invoke(
         {"question": "Which consultant performed under the stage name Aladin?"}
     )
     assert out["retrieved_pairs"][0]["question"] == ALADIN_Q
@@ -265,7 +272,9 @@ def test_paraphrase_transfers_feedback(store: PairStore) -> None:
 def test_llm_judge_interrupt_resume_upserts_and_reanswers_once(store: PairStore) -> None:
     fill(store)
     llm = fake(judge="incorrect")
-    graph = build_with_store(store, llm=llm, checkpointer=InMemorySaver(), judge="llm")
+    graph = build_graph(
+        "rag_ef", pair_store=store, llm=llm, checkpointer=InMemorySaver(), judge="llm"
+    )
     cfg: Any = {"configurable": {"thread_id": "t1"}}
     paused = graph.invoke({"question": ALADIN_Q}, cfg)
     assert paused["stop_reason"] == "awaiting_feedback" and paused["verdict"] == "incorrect"
@@ -286,7 +295,9 @@ def test_llm_judge_interrupt_resume_upserts_and_reanswers_once(store: PairStore)
 def test_gold_judge_correct_answer_ends_with_store_unchanged(store: PairStore) -> None:
     fill(store)
     llm = fake()
-    graph = build_with_store(store, llm=llm, checkpointer=InMemorySaver(), judge="gold")
+    graph = build_graph(
+        "rag_ef", pair_store=store, llm=llm, checkpointer=InMemorySaver(), judge="gold"
+    )
     cfg: Any = {"configurable": {"thread_id": "g1"}}
     out = graph.invoke(
         {
@@ -305,7 +316,7 @@ def test_gold_judge_correct_answer_ends_with_store_unchanged(store: PairStore) -
 def test_review_flag_pauses_and_skip_leaves_store_alone(store: PairStore) -> None:
     fill(store)
     llm = fake()
-    graph = build_with_store(store, llm=llm, checkpointer=InMemorySaver())
+    graph = build_graph("rag_ef", pair_store=store, llm=llm, checkpointer=InMemorySaver())
     cfg: Any = {"configurable": {"thread_id": "r1"}}
     assert "__interrupt__" not in graph.invoke({"question": "Who wrote Hamlet?"}, cfg)
     cfg = {"configurable": {"thread_id": "r2"}}
@@ -341,7 +352,7 @@ def test_store_found_by_context_path_and_by_retriever(tmp_path: Path) -> None:
 def test_sources_context_restricts_the_pool(store: PairStore) -> None:
     store.add(ALADIN_Q, ALADIN_A, ALADIN_C, source="oracle")
     fill(store)
-    graph = build_with_store(store, llm=fake())
+    graph = build_graph("rag_ef", pair_store=store, llm=fake())
     assert graph.invoke({"question": ALADIN_Q})["answer"] == ALADIN_A
     out = graph.invoke({"question": ALADIN_Q}, context={"sources": "synthetic,expert"})
     assert out["answer"] != ALADIN_A
@@ -462,7 +473,7 @@ def test_one_expert_triple_fixes_a_paraphrase_and_leaves_unrelated_answers(
 ) -> None:
     fill(store)
     store.add("What is described in the Aladin passage?", "a description", ALADIN_C)
-    graph = build_with_store(store, llm=fake())
+    graph = build_graph("rag_ef", pair_store=store, llm=fake())
     unrelated = ["Which river flows through Cairo?", "What is the capital city of France?",
                  "Who painted the Mona Lisa portrait?"]  # fmt: skip
     before = {q: graph.invoke({"question": q})["answer"] for q in unrelated}
