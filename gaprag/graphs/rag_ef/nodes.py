@@ -44,18 +44,19 @@ def _configurable() -> dict[str, Any] | None:
         return None
 
 
-async def _retrieval_pass(state: State, ctx: Context, deps: Deps, node: str) -> dict[str, Any]:
+async def _retrieval_pass(
+    question: str, rnd: int, ctx: Context, deps: Deps, node: str
+) -> dict[str, Any]:
     """Rank pairs by Eq. 2 (or the store's chunks in standard mode); with nothing to rank,
     fall back to the document retriever when allowed."""
     store = await to_thread(pair_store, ctx, deps)
-    rnd = state.iterations + 1
     sources = ctx.source_filter()
-    update: dict[str, Any] = {"iterations": rnd, "queries": [state.question]}
+    update: dict[str, Any] = {"iterations": rnd, "queries": [question]}
     pairs: list[ScoredPair] = []
     passages: list[Evidence] = []
     if ctx.retrieval_mode == "standard":
         chunks = await to_thread(
-            store.search_chunks, state.question, ctx.top_k, sources=sources, mode=ctx.similarity
+            store.search_chunks, question, ctx.top_k, sources=sources, mode=ctx.similarity
         )
         passages = [
             Evidence(id=c["chunk_id"], title="", text=c["text"], source="feedback",
@@ -65,18 +66,18 @@ async def _retrieval_pass(state: State, ctx: Context, deps: Deps, node: str) -> 
         record_retrieval(0, [p["id"] for p in passages])
     else:
         pairs = await to_thread(
-            store.rank, state.question, ctx.top_k, gamma=ctx.gamma, sources=sources,
+            store.rank, question, ctx.top_k, gamma=ctx.gamma, sources=sources,
             mode=ctx.similarity, scoring=ctx.scoring,
         )  # fmt: skip
         record_retrieval(0, [*(p["id"] for p in pairs), *(p["chunk_id"] for p in pairs)])
     if not pairs and not passages and ctx.empty_store_fallback:
         docs = documents(ctx, deps)
         if docs is not None:
-            passages = await nodes.retrieve(docs, [state.question], k=ctx.top_k, round=rnd)
+            passages = await nodes.retrieve(docs, [question], k=ctx.top_k, round=rnd)
             update["trace"] = [
                 {"node": node, "event": "empty_store_fallback", "passages": len(passages)}
             ]
-    emit(round=rnd, query=state.question, pairs=len(pairs), passages=len(passages))
+    emit(round=rnd, query=question, pairs=len(pairs), passages=len(passages))
     update.update(retrieved_pairs=pairs, passages=passages, gated_out=[])
     return update
 
@@ -85,12 +86,14 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
     """Start a question: check a pause could be resumed, then rank the pairs."""
     ctx = runtime.context
     require_checkpointer(ctx, _configurable())
-    return await _retrieval_pass(state, ctx, deps, "retrieve")
+    # the state still holds a previous question's fields here (reset with this update)
+    return await _retrieval_pass(state.question, 1, ctx, deps, "retrieve")
 
 
 async def retrieve_again(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     """After the expert's triple was inserted: rank the pairs again, from the updated store."""
-    return await _retrieval_pass(state, runtime.context, deps, "retrieve_again")
+    rnd = state.iterations + 1
+    return await _retrieval_pass(state.question, rnd, runtime.context, deps, "retrieve_again")
 
 
 def rerank_filter(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
