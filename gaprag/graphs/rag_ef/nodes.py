@@ -86,7 +86,7 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
     """Start a question: check a pause could be resumed, then rank the pairs."""
     ctx = runtime.context
     require_checkpointer(ctx, _configurable())
-    # the state still holds a previous question's fields here (reset with this update)
+    # a question's first pass is round 1, whatever an earlier question left on the thread
     return await _retrieval_pass(state.question, 1, ctx, deps, "retrieve")
 
 
