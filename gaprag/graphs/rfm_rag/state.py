@@ -1,9 +1,11 @@
-"""State of the rfm_rag graph (RFM-RAG: retrieval feedback + a persistent evidence pool).
+"""rfm_rag's state: the shared fields, the evidence pool with provenance, and the loop's
+working fields.
 
-The evidence pool is the method's memory: it only grows within a question (except when a
-longer sentence replaces one it contains), and, with a checkpointer, it is kept across the
-turns of a thread. Every other list field is written whole by the node that owns it (plain
-replace semantics), so nothing accumulates by surprise.
+The evidence pool is the method's memory. Within a question it only grows (a longer sentence
+may replace one it contains); across the questions of a checkpointed thread it is kept (it is
+the one field marked :data:`~gaprag.state.base.PERSISTENT`), unless ``pool_scope="question"``.
+Every other field is reset when a question starts, and every list is written whole by the node
+that owns it (plain replace semantics), so nothing accumulates by surprise.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Annotated
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
-from gaprag.state.base import BaseState, Evidence, OutputState
+from gaprag.state import base
+from gaprag.state.base import PERSISTENT, BaseState, Evidence, InputState
 
 
 class Triple(TypedDict):
@@ -37,12 +40,19 @@ class EvidenceItem(TypedDict):
 
 
 @dataclass(kw_only=True)
-class RFMOutput(OutputState):
-    """The common output plus what RFM-RAG adds."""
+class OutputState(base.OutputState):
+    """The common output plus what RFM-RAG adds. ``evidence`` holds the pool's facts gathered
+    for this question; ``evidence_pool`` is the whole pool the answer was built from (on a
+    thread it also holds earlier questions' facts, each with its ``question``)."""
 
     evidence_pool: Annotated[
-        list[EvidenceItem], Field(description="The curated fact pool the answer was built from.")
+        list[EvidenceItem],
+        Field(description="The curated fact pool the answer was built from."),
+        PERSISTENT,
     ] = field(default_factory=list)
+    """Kept across a thread's questions: the pool is RFM-RAG's memory, so a follow-up question
+    can be answered from facts gathered earlier (``pool_scope="thread"``, the default; the
+    first node empties it with ``pool_scope="question"``)."""
     entities: list[str] = field(default_factory=list)
     triples: list[Triple] = field(default_factory=list)
     retrieved_passages: Annotated[
@@ -54,21 +64,16 @@ class RFMOutput(OutputState):
 
 
 @dataclass(kw_only=True)
-class RFMState(BaseState, RFMOutput):
+class State(BaseState, OutputState):
     """Internal state of the rfm_rag graph."""
 
     task_type: str = "short_answer"  # "short_answer" | "yes_no"
-    current_query: str = ""
-    query_history: list[str] = field(default_factory=list)
-    retrieval_count: int = 0
+    current_query: str = ""  # the next retrieval's query (q_i)
     retrieved: list[Evidence] = field(default_factory=list)  # K_i of the latest round
-    seen_passage_ids: list[str] = field(default_factory=list)
-    round_evidence: str = ""  # E_i as parsed sentences joined by newlines ("" if none)
+    round_evidence: list[str] = field(default_factory=list)  # E_i: the round's fact sentences
     entity_coverage: dict[str, float] = field(default_factory=dict)
     syntactic_coverage: float = 0.0  # S_f
-    semantic_relevance: float | None = None  # G_f
-    feedback_logit: float | None = None
-    feedback_calls: int = 0
     gap_entities: list[str] = field(default_factory=list)  # G
-    placeholder_fills: list[str] = field(default_factory=list)  # z
-    gap_list: list[str] = field(default_factory=list)  # G' = G + z
+
+
+__all__ = ["EvidenceItem", "InputState", "OutputState", "State", "Triple"]
