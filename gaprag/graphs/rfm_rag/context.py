@@ -23,9 +23,7 @@ class Context(BaseContext):
         "Maximum retrievals per question (paper: 3). The loop also stops when the pool is sufficient.",
         minimum=1,
     )
-    top_k: int = describe(
-        3, "Passages per retrieval (not given in the paper; 3 here).", minimum=1
-    )
+    top_k: int = describe(3, "Passages per retrieval (not given in the paper; 3 here).", minimum=1)
     retrieval_mode: RetrievalMode = describe(
         "bm25", "bm25 (paper), dense or hybrid. Passages already seen for the question are skipped."
     )

@@ -56,10 +56,23 @@ def add_to_pool(
     return out, changed
 
 
-def gathered_for(pool: Sequence[EvidenceItem], question: str) -> list[EvidenceItem]:
-    """The pool's facts gathered for ``question`` (on a thread the pool also holds earlier
-    questions' facts)."""
-    return [e for e in pool if e["question"] == question]
+def matching_ids(pool: Sequence[EvidenceItem], sentences: Sequence[str]) -> list[str]:
+    """Ids of the pool items that hold ``sentences`` (equal, or containing them), in order:
+    the facts a round produced or found again."""
+    norms = [(_norm_fact(e["text"]), e["id"]) for e in pool]
+    out: list[str] = []
+    for sentence in sentences:
+        norm = _norm_fact(sentence)
+        hit = next((i for n, i in norms if norm and (norm == n or norm in n)), None)
+        if hit is not None and hit not in out:
+            out.append(hit)
+    return out
+
+
+def facts_of(pool: Sequence[EvidenceItem], ids: Sequence[str]) -> list[EvidenceItem]:
+    """The pool items with these ids, in pool order."""
+    wanted = set(ids)
+    return [e for e in pool if e["id"] in wanted]
 
 
 def pool_as_evidence(pool: Sequence[EvidenceItem]) -> list[Evidence]:

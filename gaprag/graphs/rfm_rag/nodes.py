@@ -21,7 +21,8 @@ from gaprag.graphs.rfm_rag.context import Context
 from gaprag.graphs.rfm_rag.evidence_pool import (
     add_to_pool,
     facts_for_prompt,
-    gathered_for,
+    facts_of,
+    matching_ids,
     pool_as_evidence,
 )
 from gaprag.graphs.rfm_rag.features import coverage_map, syntactic_coverage
@@ -124,11 +125,13 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
     )  # fmt: skip
     coverage = coverage_map(state.entities, [e["text"] for e in pool], ctx.coverage_length_unit)
     s_f = syntactic_coverage(coverage)
+    found = [*state.found_fact_ids, *matching_ids(pool, state.round_evidence)]
     emit(method="rfm_rag", round=state.iterations, added=added, pool=len(pool),
          coverage=round(s_f, 3))  # fmt: skip
     return {
         "evidence_pool": pool,
-        "evidence": pool_as_evidence(gathered_for(pool, state.question)),
+        "found_fact_ids": found,
+        "evidence": pool_as_evidence(facts_of(pool, found)),
         "entity_coverage": {k: round(v, 4) for k, v in coverage.items()},
         "syntactic_coverage": round(s_f, 4),
     }
@@ -140,6 +143,9 @@ async def feedback_classifier(
     """Is the pool sufficient? The R-Feedback model (or the configured judge) decides."""
     ctx = runtime.context
     judge = choose_judge(ctx, deps)
+    path: str
+    threshold: float | None
+    p: float | None
     if judge is None:  # the optional LLM judge; an unparseable reply means "not sufficient"
         reply = await deps.chat(ctx).astructured(
             PROMPTS["judge"].render(question=state.question, pool=nodes.render_passages(
@@ -177,9 +183,7 @@ def judge_missing(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """G: the question's entities whose pool coverage is below θ (recomputed every round)."""
     threshold = runtime.context.coverage_threshold
     return {
-        "gap_entities": [
-            e for e in state.entities if state.entity_coverage.get(e, 0.0) < threshold
-        ]
+        "gap_entities": [e for e in state.entities if state.entity_coverage.get(e, 0.0) < threshold]
     }
 
 
@@ -222,7 +226,7 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
         "raw_answer": raw,
         "answer": extract_answer(raw, state.task_type),
         "stop_reason": stop,
-        "evidence": pool_as_evidence(gathered_for(state.evidence_pool, state.question)),
+        "evidence": pool_as_evidence(facts_of(state.evidence_pool, state.found_fact_ids)),
         "trace": [{"node": "generate_answer", "stop_reason": stop,
                    "retrievals": state.iterations, "pool": len(state.evidence_pool)}],
     }  # fmt: skip

@@ -41,9 +41,10 @@ class EvidenceItem(TypedDict):
 
 @dataclass(kw_only=True)
 class OutputState(base.OutputState):
-    """The common output plus what RFM-RAG adds. ``evidence`` holds the pool's facts gathered
-    for this question; ``evidence_pool`` is the whole pool the answer was built from (on a
-    thread it also holds earlier questions' facts, each with its ``question``)."""
+    """The common output plus what RFM-RAG adds. ``evidence`` holds the pool's facts this
+    question's rounds produced or found again; ``evidence_pool`` is the whole pool the answer
+    was built from (on a thread it also holds earlier questions' facts, each with the
+    ``question`` it was gathered for)."""
 
     evidence_pool: Annotated[
         list[EvidenceItem],
@@ -74,6 +75,8 @@ class State(BaseState, OutputState):
     entity_coverage: dict[str, float] = field(default_factory=dict)
     syntactic_coverage: float = 0.0  # S_f
     gap_entities: list[str] = field(default_factory=list)  # G
+    found_fact_ids: list[str] = field(default_factory=list)
+    """Pool facts this question's rounds produced or found again: its ``evidence``."""
 
 
 __all__ = ["EvidenceItem", "InputState", "OutputState", "State", "Triple"]
