@@ -64,6 +64,7 @@ async def extract_question_structure(
     parsed = parse_structure_text(reply.raw) if reply.path == "default" else reply.value
     entities, triples = finalize_structure(parsed)
     keep = ctx.pool_scope == "thread"
+    # a trace record after the structured call's own (the run trace keeps the call order)
     record_decision(entities=entities, triples=len(triples),
                     pool_kept=len(state.evidence_pool) if keep else 0)  # fmt: skip
     update: dict[str, Any] = {
@@ -142,7 +143,7 @@ async def feedback_classifier(
 ) -> dict[str, Any]:
     """Is the pool sufficient? The R-Feedback model (or the configured judge) decides."""
     ctx = runtime.context
-    judge = choose_judge(ctx, deps)
+    judge = await to_thread(choose_judge, ctx, deps)  # may load the weights and embedder
     path: str
     threshold: float | None
     p: float | None
