@@ -577,8 +577,10 @@ def write_report(
     seed: int = 0,
     n_boot: int = N_BOOT,
     plots: bool = True,
+    html: bool = True,
 ) -> dict[str, Any]:
-    """Read ``results.jsonl`` of each dir, write ``summary.json``/``summary.md``/plots to ``out``."""
+    """Read ``results.jsonl`` of each dir; write ``summary.json``, ``summary.md``, plots and
+    ``report.html`` (see :mod:`gaprag.eval.html`) to ``out``."""
     rows: list[dict[str, Any]] = []
     runs: list[dict[str, Any]] = []
     for d in dirs:
@@ -603,4 +605,9 @@ def write_report(
     tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
     tmp.replace(target / "summary.json")
     (target / "summary.md").write_text(render_markdown(summary, runs, made), encoding="utf-8")
+    if html:
+        from gaprag.eval.html import write_html
+
+        rows = [normalize_row(r) for r in dedupe(rows)]
+        write_html(summary, rows, [Path(d) for d in dirs], target, made)
     return summary
