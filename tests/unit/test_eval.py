@@ -923,6 +923,22 @@ def test_cli_eval_and_report(
     assert "| **standard_rag** | 2 |" in capsys.readouterr().out
     assert main(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
     assert (tmp_path / "rep" / "summary.md").is_file()
+    assert (tmp_path / "rep" / "report.html").is_file()
+    assert "report.html" in capsys.readouterr().out
+    # a named variant from the command line, without --methods
+    with FakeOpenAI(reply="Paris") as server:
+        code = main([
+            "eval", "--variant", "k1=standard_rag:top_k=1,retrieval_mode=bm25", "--dataset",
+            str(dataset), "--limit", "1", "--out", str(tmp_path / "var"), "--store",
+            str(store.root), "--base-url", server.base_url, "--quiet",
+        ])  # fmt: skip
+        assert code == 0
+    (row,) = read_results(tmp_path / "var")
+    assert row["method"] == "k1" and row["base_method"] == "standard_rag"
+    assert row["options"] == {"top_k": 1, "retrieval_mode": "bm25"}
+    assert len(row["retrieved_ids"]) == 1
+    assert main(["eval", "--dataset", str(dataset), "--quiet"]) == 2
+    assert "no methods given" in capsys.readouterr().err
     assert main(["eval", "--methods", "standard_rag", "--dataset", "nope", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "no bundled dataset or file named 'nope'" in err and "Traceback" not in err
