@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,11 +19,17 @@ from gaprag.errors import GapragError, InputError
 from gaprag.eval import evaluate, load_dataset, read_results, write_report
 from gaprag.eval.datasets import bundled
 from gaprag.eval.runner import RESULT_FIELDS, TooManyErrors, parse_variant
-from gaprag.graphs import METHODS
-from gaprag.graphs.common import BaseContext, Resources
+from gaprag.graphs import METHODS, build_graph
+from gaprag.llm.client import LLM
 from gaprag.stores import HashingEmbedder
 from gaprag.stores.store import RetrievalMode
 from gaprag.testing import ScriptedChatModel
+
+NEW_LAYOUT = "deps" in inspect.signature(build_graph).parameters  # build(deps, context, ...)
+if NEW_LAYOUT:
+    from gaprag.context import BaseContext
+else:
+    from gaprag.graphs.common import BaseContext  # type: ignore[assignment,no-redef]
 
 PARAS = {
     "fr": ("France", "Paris is the capital and largest city of France."),
@@ -92,18 +100,16 @@ class ContractGraph:
     """Retrieves ``top_k``, shows the first ``shown`` passages to one LLM call, and reports the
     contract's fields, as the restructured graphs do."""
 
-    def __init__(self, res: Resources, ctx: Context) -> None:
-        self.res, self.ctx = res, ctx
+    def __init__(self, llm: Callable[[], LLM], retriever: Callable[[], Any], ctx: Context) -> None:
+        self.llm, self.retriever, self.ctx = llm, retriever, ctx
 
     async def ainvoke(self, state: dict[str, Any], config: Any = None) -> dict[str, Any]:
         question = state["question"]
-        retriever = self.res.given_retriever
-        assert retriever is not None
-        hits = retriever.search(question, self.ctx.top_k, mode=self.ctx.retrieval_mode)
+        hits = self.retriever().search(question, self.ctx.top_k, mode=self.ctx.retrieval_mode)
         shown = hits[: self.ctx.shown]
         passages = "\n".join(h["text"] for h in shown)
         prompt = f"Answer briefly.\n{passages}\nQuestion: {question}\nAnswer:"
-        chat = self.res.llm(self.ctx).chat
+        chat = self.llm().chat
         reply = await chat.ainvoke([HumanMessage(prompt)], config=config)
         answer = str(reply.content)
         prompt_tokens = (getattr(reply, "usage_metadata", None) or {}).get("input_tokens", 0)
@@ -133,8 +139,15 @@ class ContractGraph:
         }
 
 
-def build(res: Resources, ctx: Context, checkpointer: Any = None) -> ContractGraph:
-    return ContractGraph(res, ctx)
+if NEW_LAYOUT:  # the per-method layout: build(deps, context, checkpointer)
+
+    def build(deps: Any, ctx: Context, checkpointer: Any = None) -> ContractGraph:
+        return ContractGraph(lambda: deps.chat(ctx), lambda: deps.search(ctx), ctx)
+
+else:
+
+    def build(res: Any, ctx: Context, checkpointer: Any = None) -> ContractGraph:  # type: ignore[misc]
+        return ContractGraph(lambda: res.llm(ctx), lambda: res.given_retriever, ctx)
 
 
 @pytest.fixture
