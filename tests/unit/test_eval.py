@@ -709,25 +709,27 @@ def test_default_llm_that_cannot_start_fails_before_any_question(
 
 
 def test_concurrency_is_bounded(dataset: Path, tmp_path: Path, two_methods: list[str]) -> None:
+    """Questions in flight at once, seen by an HTTP endpoint (whatever the client's async path)."""
+    from tests.fake_openai import FakeOpenAI
+
     lock = threading.Lock()
     state = {"now": 0, "peak": 0}
 
-    def slow(messages: list[BaseMessage]) -> str:
+    def slow(body: dict[str, Any]) -> str:
         with lock:
             state["now"] += 1
             state["peak"] = max(state["peak"], state["now"])
-        time.sleep(0.15)
+        time.sleep(0.3)
         with lock:
             state["now"] -= 1
-        return _reply(messages)
+        return "Paris"
 
-    run(
-        dataset,
-        tmp_path / "run",
-        methods=two_methods,
-        concurrency=3,
-        llm=ScriptedChatModel(default=slow),
-    )
+    with FakeOpenAI(reply=slow) as server:
+        run(
+            dataset, tmp_path / "run", methods=two_methods, concurrency=3, llm=None,
+            base_url=server.base_url,
+        )  # fmt: skip
+        assert len(server.requests) == 10
     assert state["peak"] == 3
     assert len(read_results(tmp_path / "run")) == 10
 
