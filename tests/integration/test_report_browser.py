@@ -30,13 +30,12 @@ FLAGS = (
 )  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not (CHROMIUM and DRIVER):
-        pytest.skip("chromium and chromium-driver are not installed (scripts/setup.sh --dev)")
-    webdriver = pytest.importorskip("selenium.webdriver")
+def _chromium() -> tuple[Any, str]:
+    """A headless Chromium driven by Selenium, and its fresh profile directory."""
+    from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
+    assert CHROMIUM and DRIVER
     profile = tempfile.mkdtemp(prefix="gaprag-chromium-")
     options = webdriver.ChromeOptions()
     for flag in (*FLAGS, f"--user-data-dir={profile}"):
@@ -44,8 +43,45 @@ def browser() -> Iterator[Any]:
     options.binary_location = CHROMIUM
     driver = webdriver.Chrome(service=Service(DRIVER), options=options)
     driver.set_page_load_timeout(120)
+    return driver, profile
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not (CHROMIUM and DRIVER):
+        pytest.skip("chromium and chromium-driver are not installed (scripts/setup.sh --dev)")
+    pytest.importorskip("selenium.webdriver")
+    driver, profile = _chromium()
     try:
         yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def save_screenshot(
+    report: str | Path, png: str | Path, question: int = 0, methods: int = 2
+) -> None:
+    """Open ``report``, open its ``question``-th question and the first ``methods`` method
+    blocks and their first LLM call, and save a PNG of it (used for docs/results/report.png)::
+
+        python -c "from tests.integration.test_report_browser import save_screenshot as s; \\
+                   s('docs/results/report.html', 'docs/results/report.png')"
+    """
+    from selenium.webdriver.common.by import By
+
+    driver, profile = _chromium()
+    try:
+        _open(driver, Path(report))
+        _rows(driver)[question].click()
+        drill = _drill(driver)
+        for block in drill.find_elements(By.CSS_SELECTOR, "details.method")[:methods]:
+            block.find_element(By.TAG_NAME, "summary").click()
+            calls = block.find_elements(By.CSS_SELECTOR, "details.call")
+            if calls:
+                calls[0].find_element(By.TAG_NAME, "summary").click()
+        driver.execute_script("document.getElementById('questions-title').scrollIntoView()")
+        driver.save_screenshot(str(png))
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
