@@ -657,7 +657,8 @@ def _default_llm_repeatable() -> tuple[LLM, dict[str, Any]]:
     settings: dict[str, Any] = {}
     if callable(describe):
         try:
-            settings = dict(describe())
+            wants = "repeatable" in inspect.signature(describe).parameters
+            settings = dict(describe(repeatable=True) if wants and repeatable else describe())
         except Exception as exc:  # the description must never fail a run
             settings = {"error": f"{type(exc).__name__}: {exc}"}
     url = config.base_url()

@@ -385,8 +385,13 @@ def test_default_llm_is_served_repeatably_and_settings_are_recorded(
         return LLM(oracle())
 
     settings = {"engine": "xllamacpp", "slots": 1, "seed": 42, "cache_prompt": False}
+
+    def serving_settings(*, repeatable: bool = False) -> dict[str, Any]:
+        assert repeatable  # the settings of the repeatable mode, the one the run uses
+        return dict(settings)
+
     monkeypatch.setattr(factory, "default_llm", default_llm)
-    monkeypatch.setattr(factory, "serving_settings", lambda: dict(settings), raising=False)
+    monkeypatch.setattr(factory, "serving_settings", serving_settings, raising=False)
     monkeypatch.delenv("GAPRAG_BASE_URL", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     out = tmp_path / "run"
