@@ -1,4 +1,4 @@
-"""MIGRES: the acceptance tests of the method spec (§11) that need no GPU and no real model.
+"""MIGRES: behaviour tests that need no GPU and no real model (see docs/methods/migres.md).
 
 Replies come from a ScriptedChatModel routed by prompt content; retrieval runs on a real Store
 built with the HashingEmbedder; the knowledge filter's scores come from a fake scorer.
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage
 
-from gaprag.graphs.common import Resources
-from gaprag.graphs.migres import graph as mg
+from gaprag import build_graph
+from gaprag.graphs.migres.context import Context, budget, threshold
 from gaprag.graphs.migres.filter import (
     DEFAULT_EMBEDDING_DELTA,
     CrossEncoderScorer,
@@ -25,6 +25,7 @@ from gaprag.graphs.migres.filter import (
     knowledge_filter,
     split_sentences,
 )
+from gaprag.graphs.migres.nodes import SEED_FACTS
 from gaprag.graphs.migres.parsing import (
     LeafReply,
     MainReply,
@@ -155,12 +156,10 @@ def run(
 ) -> tuple[dict[str, Any], ScriptedChatModel]:
     chat = ScriptedChatModel(rules=rules)
     ctx.setdefault("verifier", "off")
-    graph = mg.build(
-        Resources(llm=chat, retriever=store),
-        mg.Context(**ctx),
-        scorer=scorer if scorer is not None else FakeScorer(1.0),
-        verifier=verify_with,
-    )
+    graph = build_graph(
+        "migres", llm=chat, retriever=store,
+        scorer=scorer if scorer is not None else FakeScorer(1.0), fact_verifier=verify_with, **ctx,
+    )  # fmt: skip
     return graph.invoke({"question": question}), chat
 
 
@@ -175,7 +174,7 @@ def counter_reply(make: Callable[[int], str]) -> Callable[[list[BaseMessage]], s
 
 # -- 1. topology -----------------------------------------------------------------------------
 def test_graph_has_the_spec_nodes_and_edges(levity: Store) -> None:
-    graph = mg.build(Resources(llm=ScriptedChatModel(), retriever=levity), mg.Context())
+    graph = build_graph("migres", llm=ScriptedChatModel(), retriever=levity)
     drawn = graph.get_graph()
     assert set(drawn.nodes) - {"__start__", "__end__"} == {
         "init", "retrieve", "rerank_filter", "llm_knowledge", "extract", "verify_nli",
@@ -760,13 +759,13 @@ def test_judge_parse_failure_keeps_looping_on_the_question(levity: Store) -> Non
 def test_task_presets() -> None:
     ce = CrossEncoderScorer("/nonexistent/bge-reranker-base")  # loads lazily: never here
     for task, t, delta in [("multihop", 5, 3.0), ("odqa", 3, 5.0), ("strategyqa", 5, 0.0)]:
-        ctx = mg.Context(task_type=task)
-        assert mg.budget(ctx) == t and mg.threshold(ctx, ce) == delta
+        ctx = Context(task_type=task)
+        assert budget(ctx) == t and threshold(ctx, ce) == delta
         assert ctx.top_k == 5 and ctx.n_retrieve == 50 and ctx.max_queries == 3
-        assert mg.threshold(ctx, EmbeddingScorer(HashingEmbedder())) == DEFAULT_EMBEDDING_DELTA
-    assert mg.budget(mg.Context(task_type="odqa", max_iterations=2)) == 2
-    assert mg.threshold(mg.Context(delta="0.25"), ce) == 0.25
-    assert mg.threshold(mg.Context(delta=1.5), ce) == 1.5
+        assert threshold(ctx, EmbeddingScorer(HashingEmbedder())) == DEFAULT_EMBEDDING_DELTA
+    assert budget(Context(task_type="odqa", max_iterations=2)) == 2
+    assert threshold(Context(delta="0.25"), ce) == 0.25
+    assert threshold(Context(delta=1.5), ce) == 1.5
 
 
 def test_strategyqa_uses_the_yes_no_prompts(levity: Store) -> None:
@@ -786,7 +785,7 @@ def test_seed_facts_for_grandparent_questions(levity: Store) -> None:
         levity, [(LEAF, leaf_json()), (MAIN, answer)], seed_facts=True,
         question="Who is the paternal grandmother of Ed Solomon?",
     )  # fmt: skip
-    assert out["known_info"] == [mg.SEED_FACTS["paternal grandmother"]]
+    assert out["known_info"] == [SEED_FACTS["paternal grandmother"]]
     assert "mother of that person's father" in prompts_with(chat, MAIN)[0]
 
 
@@ -833,9 +832,7 @@ def test_retrieval_asks_bm25_for_n_candidates_and_retries_short_lists(levity: St
     answer = main_json("x", 5)
     spy = RecordingRetriever(levity)
     chat = ScriptedChatModel(rules=[(LEAF, leaf_json(("Levity is a film.", [0]))), (MAIN, answer)])
-    graph = mg.build(
-        Resources(llm=chat, retriever=spy), mg.Context(verifier="off"), scorer=FakeScorer(1.0)
-    )
+    graph = build_graph("migres", llm=chat, retriever=spy, verifier="off", scorer=FakeScorer(1.0))
     out = graph.invoke({"question": "Who directed Levity?"})
     assert spy.calls == [
         ("Who directed Levity?", 50, "bm25"),
@@ -852,7 +849,7 @@ def test_default_scorer_uses_the_store_embedder(levity: Store) -> None:
     chat = ScriptedChatModel(
         rules=[(LEAF, leaf_json(("Levity was directed by Ed Solomon.", [0]))), (MAIN, answer)]
     )
-    graph = mg.build(Resources(llm=chat, retriever=levity), mg.Context(verifier="off", delta=0.2))
+    graph = build_graph("migres", llm=chat, retriever=levity, verifier="off", delta=0.2)
     out = graph.invoke({"question": "Who directed the film Levity?"})
     assert out["answer"] == "Ed Solomon"
     log = next(e for e in out["trace"] if e.get("node") == "rerank_filter")
@@ -874,8 +871,8 @@ def test_progress_events_are_streamed(levity: Store) -> None:
             (MAIN, main_json("x")),
         ]
     )
-    graph = mg.build(
-        Resources(llm=chat, retriever=levity), mg.Context(verifier="off"), scorer=FakeScorer(1.0)
+    graph = build_graph(
+        "migres", llm=chat, retriever=levity, verifier="off", scorer=FakeScorer(1.0)
     )
     events = [e for e in graph.stream({"question": Q0}, stream_mode="custom")]
     assert {"round": 1, "added": 1, "known": 1} in events
