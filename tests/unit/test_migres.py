@@ -6,16 +6,21 @@ built with the HashingEmbedder; the knowledge filter's scores come from a fake s
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.runtime import Runtime
 
 from gaprag import build_graph
+from gaprag.deps import Deps
 from gaprag.graphs.migres.context import Context, budget, threshold
 from gaprag.graphs.migres.filter import (
     DEFAULT_EMBEDDING_DELTA,
@@ -25,7 +30,7 @@ from gaprag.graphs.migres.filter import (
     knowledge_filter,
     split_sentences,
 )
-from gaprag.graphs.migres.nodes import SEED_FACTS
+from gaprag.graphs.migres.nodes import SEED_FACTS, extract, judge_missing, verify_nli
 from gaprag.graphs.migres.parsing import (
     LeafReply,
     MainReply,
@@ -34,6 +39,8 @@ from gaprag.graphs.migres.parsing import (
     salvage_leaf,
     salvage_main,
 )
+from gaprag.graphs.migres.state import Snippet, State
+from gaprag.llm.accounting import metered
 from gaprag.llm.client import LLM
 from gaprag.state.base import Evidence
 from gaprag.stores import HashingEmbedder, Store
@@ -878,3 +885,162 @@ def test_progress_events_are_streamed(levity: Store) -> None:
     assert {"round": 1, "added": 1, "known": 1} in events
     assert any(e.get("queries") == [Q0] for e in events)
     assert events[-1] == {"done": True, "stop_reason": "answered", "iterations": 1}
+
+
+# -- the module-level node layout: threads, async, nodes alone, decisions, shown ids ----------
+RAIN_Q = "Who directed I Come with the Rain?"
+LEVITY_Q = "Who directed Levity?"
+
+
+def by_question(messages: list[BaseMessage]) -> str:
+    """Replies that depend on the question (and, for Levity, on the judge round)."""
+    text = "\n".join(str(m.content) for m in messages)
+    if VERIFY in text:
+        return "Yes"
+    rain = "Rain" in text.rsplit("Question:", 1)[-1]
+    if LEAF in text:
+        fact = (
+            "Tran Anh Hung directed I Come with the Rain." if rain else "Ed Solomon wrote Levity."
+        )
+        return leaf_json((fact, [0]))
+    if MAIN in text:
+        if rain:
+            return main_json("Tran Anh Hung")
+        # Levity: not enough until the second fact (from the query's round) is known
+        return main_json("Ed Solomon") if "Levity was made" in text else UNANSWERABLE
+    if QUERY in text:
+        return "Which year was Levity made?"
+    return FINAL_REPLY
+
+
+def levity_then_rain(messages: list[BaseMessage]) -> str:
+    text = "\n".join(str(m.content) for m in messages)
+    if LEAF in text and "Question: Which year was Levity made?" in text:
+        return leaf_json(("Levity was made in 2003.", [0]))
+    return by_question(messages)
+
+
+def no_wall(out: dict[str, Any]) -> dict[str, Any]:
+    return {**out, "usage": {k: v for k, v in out["usage"].items() if k != "wall_s"}}
+
+
+def test_a_second_question_on_a_thread_starts_clean(levity: Store) -> None:
+    def graph(checkpointer: Any = None) -> Any:
+        return build_graph(
+            "migres", llm=ScriptedChatModel(default=levity_then_rain), retriever=levity,
+            scorer=FakeScorer(1.0), verifier="off", checkpointer=checkpointer,
+        )  # fmt: skip
+
+    threaded = graph(InMemorySaver())
+    config = {"configurable": {"thread_id": "t1"}}
+    first = threaded.invoke({"question": LEVITY_Q}, config)
+    second = threaded.invoke({"question": RAIN_Q}, config)
+    assert first["answer"] == "Ed Solomon" and second["answer"] == "Tran Anh Hung"
+    assert first["iterations"] == 2 and len(first["queries"]) == 2
+    assert second["queries"] == [RAIN_Q] and second["iterations"] == 1
+    assert second["stop_reason"] == "answered" and second["judge_rounds"] == 1
+    assert second["known_info"] == ["Tran Anh Hung directed I Come with the Rain."]
+    assert {e["round"] for e in second["evidence"]} == {1}
+    assert second["usage"]["llm_calls"] == 2
+    # everything equals the same question asked on a fresh graph
+    alone = graph().invoke({"question": RAIN_Q})
+    for key in ("queries", "evidence", "iterations", "stop_reason", "known_info", "trace"):
+        assert second[key] == alone[key], key
+    assert no_wall(second)["usage"] == no_wall(alone)["usage"]
+
+
+def test_ainvoke_gives_the_same_output_as_invoke(levity: Store) -> None:
+    def graph() -> Any:
+        return build_graph(
+            "migres", llm=ScriptedChatModel(default=levity_then_rain), retriever=levity,
+            scorer=FakeScorer(1.0), verifier="llm",
+        )  # fmt: skip
+
+    sync = graph().invoke({"question": LEVITY_Q})
+    asyn = asyncio.run(graph().ainvoke({"question": LEVITY_Q}))
+    assert sync["iterations"] == 2 and sync["llm_calls_by_kind"]["verify"] == 2
+    assert no_wall(sync) == no_wall(asyn)
+
+
+def test_a_node_runs_alone_on_a_hand_made_state() -> None:
+    snippet = Snippet(
+        id="lev", title="Levity (film)", text=LEVITY[0]["text"], origin_text=LEVITY[0]["text"],
+        score=2.0, query=Q0, source="corpus",
+    )  # fmt: skip
+    state = State(question=Q0, pending_queries=[Q0], filtered_snippets=[snippet])
+    chat = ScriptedChatModel(rules=[(LEAF, leaf_json(("Levity was directed by Ed Solomon.", [0])))])
+    update = asyncio.run(extract(state, Runtime(context=Context()), Deps.of(llm=chat)))
+    assert update["extracted_info"] == [
+        {"info": "Levity was directed by Ed Solomon.", "support_passages": [0]}
+    ]
+    assert update["leaf_passages"] == [snippet]
+    assert update["seen_counts"] == {LEVITY[0]["text"]: 1}
+    assert f"Passage 0: (Title: Levity (film)) {LEVITY[0]['text']}" in chat.prompts()[0]
+
+
+def test_loop_decisions_are_recorded(levity: Store) -> None:
+    leaf = counter_reply(
+        lambda n: leaf_json(("Levity was directed by Ed Solomon.", [0])) if n == 1 else leaf_json()
+    )
+    chat = ScriptedChatModel(
+        rules=[(VERIFY, "Yes"), (LEAF, leaf), (MAIN, UNANSWERABLE), (QUERY, "Who made Levity?"),
+               (FINAL, FINAL_REPLY)],
+        logprobs={"Yes": -0.1, "No": -2.4},
+    )  # fmt: skip
+    graph = build_graph(
+        "migres", llm=LLM(chat, supports_logprobs=True), retriever=levity,
+        scorer=FakeScorer(1.0), verifier="llm", max_iterations=2,
+    )  # fmt: skip
+    out = graph.invoke({"question": Q0})
+    yes, no = math.exp(-0.1), math.exp(-2.4)
+    assert [(d["node"], d["round"], d["decision"], d["path"]) for d in out["decisions"]] == [
+        ("verify_nli", 1, "accept", "logprobs"),
+        ("judge_missing", 1, "continue", "parsed"),
+        ("judge_missing", 2, "continue", "rule"),
+    ]
+    assert out["decisions"][0]["p"] == pytest.approx(yes / (yes + no), rel=1e-5)
+    assert [d["p"] for d in out["decisions"][1:]] == [None, None]
+    assert all(d["threshold"] is None for d in out["decisions"])
+
+
+def test_a_custom_verifier_decision_has_no_probability() -> None:
+    snippet = Snippet(
+        id="lev", title="Levity (film)", text=LEVITY[0]["text"], origin_text=LEVITY[0]["text"],
+        score=2.0, query=Q0, source="corpus",
+    )  # fmt: skip
+    item = {"info": "Levity won an Oscar.", "support_passages": [0]}
+    state = State(question=Q0, leaf_passages=[snippet], extracted_info=[item], iterations=3)
+    deps = Deps(fact_verifier=FakeVerifier(lambda _p, _s: False))
+    with metered() as meter:
+        update = asyncio.run(verify_nli(state, Runtime(context=Context()), deps))
+    assert update["verified_info"] == []
+    assert meter.loop_decisions == [
+        {"node": "verify_nli", "round": 3, "decision": "reject", "p": None, "path": "model",
+         "threshold": None}
+    ]  # fmt: skip
+
+
+def test_shown_ids_hold_the_passages_in_prompts_only(levity: Store) -> None:
+    def only_levity(_q: str, d: ScoreDoc) -> float:
+        return 1.0 if d["title"] == "Levity (film)" else 0.0
+
+    rules = [(LEAF, leaf_json(("Levity was directed by Ed Solomon.", [0]))), (MAIN, main_json("x"))]
+    out, chat = run(levity, rules, scorer=FakeScorer(only_levity), delta=0.5, sentence_filter=False)
+    assert out["shown_ids"] == ["lev"]
+    assert "(Title: Levity (film))" in prompts_with(chat, LEAF)[0]
+    never_shown = set(out["retrieved_ids"]) - {"lev"}
+    assert "lev" in out["retrieved_ids"] and never_shown  # retrieved, filtered out
+    assert not never_shown & set(out["shown_ids"])
+
+
+def test_a_fact_in_a_prompt_counts_for_its_passages() -> None:
+    state = State(
+        question=Q0, judge_rounds=0, known_info=["Ed Solomon is American.", "A seed fact."],
+        known_sources=[["sol", "lev"], []],
+    )  # fmt: skip
+    chat = ScriptedChatModel(rules=[(MAIN, main_json("No"))])
+    with metered() as meter:
+        update = asyncio.run(judge_missing(state, Runtime(context=Context()), Deps.of(llm=chat)))
+    assert update["answer"] == "No"
+    assert "Information: Ed Solomon is American.; A seed fact.\n" in chat.prompts()[0]
+    assert meter.shown == ["sol", "lev"]

@@ -120,6 +120,7 @@ async def _entails(check: Verifier, sn: Snippet, statement: str, round_: int) ->
     fmt = FORMATS["premise_llm" if sn["source"] == "llm" else "premise"]
     premise = nodes.render_passages([_snippet_item(sn)], fmt, max_words=WHOLE)
     p: float | None = None
+    path: str
     if isinstance(check, LLMVerifier):
         choice = await check.acheck(premise, statement)
         ok, path = choice.value == "Yes", choice.path
@@ -262,11 +263,12 @@ async def verify_nli(state: State, runtime: Runtime[Context], deps: Deps) -> dic
         if key in known:  # already known: it would not be added, so do not pay to check it
             continue
         ok = check is None
-        for idx in [] if check is None else item["support_passages"]:
-            checks += 1
-            if await _entails(check, state.leaf_passages[idx], item["info"], state.iterations):
-                ok = True
-                break
+        if check is not None:  # accepted at the first cited snippet that entails it
+            for idx in item["support_passages"]:
+                checks += 1
+                if await _entails(check, state.leaf_passages[idx], item["info"], state.iterations):
+                    ok = True
+                    break
         if ok:
             accepted.append(item)
             known.add(key)
