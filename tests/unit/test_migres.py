@@ -180,7 +180,7 @@ def counter_reply(make: Callable[[int], str]) -> Callable[[list[BaseMessage]], s
 
 
 # -- 1. topology -----------------------------------------------------------------------------
-def test_graph_has_the_spec_nodes_and_edges(levity: Store) -> None:
+def test_graph_has_the_method_nodes_and_edges(levity: Store) -> None:
     graph = build_graph("migres", llm=ScriptedChatModel(), retriever=levity)
     drawn = graph.get_graph()
     assert set(drawn.nodes) - {"__start__", "__end__"} == {
