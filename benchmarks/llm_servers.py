@@ -45,6 +45,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -304,67 +305,85 @@ def compare(cands: list[Candidate], model: str, rounds: int, logdir: Path) -> di
 
 
 def repeatability(
-    cands: list[Candidate], model: str, passes: int, logdir: Path, paragraphs: int, max_tokens: int
+    cands: list[Candidate],
+    model: str,
+    logdir: Path,
+    opts: argparse.Namespace,
+    save: Callable[[dict[str, Any]], None],
 ) -> dict[str, Any]:
-    """Same 10 prompts ``passes`` times per candidate; are the answers identical?"""
+    """The same prompts ``passes`` times on every candidate (all served at once, interleaved
+    prompt by prompt); are the answers identical across passes and across candidates?
+    The summary is saved after every answer, so a run cut short still reports what it saw."""
     from gaprag.eval.datasets import load_dataset
 
     model_file = ensure_model(model, quiet=True)
-    examples = load_dataset("hotpotqa").select(limit=10, offset=60)  # calibration range: 60 on
+    examples = load_dataset("hotpotqa").select(limit=opts.prompts, offset=60)  # never 0-49
     prompts = [
         "Answer from the passages in a few words.\n\nPassages:\n"
         + "\n".join(
-            f"[{j}] {d['title']}: {d['text']}" for j, d in enumerate(ex.paragraphs[:paragraphs], 1)
+            f"[{j}] {d['title']}: {d['text']}"
+            for j, d in enumerate(ex.paragraphs[: opts.paragraphs], 1)
         )
         + f"\n\nQuestion: {ex.question}\nAnswer:"
         for ex in examples
     ]
     out: dict[str, Any] = {
+        "dataset": "hotpotqa, questions 60 on",
         "prompts": len(prompts),
-        "passes": passes,
-        "max_tokens": max_tokens,
-        "paragraphs": paragraphs,
+        "passes": opts.passes,
+        "max_tokens": opts.max_tokens,
+        "paragraphs": opts.paragraphs,
+        "temperature": 0,
+        "seed": 42,
     }
-    answers: dict[str, list[list[str]]] = {}
-    for c in cands:
-        c.start(model_file, model, logdir)
-        client = OpenAI(base_url=c.base_url, api_key="x", max_retries=0, timeout=900)
-        try:
-            runs: list[list[str]] = []
-            for _ in range(passes):
-                runs.append(
-                    [
-                        client.chat.completions.create(
-                            model=model,
-                            messages=[{"role": "user", "content": p}],
-                            max_tokens=max_tokens,
-                            temperature=0,
-                            seed=42,
-                        )
-                        .choices[0]
-                        .message.content
-                        or ""
-                        for p in prompts
-                    ]
-                )
-                print(f"{c.name}: pass {len(runs)} done", file=sys.stderr, flush=True)
-        finally:
+    answers: dict[str, list[list[str]]] = {c.name: [] for c in cands}
+    clients = {}
+    try:
+        for c in cands:
+            c.start(model_file, model, logdir)
+            clients[c.name] = OpenAI(base_url=c.base_url, api_key="x", max_retries=0, timeout=1800)
+        for _ in range(opts.passes):
+            for c in cands:
+                answers[c.name].append([])
+            for prompt in prompts:
+                for c in cands:
+                    r = clients[c.name].chat.completions.create(
+                        model=model,
+                        messages=[{"role": "user", "content": prompt}],
+                        max_tokens=opts.max_tokens,
+                        temperature=0,
+                        seed=42,
+                    )
+                    answers[c.name][-1].append(r.choices[0].message.content or "")
+                    out.update(_compare_answers(cands, answers))
+                    save(out)
+                print(f"pass {len(answers[cands[0].name])} done", file=sys.stderr, flush=True)
+    finally:
+        for c in cands:
             c.stop()
-        answers[c.name] = runs
+    return out
+
+
+def _compare_answers(cands: list[Candidate], answers: dict[str, list[list[str]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for c in cands:
+        runs = answers[c.name]
         first = runs[0]
+        done = min(len(r) for r in runs)  # prompts answered in every pass so far
         out[c.name] = {
             "args": c.args,
-            "identical_across_passes": all(r == first for r in runs),
-            "prompts_that_changed": sorted(
-                {i for r in runs for i, a in enumerate(r) if a != first[i]}
+            "answers_compared": done * (len(runs) - 1) if len(runs) > 1 else 0,
+            "prompts_that_changed_across_passes": sorted(
+                {i for r in runs for i, a in enumerate(r[:done]) if a != first[i]}
             ),
         }
-    names = list(answers)
-    ref = answers[names[0]][0]
-    out["identical_across_candidates"] = {
-        n: [i for i, a in enumerate(answers[n][0]) if a != ref[i]] for n in names[1:]
+    ref_name = cands[0].name
+    ref = answers[ref_name][0]
+    out["first_pass_differs_from_" + ref_name] = {
+        c.name: [i for i, a in enumerate(answers[c.name][0]) if i < len(ref) and a != ref[i]]
+        for c in cands[1:]
     }
-    out["answers_first_pass"] = {n: answers[n][0] for n in names}
+    out["answers_first_pass"] = {c.name: answers[c.name][0] for c in cands}
     return out
 
 
@@ -375,6 +394,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeatability", action="store_true")
     ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=10, help="questions in the repeatability test")
     ap.add_argument("--paragraphs", type=int, default=5, help="passages per repeatability prompt")
     ap.add_argument(
         "--max-tokens", type=int, default=48, help="answer cap in the repeatability test"
@@ -399,9 +419,13 @@ def main() -> None:
     if args.note:
         result["note"] = args.note
     if args.repeatability:
-        result["repeatability"] = repeatability(
-            cands, args.model, args.passes, logdir, args.paragraphs, args.max_tokens
-        )
+
+        def save(partial: dict[str, Any]) -> None:
+            if args.out:
+                snapshot = {**result, "repeatability": partial, "load_avg_now": os.getloadavg()}
+                Path(args.out).write_text(json.dumps(snapshot, indent=1) + "\n")
+
+        result["repeatability"] = repeatability(cands, args.model, logdir, args, save)
     else:
         result["rounds"] = args.rounds
         result["candidates"] = compare(cands, args.model, args.rounds, logdir)

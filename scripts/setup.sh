@@ -2,10 +2,12 @@
 # Set up gaprag in ./.venv on a machine with only Python 3.11 (idempotent).
 #   bash scripts/setup.sh            # runtime + the default local model (qwen2.5-coder-1.5b)
 #   bash scripts/setup.sh --dev      # + test tools, Studio, Postgres, PostgreSQL server, the test model
-# The LLM engine installed by default is xllamacpp (a prebuilt wheel: seconds).
-# GAPRAG_FAST=1 also builds llama.cpp's llama-server for this CPU (cmake + a C++ compiler, all
-# cores, several minutes once; cached per CPU in $GAPRAG_HOME/build); gaprag prefers it when
-# present. If the build fails, setup goes on with xllamacpp and says so.
+# The LLM engine installed by default is xllamacpp (a prebuilt wheel: seconds); see README
+# "Server engine" for the comparison. Optional native builds (gaprag prefers them when present):
+#   GAPRAG_FAST=1       also compiles llama-cpp-python[server] (about 6.5 min once on 2 cores)
+#   GAPRAG_FAST=server  builds llama.cpp's llama-server alone for this CPU (cmake + a C++
+#                       compiler, all cores; cached per CPU in $GAPRAG_HOME/build). If the build
+#                       fails, setup goes on with xllamacpp and says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEV=0
@@ -75,7 +77,11 @@ build_llama_server() {
   echo "==> llama-server built in $((SECONDS - t0)) s"
 }
 if [[ "${GAPRAG_FAST:-0}" == 1 ]]; then
-  build_llama_server || echo "warning: building llama-server failed (see above); gaprag uses the prebuilt xllamacpp engine (slower prompt processing)"
+  echo "==> building llama-cpp-python (one time, several minutes)"
+  CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} pip install -q 'llama-cpp-python[server]==0.3.36' \
+    || echo "warning: llama-cpp-python did not build; gaprag uses the prebuilt xllamacpp engine"
+elif [[ "${GAPRAG_FAST:-0}" == server ]]; then
+  build_llama_server || echo "warning: building llama-server failed (see above); gaprag uses the prebuilt xllamacpp engine"
 fi
 
 if [[ $DEV == 1 ]]; then

@@ -2,10 +2,10 @@
 
 Three engines serve the same API on 127.0.0.1, preferred in this order when installed:
 
-* ``llama-server``: llama.cpp's own server binary built for this CPU (``GAPRAG_FAST=1 bash
-  scripts/setup.sh`` builds it once from the pinned llama.cpp source; see README "Server
+* ``llama-server``: llama.cpp's own server binary built for this CPU (``GAPRAG_FAST=server
+  bash scripts/setup.sh`` builds it once from the pinned llama.cpp source; see README "Server
   engine"). Found at ``GAPRAG_LLAMA_SERVER``, beside the running Python, or on ``PATH``.
-* ``llama-cpp-python`` (``pip install 'llama-cpp-python[server]'``, compiled on install).
+* ``llama-cpp-python`` (``GAPRAG_FAST=1``: ``llama-cpp-python[server]``, compiled on install).
 * ``xllamacpp`` (``gaprag[local]``): the same C++ server as a prebuilt wheel; the default install.
 
 Started on demand on a free port, health-checked, reused within the process, stopped at exit.
@@ -86,7 +86,7 @@ def pick_engine(requested: str | None = None) -> Engine:
             )
         if requested not in engines:
             hint = {
-                "llama-server": "build it with GAPRAG_FAST=1 bash scripts/setup.sh, or set GAPRAG_LLAMA_SERVER",
+                "llama-server": "build it with GAPRAG_FAST=server bash scripts/setup.sh, or set GAPRAG_LLAMA_SERVER",
                 "llama-cpp-python": "pip install 'llama-cpp-python[server]'",
                 "xllamacpp": "pip install 'gaprag[local]'",
             }[requested]

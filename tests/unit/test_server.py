@@ -45,7 +45,7 @@ def test_a_missing_llama_server_is_refused_with_a_hint(
     assert "llama-server" not in server.available_engines()
     with pytest.raises(GapragError) as err:
         server.pick_engine("llama-server")
-    assert "GAPRAG_FAST=1" in (err.value.hint or "")
+    assert "GAPRAG_FAST=server" in (err.value.hint or "")
     with pytest.raises(GapragError, match="unknown engine"):
         server.pick_engine("ollama")
 
