@@ -55,24 +55,24 @@ build_llama_server() {
   local log="$cache/build.log" src="$cache/src"
   echo "==> building llama-server for this CPU (one time, several minutes; log: $log)"
   local t0=$SECONDS
+  # (called in an `||` list, so `set -e` is off in here: every step is chained with &&)
   {
     if [[ ! -d $src/llama_cpp_python-$LLAMA_SRC_PIN ]]; then
-      rm -rf "$src" && mkdir -p "$src"
-      pip download -q --no-deps --no-binary llama-cpp-python -d "$src" "llama-cpp-python==$LLAMA_SRC_PIN"
-      tar xzf "$src/llama_cpp_python-$LLAMA_SRC_PIN.tar.gz" -C "$src"
-    fi
-    local gen=()
-    command -v ninja >/dev/null && gen=(-G Ninja)
-    cmake -S "$src/llama_cpp_python-$LLAMA_SRC_PIN/vendor/llama.cpp" -B "$cache/cmake" "${gen[@]}" \
-      -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
-      -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
-      -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF
-    cmake --build "$cache/cmake" --target llama-server -j "$(nproc)"
+      rm -rf "$src" && mkdir -p "$src" &&
+        pip download -q --no-deps --no-binary llama-cpp-python -d "$src" "llama-cpp-python==$LLAMA_SRC_PIN" &&
+        tar xzf "$src/llama_cpp_python-$LLAMA_SRC_PIN.tar.gz" -C "$src"
+    fi &&
+      local gen=() &&
+      { ! command -v ninja >/dev/null || gen=(-G Ninja); } &&
+      cmake -S "$src/llama_cpp_python-$LLAMA_SRC_PIN/vendor/llama.cpp" -B "$cache/cmake" "${gen[@]}" \
+        -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
+        -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
+        -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF &&
+      cmake --build "$cache/cmake" --target llama-server -j "$(nproc)"
   } >"$log" 2>&1 || { tail -5 "$log"; return 1; }
   "$cache/cmake/bin/llama-server" --version >/dev/null 2>&1 || { echo "the built binary does not run"; return 1; }
-  cp "$cache/cmake/bin/llama-server" "$cache/llama-server"
-  cp "$cache/llama-server" "$bin"
+  cp "$cache/cmake/bin/llama-server" "$cache/llama-server" && cp "$cache/llama-server" "$bin" || return 1
   rm -rf "$cache/cmake" "$src"  # keep only the binary
   echo "==> llama-server built in $((SECONDS - t0)) s"
 }
