@@ -24,8 +24,14 @@ Candidates are given as ``NAME=KIND[:ARGS]``:
         --candidate native=llama-server:$GAPRAG_HOME/engines/llama-server/bin/llama-server \\
         --rounds 5 --out benchmarks/results_llm_servers.json
 
-``--repeatability`` instead answers 10 RAG prompts (bundled HotpotQA questions from index 60 on)
-several times with the prompt cache on and off, and reports whether the answers ever differ.
+``--repeatability`` instead answers ``--prompts`` RAG prompts (bundled HotpotQA questions from
+index 60 on, ``--paragraphs`` passages each) ``--passes`` times on every candidate, e.g. one with
+the prompt cache on and one with it off, and reports which answers ever differ::
+
+    python benchmarks/llm_servers.py --repeatability --prompts 10 --passes 3 \
+        --candidate 'cache-on=xllamacpp:--seed 42' \
+        --candidate 'cache-off=xllamacpp:--seed 42 --no-cache-prompt' \
+        --out benchmarks/results_llm_servers_repeatability.json
 
 The last line printed is one JSON object (also written to ``--out``).
 """
@@ -357,7 +363,7 @@ def repeatability(
                     answers[c.name][-1].append(r.choices[0].message.content or "")
                     out.update(_compare_answers(cands, answers))
                     save(out)
-                print(f"pass {len(answers[cands[0].name])} done", file=sys.stderr, flush=True)
+            print(f"pass {len(answers[cands[0].name])} done", file=sys.stderr, flush=True)
     finally:
         for c in cands:
             c.stop()
@@ -383,7 +389,7 @@ def _compare_answers(cands: list[Candidate], answers: dict[str, list[list[str]]]
         c.name: [i for i, a in enumerate(answers[c.name][0]) if i < len(ref) and a != ref[i]]
         for c in cands[1:]
     }
-    out["answers_first_pass"] = {c.name: answers[c.name][0] for c in cands}
+    out["answers"] = {c.name: answers[c.name] for c in cands}  # [pass][prompt]
     return out
 
 

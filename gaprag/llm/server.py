@@ -42,8 +42,9 @@ Engine = Literal["llama-server", "llama-cpp-python", "xllamacpp"]
 ENGINES: tuple[Engine, ...] = ("llama-server", "llama-cpp-python", "xllamacpp")
 
 REPEATABLE_SEED = 42
-# Whether the repeatable mode keeps llama.cpp's prompt cache on. Measured with
-# `python benchmarks/llm_servers.py --repeatability` (benchmarks/results_llm_servers_repeatability.json).
+# Whether the repeatable mode keeps llama.cpp's prompt cache on: off, because with it on one of
+# 6 greedy answers changed on a second pass, none with it off (1.5B model, 2026-11-23;
+# `python benchmarks/llm_servers.py --repeatability`, benchmarks/results_llm_servers_repeatability.json).
 REPEATABLE_CACHE_PROMPT = False
 # Flash attention on the CPU backend: "auto" (llama.cpp's default: on) or "off".
 FLASH_ATTN = "auto"
