@@ -279,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", help="registry name (default: GAPRAG_LOCAL_MODEL or qwen2.5-coder-1.5b)"
     )
     q.add_argument("--port", type=int, default=0)
-    q.add_argument("--engine", choices=["llama-cpp-python", "xllamacpp"])
+    q.add_argument("--engine", choices=["llama-server", "llama-cpp-python", "xllamacpp"])
     q.add_argument("--n-ctx", type=int, default=4096)
     q.set_defaults(func=cmd_llm_serve)
 

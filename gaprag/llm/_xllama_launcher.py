@@ -1,27 +1,66 @@
 """Run llama.cpp's own OpenAI-compatible server (xllamacpp) in this process until SIGTERM.
 
 Usage: python -m gaprag.llm._xllama_launcher MODEL_PATH PORT N_CTX N_THREADS
+           [--parallel N] [--seed N] [--no-cache-prompt] [--flash-attn on|off|auto]
+           [--batch N] [--ubatch N] [--alias NAME]
+
+The options mirror llama-server's flags of the same names, so both engines are started from
+one set of serving settings (see ``gaprag.llm.server.ServingSettings``).
 """
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 import time
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="gaprag.llm._xllama_launcher")
+    ap.add_argument("model_path")
+    ap.add_argument("port", type=int)
+    ap.add_argument("n_ctx", type=int)
+    ap.add_argument("threads", type=int)
+    ap.add_argument("--parallel", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--no-cache-prompt", action="store_true")
+    ap.add_argument("--flash-attn", choices=("on", "off", "auto"), default="auto")
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--ubatch", type=int, default=None)
+    ap.add_argument("--alias", default=None)
+    return ap.parse_args(argv)
+
+
 def main() -> None:
     import xllamacpp as xlc  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
-    path, port, n_ctx, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    args = parse_args(sys.argv[1:])
     params = xlc.CommonParams()
-    params.model.path = path
-    params.n_ctx = n_ctx
-    params.n_parallel = 1
-    params.cpuparams.n_threads = threads
-    params.cpuparams_batch.n_threads = threads
+    params.model.path = args.model_path
+    params.n_ctx = args.n_ctx
+    params.n_parallel = args.parallel
+    params.cpuparams.n_threads = args.threads
+    params.cpuparams_batch.n_threads = args.threads
     params.hostnames = ["127.0.0.1"]
-    params.port = port
+    params.port = args.port
+    if args.alias:
+        params.model_alias = {args.alias}
+    if args.seed is not None:
+        params.sampling.seed = args.seed
+    if args.no_cache_prompt:
+        params.cache_prompt = False  # the default of every request's cache_prompt
+        params.cache_ram_mib = 0  # and no host-memory prompt cache either
+    fa = xlc.llama_flash_attn_type
+    params.flash_attn_type = {
+        "on": fa.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+        "off": fa.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        "auto": fa.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    }[args.flash_attn]
+    if args.batch is not None:
+        params.n_batch = args.batch
+    if args.ubatch is not None:
+        params.n_ubatch = args.ubatch
     server = xlc.Server(params)  # serves in background threads
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:

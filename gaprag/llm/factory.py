@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
 from gaprag import config
 from gaprag.llm.client import LLM
 
-_default: LLM | None = None
+_defaults: dict[bool, LLM] = {}
 _lock = threading.Lock()
 
 
 def openai_llm(
-    base_url: str, model: str | None = None, *, structured_mode: str | None = None
+    base_url: str,
+    model: str | None = None,
+    *,
+    structured_mode: str | None = None,
+    seed: int | None = None,
 ) -> LLM:
     from langchain_openai import ChatOpenAI
 
@@ -23,28 +28,63 @@ def openai_llm(
         model=model or "default",
         api_key=config.api_key(),  # type: ignore[arg-type]
         temperature=0.0,
+        seed=seed,
         timeout=600,
         max_retries=3,  # the openai client retries connection errors, 429 and 5xx with backoff
     )
     return LLM(chat, structured_mode=structured_mode, endpoint=base_url)  # type: ignore[arg-type]
 
 
-def default_llm() -> LLM:
-    """One shared client per process: ``GAPRAG_BASE_URL`` if set, else the embedded server."""
-    global _default
+def default_llm(*, repeatable: bool = False) -> LLM:
+    """One shared client per process: ``GAPRAG_BASE_URL`` if set, else the embedded server.
+
+    ``repeatable=True`` asks for answers that repeat run after run: the embedded server is
+    started in its repeatable mode (one slot, fixed seed, prompt cache as measured; see
+    :func:`serving_settings`) and every request carries temperature 0 and the fixed seed. A
+    configured endpoint gets the same request settings; how it serves is up to it.
+    """
     with _lock:
-        if _default is None:
+        llm = _defaults.get(repeatable)
+        if llm is None:
+            from gaprag.llm.server import REPEATABLE_SEED
+
+            seed = REPEATABLE_SEED if repeatable else None
             url = config.base_url()
             if url:
-                _default = openai_llm(url, config.model_name())
+                llm = openai_llm(url, config.model_name(), seed=seed)
             else:
                 from gaprag.llm.server import ensure_local_server
 
-                server = ensure_local_server()
-                _default = openai_llm(
-                    server.base_url, server.model, structured_mode=server.structured_mode
+                server = ensure_local_server(repeatable=repeatable)
+                llm = openai_llm(
+                    server.base_url, server.model, structured_mode=server.structured_mode, seed=seed
                 )
-        return _default
+            _defaults[repeatable] = llm
+        return llm
+
+
+def serving_settings(*, repeatable: bool = False) -> dict[str, Any]:
+    """How :func:`default_llm` (with the same ``repeatable``) serves, as a JSON-ready dict.
+
+    For the embedded server: engine and version, model and its file's sha256, context size,
+    threads, slots, seed, temperature, prompt cache, batch sizes. For a configured endpoint:
+    its URL and model name and the request settings gaprag sends. Starts nothing.
+    """
+    from gaprag.llm.server import REPEATABLE_SEED, local_server_config, running_local_server
+
+    url = config.base_url()
+    if url:
+        return {
+            "endpoint": url,
+            "model": config.model_name(),
+            "temperature": 0.0,
+            "seed": REPEATABLE_SEED if repeatable else None,
+            "repeatable": repeatable,
+        }
+    server = running_local_server(repeatable=repeatable) or local_server_config(
+        repeatable=repeatable
+    )
+    return server.settings()
 
 
 def resolve_llm(llm: LLM | BaseChatModel | None) -> LLM:

@@ -1,20 +1,28 @@
 """The embedded llama.cpp OpenAI-compatible server (DESIGN.md §6).
 
-Two engines serve the same API on 127.0.0.1:
+Three engines serve the same API on 127.0.0.1, preferred in this order when installed:
 
-* ``llama-cpp-python`` (``gaprag[fast]``): compiled on install (~6.5 min once), about twice
-  as fast at prompt processing on these CPUs; preferred when installed.
-* ``xllamacpp`` (``gaprag[local]``): llama.cpp's own C++ server as a prebuilt wheel.
+* ``llama-server``: llama.cpp's own server binary built for this CPU (``GAPRAG_FAST=server
+  bash scripts/setup.sh`` builds it once from the pinned llama.cpp source; see README "Server
+  engine"). Found at ``GAPRAG_LLAMA_SERVER``, beside the running Python, or on ``PATH``.
+* ``llama-cpp-python`` (``GAPRAG_FAST=1``: ``llama-cpp-python[server]``, compiled on install).
+* ``xllamacpp`` (``gaprag[local]``): the same C++ server as a prebuilt wheel; the default install.
 
 Started on demand on a free port, health-checked, reused within the process, stopped at exit.
+``repeatable=True`` serves so that the same prompts give the same answers run after run: one
+slot, a fixed seed, and the prompt cache set as measured (``REPEATABLE_CACHE_PROMPT``);
+the client sends temperature 0. :meth:`EmbeddedServer.settings` describes what is served.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
+import importlib.metadata
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -24,17 +32,40 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from gaprag.config import gaprag_home, local_model
 from gaprag.errors import EndpointError, GapragError
 from gaprag.llm.registry import ensure_model, get_model
 
-Engine = Literal["llama-cpp-python", "xllamacpp"]
+Engine = Literal["llama-server", "llama-cpp-python", "xllamacpp"]
+ENGINES: tuple[Engine, ...] = ("llama-server", "llama-cpp-python", "xllamacpp")
+
+REPEATABLE_SEED = 42
+# Whether the repeatable mode keeps llama.cpp's prompt cache on: off, because with it on one of
+# 6 greedy answers changed on a second pass, none with it off (1.5B model, 2026-11-23;
+# `python benchmarks/llm_servers.py --repeatability`, benchmarks/results_llm_servers_repeatability.json).
+REPEATABLE_CACHE_PROMPT = False
+# Flash attention on the CPU backend: "auto" (llama.cpp's default: on) or "off".
+FLASH_ATTN = "auto"
+
+
+def llama_server_binary() -> Path | None:
+    """A llama.cpp ``llama-server`` binary: ``GAPRAG_LLAMA_SERVER``, beside Python, or on PATH."""
+    configured = os.environ.get("GAPRAG_LLAMA_SERVER")
+    if configured:
+        return Path(configured) if Path(configured).is_file() else None
+    beside = Path(sys.executable).parent / "llama-server"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("llama-server")
+    return Path(found) if found else None
 
 
 def available_engines() -> list[Engine]:
     engines: list[Engine] = []
+    if llama_server_binary() is not None:
+        engines.append("llama-server")
     # llama-cpp-python without its [server] extra (e.g. pulled in by another package) cannot serve
     if all(
         importlib.util.find_spec(m) is not None
@@ -50,15 +81,17 @@ def pick_engine(requested: str | None = None) -> Engine:
     requested = requested or os.environ.get("GAPRAG_LOCAL_ENGINE") or None
     engines = available_engines()
     if requested:
-        if requested not in ("llama-cpp-python", "xllamacpp"):
+        if requested not in ENGINES:
             raise GapragError(
-                f"unknown engine {requested!r}", hint="use llama-cpp-python or xllamacpp"
+                f"unknown engine {requested!r}", hint="use one of: " + ", ".join(ENGINES)
             )
         if requested not in engines:
-            raise GapragError(
-                f"engine {requested} is not installed",
-                hint="pip install 'gaprag[local]' or 'gaprag[fast]'",
-            )
+            hint = {
+                "llama-server": "build it with GAPRAG_FAST=server bash scripts/setup.sh, or set GAPRAG_LLAMA_SERVER",
+                "llama-cpp-python": "pip install 'llama-cpp-python[server]'",
+                "xllamacpp": "pip install 'gaprag[local]'",
+            }[requested]
+            raise GapragError(f"engine {requested} is not installed", hint=hint)
         return requested
     if not engines:
         raise GapragError(
@@ -66,6 +99,27 @@ def pick_engine(requested: str | None = None) -> Engine:
             hint="pip install 'gaprag[local]', or set GAPRAG_BASE_URL to an OpenAI-compatible endpoint",
         )
     return engines[0]
+
+
+@functools.cache
+def engine_version(engine: Engine) -> str:
+    """The installed version of an engine (the llama.cpp build for ``llama-server``)."""
+    if engine == "llama-server":
+        binary = llama_server_binary()
+        if binary is None:
+            return "not installed"
+        try:
+            out = subprocess.run(
+                [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return "unknown"
+        lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith("version:")]
+        return lines[0].removeprefix("version:").strip() if lines else "unknown"
+    try:
+        return importlib.metadata.version(engine)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def free_port() -> int:
@@ -81,6 +135,7 @@ class EmbeddedServer:
     port: int
     n_ctx: int = 4096
     threads: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
+    repeatable: bool = False
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
@@ -93,18 +148,72 @@ class EmbeddedServer:
         # llama-cpp-python 0.3.x answers json_schema with HTTP 500 but honours json_object+schema
         return "json_object" if self.engine == "llama-cpp-python" else "json_schema"
 
+    @property
+    def seed(self) -> int | None:
+        return REPEATABLE_SEED if self.repeatable else None
+
+    @property
+    def cache_prompt(self) -> bool:
+        return REPEATABLE_CACHE_PROMPT if self.repeatable else True
+
+    def settings(self) -> dict[str, Any]:
+        """What is served and how, for a run's record (e.g. an evaluation's summary.json)."""
+        model = get_model(self.model)
+        llama_cpp = self.engine != "llama-cpp-python"  # llama.cpp's own server (binary or wheel)
+        return {
+            "endpoint": "embedded",
+            "engine": self.engine,
+            "engine_version": engine_version(self.engine),
+            "model": model.name,
+            "model_file": model.filename,
+            "model_sha256": model.sha256,
+            "n_ctx": self.n_ctx,
+            "threads": self.threads,
+            "slots": 1,
+            "seed": self.seed,
+            "temperature": 0.0,  # sent by gaprag's client with every request
+            "cache_prompt": self.cache_prompt if llama_cpp else "prefix of the previous prompt",
+            "repeatable": self.repeatable,
+            "batch": 2048 if llama_cpp else 512,
+            "ubatch": 512,
+            "flash_attn": FLASH_ATTN if llama_cpp else "off",
+        }
+
     def command(self, model_file: Path) -> list[str]:
+        if self.engine == "llama-server":
+            binary = llama_server_binary()
+            if binary is None:
+                raise GapragError("llama-server is not installed", hint="set GAPRAG_LLAMA_SERVER")
+            cmd = [
+                str(binary), "-m", str(model_file), "--host", "127.0.0.1", "--port", str(self.port),
+                "-c", str(self.n_ctx), "-t", str(self.threads), "-tb", str(self.threads),
+                "-np", "1", "--alias", self.model, "--no-webui", "-fa", FLASH_ATTN,
+            ]  # fmt: skip
+            if self.seed is not None:
+                cmd += ["--seed", str(self.seed)]
+            if not self.cache_prompt:
+                cmd += ["--no-cache-prompt", "--cache-ram", "0"]
+            return cmd
         if self.engine == "llama-cpp-python":
-            return [
+            cmd = [
                 sys.executable, "-m", "llama_cpp.server", "--model", str(model_file),
                 "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
                 "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads),
                 "--model_alias", self.model,
             ]  # fmt: skip
-        return [
+            if self.seed is not None:
+                cmd += ["--seed", str(self.seed)]
+            return cmd  # it always reuses the previous prompt's matching prefix
+        cmd = [
             sys.executable, "-m", "gaprag.llm._xllama_launcher", str(model_file),
-            str(self.port), str(self.n_ctx), str(self.threads),
+            str(self.port), str(self.n_ctx), str(self.threads), "--parallel", "1",
+            "--alias", self.model, "--flash-attn", FLASH_ATTN,
         ]  # fmt: skip
+        if self.seed is not None:
+            cmd += ["--seed", str(self.seed)]
+        if not self.cache_prompt:
+            cmd.append("--no-cache-prompt")
+        return cmd
 
     def start(self, *, timeout_s: float = 180.0, quiet: bool = False) -> EmbeddedServer:
         model_file = ensure_model(self.model, quiet=quiet)
@@ -162,24 +271,49 @@ class EmbeddedServer:
 
 
 _lock = threading.Lock()
-_servers: dict[str, EmbeddedServer] = {}
+_servers: dict[tuple[str, bool], EmbeddedServer] = {}
+
+
+def local_server_config(
+    model: str | None = None, *, engine: str | None = None, repeatable: bool = False
+) -> EmbeddedServer:
+    """The embedded server that :func:`ensure_local_server` would start (not started)."""
+    return EmbeddedServer(
+        model=get_model(model or local_model()).name,
+        engine=pick_engine(engine),
+        port=0,
+        n_ctx=int(os.environ.get("GAPRAG_LOCAL_CTX", "4096")),
+        repeatable=repeatable,
+    )
+
+
+def running_local_server(
+    model: str | None = None, *, repeatable: bool = False
+) -> EmbeddedServer | None:
+    """The embedded server :func:`ensure_local_server` started for ``model``, if it still runs."""
+    server = _servers.get((get_model(model or local_model()).name, repeatable))
+    if server is not None and server.process is not None and server.process.poll() is None:
+        return server
+    return None
 
 
 def ensure_local_server(
-    model: str | None = None, *, engine: str | None = None, quiet: bool = False
+    model: str | None = None,
+    *,
+    engine: str | None = None,
+    quiet: bool = False,
+    repeatable: bool = False,
 ) -> EmbeddedServer:
-    """The process-wide embedded server for ``model``, started on first use."""
+    """The process-wide embedded server for ``model`` (and mode), started on first use."""
     name = get_model(model or local_model()).name
     with _lock:
-        server = _servers.get(name)
-        if server is not None and server.process is not None and server.process.poll() is None:
+        server = running_local_server(name, repeatable=repeatable)
+        if server is not None:
             return server
-        n_ctx = int(os.environ.get("GAPRAG_LOCAL_CTX", "4096"))
-        server = EmbeddedServer(
-            model=name, engine=pick_engine(engine), port=free_port(), n_ctx=n_ctx
-        )
+        server = local_server_config(name, engine=engine, repeatable=repeatable)
+        server.port = free_port()
         server.start(quiet=quiet)
-        _servers[name] = server
+        _servers[(name, repeatable)] = server
         return server
 
 

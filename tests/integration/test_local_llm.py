@@ -136,3 +136,42 @@ def test_server_does_not_outlive_a_killed_parent(tmp_path: Path) -> None:
 
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", port)) != 0  # nothing listens any more
+
+
+@needs_smol
+def test_repeatable_mode_serves_its_settings_and_repeats_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import urllib.request
+
+    from gaprag.llm import factory
+    from gaprag.llm.server import REPEATABLE_CACHE_PROMPT, REPEATABLE_SEED, running_local_server
+
+    monkeypatch.setenv("GAPRAG_HOME", str(tmp_path))
+    monkeypatch.setenv("GAPRAG_LOCAL_MODEL", "smollm2-135m")
+    monkeypatch.setattr(factory, "_defaults", {})
+    llm = factory.default_llm(repeatable=True)
+    prompts = ["Name a colour.", "What is 2+3?", "Name a colour. Then name a fruit."]
+    first = [llm.generate(p, max_tokens=12) for p in prompts]
+    again = [llm.generate(p, max_tokens=12) for p in reversed(prompts)][::-1]
+    assert first == again
+
+    server = running_local_server(repeatable=True)
+    assert server is not None
+    settings = factory.serving_settings(repeatable=True)
+    assert settings["engine"] == server.engine and settings["seed"] == REPEATABLE_SEED
+    if server.engine != "llama-cpp-python":  # llama.cpp's server reports what it was started with
+        with urllib.request.urlopen(server.base_url.removesuffix("/v1") + "/props") as resp:
+            props = json.loads(resp.read())
+        assert props["total_slots"] == 1
+        assert props["default_generation_settings"]["params"]["seed"] == REPEATABLE_SEED
+        from openai import OpenAI
+
+        client = OpenAI(base_url=server.base_url, api_key="x")
+        cached = []
+        for _ in range(2):  # the same prompt twice: the second may reuse the first's KV cache
+            r = client.chat.completions.create(
+                model=server.model, messages=[{"role": "user", "content": prompts[0]}], max_tokens=2
+            )
+            cached.append((r.model_extra or {})["timings"]["cache_n"])
+        assert (cached[1] > 0) is REPEATABLE_CACHE_PROMPT

@@ -1,0 +1,126 @@
+"""The embedded server's engines, its repeatable mode and the serving settings it reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from gaprag.errors import GapragError
+from gaprag.llm import _xllama_launcher, server
+from gaprag.llm.factory import serving_settings
+from gaprag.llm.registry import MODELS
+from gaprag.llm.server import REPEATABLE_CACHE_PROMPT, REPEATABLE_SEED, EmbeddedServer
+
+
+def _fake_llama_server(tmp_path: Path, version: str = "9999 (abc1234)") -> Path:
+    binary = tmp_path / "llama-server"
+    binary.write_text(f"#!/bin/sh\necho 'version: {version}' >&2\n")
+    binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
+    return binary
+
+
+@pytest.fixture(autouse=True)
+def _fresh_versions() -> None:
+    server.engine_version.cache_clear()
+
+
+def test_a_llama_server_binary_is_the_preferred_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAPRAG_LLAMA_SERVER", str(_fake_llama_server(tmp_path)))
+    monkeypatch.delenv("GAPRAG_LOCAL_ENGINE", raising=False)
+    assert server.available_engines()[0] == "llama-server"
+    assert server.pick_engine() == "llama-server"
+    assert server.engine_version("llama-server") == "9999 (abc1234)"
+
+
+def test_a_missing_llama_server_is_refused_with_a_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAPRAG_LLAMA_SERVER", str(tmp_path / "nowhere" / "llama-server"))
+    assert "llama-server" not in server.available_engines()
+    with pytest.raises(GapragError) as err:
+        server.pick_engine("llama-server")
+    assert "GAPRAG_FAST=server" in (err.value.hint or "")
+    with pytest.raises(GapragError, match="unknown engine"):
+        server.pick_engine("ollama")
+
+
+@pytest.mark.parametrize("engine", ["llama-server", "xllamacpp"])
+def test_repeatable_mode_pins_one_slot_a_seed_and_the_measured_cache(
+    engine: server.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAPRAG_LLAMA_SERVER", str(_fake_llama_server(tmp_path)))
+    plain = EmbeddedServer(model="smollm2-135m", engine=engine, port=8123).command(Path("m.gguf"))
+    rep = EmbeddedServer(model="smollm2-135m", engine=engine, port=8123, repeatable=True)
+    cmd = rep.command(Path("m.gguf"))
+    slots = "-np" if engine == "llama-server" else "--parallel"
+    assert cmd[cmd.index(slots) + 1] == "1" and plain[plain.index(slots) + 1] == "1"
+    assert cmd[cmd.index("--seed") + 1] == str(REPEATABLE_SEED) and "--seed" not in plain
+    assert ("--no-cache-prompt" in cmd) is (not REPEATABLE_CACHE_PROMPT)
+    assert "--no-cache-prompt" not in plain
+    assert cmd[cmd.index("8123") - 1] in ("--port", "m.gguf")  # served where base_url points
+
+
+def test_the_launcher_reads_the_same_serving_flags() -> None:
+    args = _xllama_launcher.parse_args(
+        ["m.gguf", "8123", "4096", "2", "--seed", "42", "--no-cache-prompt", "--flash-attn", "off"]
+    )
+    assert (args.port, args.n_ctx, args.threads, args.parallel) == (8123, 4096, 2, 1)
+    assert args.seed == 42 and args.no_cache_prompt and args.flash_attn == "off"
+    defaults = _xllama_launcher.parse_args(["m.gguf", "8123", "4096", "2"])
+    assert defaults.seed is None and not defaults.no_cache_prompt and defaults.flash_attn == "auto"
+
+
+def test_settings_name_the_model_file_and_every_serving_choice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GAPRAG_LOCAL_MODEL", "qwen2.5-coder-1.5b")
+    monkeypatch.setenv("GAPRAG_LOCAL_ENGINE", "xllamacpp")
+    settings = serving_settings(repeatable=True)
+    json.dumps(settings)  # goes into summary.json as is
+    assert settings["engine"] == "xllamacpp" and settings["engine_version"] != "not installed"
+    assert settings["model"] == "qwen2.5-coder-1.5b"
+    assert settings["model_sha256"] == MODELS["qwen2.5-coder-1.5b"].sha256
+    assert settings["slots"] == 1 and settings["seed"] == REPEATABLE_SEED
+    assert settings["temperature"] == 0.0 and settings["cache_prompt"] is REPEATABLE_CACHE_PROMPT
+    assert settings["threads"] == (os.cpu_count() or 1) and settings["n_ctx"] == 4096
+    assert {"batch", "ubatch", "flash_attn", "model_file"} <= set(settings)
+    normal = serving_settings()
+    assert normal["seed"] is None and normal["cache_prompt"] is True and not normal["repeatable"]
+
+
+def test_settings_for_a_configured_endpoint_say_what_gaprag_sends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GAPRAG_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("GAPRAG_MODEL", "some-model")
+    assert serving_settings(repeatable=True) == {
+        "endpoint": "http://127.0.0.1:9/v1",
+        "model": "some-model",
+        "temperature": 0.0,
+        "seed": REPEATABLE_SEED,
+        "repeatable": True,
+    }
+
+
+def test_the_repeatable_default_llm_sends_temperature_zero_and_the_seed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gaprag.llm import factory
+    from tests.fake_openai import FakeOpenAI
+
+    monkeypatch.setattr(factory, "_defaults", {})
+    with FakeOpenAI(reply="Paris") as srv:
+        monkeypatch.setenv("GAPRAG_BASE_URL", srv.base_url)
+        repeatable = factory.default_llm(repeatable=True)
+        assert repeatable.generate("Capital of France?", max_tokens=5) == "Paris"
+        assert factory.default_llm(repeatable=True) is repeatable
+        factory.default_llm().generate("Capital of France?", max_tokens=5)
+    first, second = srv.requests
+    assert first["temperature"] == 0.0 and first["seed"] == REPEATABLE_SEED
+    assert second["temperature"] == 0.0 and "seed" not in second
