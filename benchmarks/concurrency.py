@@ -10,7 +10,8 @@ of the eval call to the last result row written (the report and plots written af
 left out; ``eval_wall_s`` includes them).
 
 Embedded server (``--embedded``): the same with the model gaprag starts itself (no
-``GAPRAG_BASE_URL``), for the given N values and a fixed number of questions.
+``GAPRAG_BASE_URL``), for the given N values and a fixed number of questions, each N on new
+questions (llama.cpp reuses a slot's cached prompt, so repeating questions would be free).
 
     python benchmarks/concurrency.py [--ns 1,4,16,32] [--latency 1.0] [--method standard_rag]
     python benchmarks/concurrency.py --embedded --ns 1,2 --questions 4
@@ -65,6 +66,7 @@ def run_eval(
     method: str, n: int, questions: int, offset: int, out: Path, sets: list[str]
 ) -> dict[str, Any]:
     start = time.time()
+    c = time.process_time()
     t = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):  # the summary table: not ours to print
         code = gaprag_main(
@@ -75,6 +77,7 @@ def run_eval(
         ]
         )  # fmt: skip
     wall = time.perf_counter() - t
+    cpu = time.process_time() - c  # this process: graphs, retrieval, HTTP client, eval writing
     results = out / "results.jsonl"
     phase = results.stat().st_mtime - start  # the last result row written; report comes after
     rows = [json.loads(line) for line in results.open()]
@@ -91,6 +94,7 @@ def run_eval(
         "questions_per_s": round(len(rows) / phase, 3),
         "llm_calls_per_s": round(calls / phase, 3),
         "ideal_questions_per_s": None,
+        "gaprag_cpu_s_per_question": round(cpu / max(1, len(rows)), 3),
     }
 
 
@@ -118,9 +122,13 @@ def main() -> None:
         run_eval(
             args.method, 1, 1, args.offset, tmp / "warmup", args.set
         )  # opens the store, not counted
+        offset = args.offset + 1
         for n in ns:
             q = args.questions or max(8, 4 * n)
-            row = run_eval(args.method, n, q, args.offset, tmp / f"n{n}", args.set)
+            row = run_eval(args.method, n, q, offset, tmp / f"n{n}", args.set)
+            row["first_question"] = offset
+            if args.embedded:  # new questions for each N: the server's prompt cache must not help
+                offset += q
             if not args.embedded and row["llm_calls"]:
                 per_q = args.latency * row["llm_calls"] / row["questions"]
                 row["ideal_questions_per_s"] = round(n / per_q, 3)  # latency-bound, no overhead
