@@ -10,6 +10,8 @@ with a canned reply plus token usage, and records every request body it received
 
 ``reply`` may be a string or a callable ``(request_body) -> str`` for scripted answers;
 ``finish_reason`` likewise (``"length"`` imitates a reply cut at the output cap).
+``latency`` (seconds) delays every chat reply, like a real endpoint's generation time;
+requests are served in parallel threads, as by a server with unlimited slots.
 Only the standard library is used, so a ``langgraph dev`` subprocess can reach it too.
 """
 
@@ -41,7 +43,9 @@ class FakeOpenAI:
         *,
         model: str = MODEL_ID,
         finish_reason: Reply = "stop",
+        latency: float = 0.0,
     ) -> None:
+        self.latency = latency
         self.reply = reply
         self.finish_reason = finish_reason
         self.model = model
@@ -101,6 +105,8 @@ class FakeOpenAI:
                     return
                 with fake._lock:
                     fake.requests.append(body)
+                if fake.latency > 0:
+                    time.sleep(fake.latency)
                 text = fake.reply(body) if callable(fake.reply) else fake.reply
                 finish = fake.finish_reason
                 finish = finish(body) if callable(finish) else finish

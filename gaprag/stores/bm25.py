@@ -1,112 +1,243 @@
 """Sparse retrieval: BM25 over the same document ids as the dense store.
 
-Engines: ``bm25s`` (default; sparse-matrix scoring, sub-millisecond queries) and
-``rank_bm25`` (the reference implementation the design card names). Both share one tokenizer.
+Tokenisation is bm25s's own (``bm25s.tokenize``): lower-case, its word splitter, its stop-word
+list for the configured language and the Snowball stemmer from PyStemmer. One addition: CJK
+ideographs are split into single characters (Chinese has no spaces between words), so a
+Chinese corpus still matches without a word segmenter.
+
+Engines: ``bm25s`` (default; precomputed sparse score matrix, top-k with its numba backend
+when numba is installed) and ``rank_bm25`` (the reference implementation the design card
+names; scores every document per query). Both use the same tokens and the same ``k1``/``b``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import pickle
-import re
+import threading
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
+import numpy.typing as npt
+
+from gaprag.errors import StoreError
 
 Engine = Literal["bm25s", "rank_bm25"]
-ENGINES: tuple[Engine, ...] = ("bm25s", "rank_bm25")
+ENGINES: tuple[Engine, ...] = get_args(Engine)
+Method = Literal["lucene", "robertson", "atire", "bm25l", "bm25+"]
+METHODS: tuple[Method, ...] = get_args(Method)
 
-_STOP = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "but",
-        "by",
-        "for",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "no",
-        "not",
-        "of",
-        "on",
-        "or",
-        "such",
-        "that",
-        "the",
-        "their",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "to",
-        "was",
-        "will",
-        "with",
-        "what",
-        "which",
-        "who",
-        "whom",
-        "when",
-        "where",
-        "why",
-        "how",
-        "did",
-        "do",
-        "does",
-        "from",
-        "has",
-        "have",
-        "had",
-        "were",
-        "been",
-        "its",
-    ]
-)
-_WORD = re.compile(r"\w+", re.UNICODE)
+# bm25s's default splitter (words of two or more characters), plus single CJK ideographs
+TOKEN_PATTERN = r"(?u)[\u4e00-\u9fff]|[^\W\u4e00-\u9fff]{2,}"
+
+# language -> bm25s stop-word list name; the stemmer is PyStemmer's algorithm of the same name
+_STOPWORD_LANGUAGES = frozenset(
+    ("english", "german", "dutch", "french", "spanish", "portuguese", "italian", "russian",
+     "swedish", "norwegian", "chinese", "turkish", "korean", "danish")
+)  # fmt: skip
+_ALIASES = {
+    "en": "english", "de": "german", "nl": "dutch", "fr": "french", "es": "spanish",
+    "pt": "portuguese", "it": "italian", "ru": "russian", "sv": "swedish", "no": "norwegian",
+    "zh": "chinese", "tr": "turkish", "ko": "korean", "da": "danish",
+}  # fmt: skip
 
 
-def tokenize(text: str) -> list[str]:
-    tokens = [t for t in _WORD.findall(text.lower()) if t not in _STOP]
-    # CJK text has no spaces: index single characters so Chinese corpora still match
-    out: list[str] = []
-    for t in tokens:
-        if any("\u4e00" <= ch <= "\u9fff" for ch in t):
-            out.extend(t)
-        else:
-            out.append(t)
-    return out
+def _stemmer_languages() -> frozenset[str]:
+    try:
+        import Stemmer
+    except ImportError:
+        return frozenset()
+    return frozenset(Stemmer.algorithms())
+
+
+def languages() -> list[str]:
+    """Every accepted ``language`` value (``none`` = no stop words, no stemming)."""
+    return sorted(_STOPWORD_LANGUAGES | _stemmer_languages() | {"none"})
+
+
+@dataclass(frozen=True)
+class BM25Settings:
+    """How the BM25 index tokenises and scores; stored with the index and reused for queries.
+
+    ``language`` picks the stop-word list (bm25s) and the Snowball stemmer (PyStemmer);
+    ``stemmer=False`` keeps stop words but not stemming; ``language="none"`` disables both.
+    ``method`` is the BM25 variant of bm25s (Lucene's by default); ``rank_bm25`` implements
+    ``bm25l`` and ``bm25+`` and treats the other three as Okapi BM25.
+    """
+
+    engine: Engine = "bm25s"
+    language: str = "english"
+    stemmer: bool = True
+    k1: float = 1.5
+    b: float = 0.75
+    method: Method = "lucene"
+
+    def __post_init__(self) -> None:
+        lang = _ALIASES.get(self.language.lower(), self.language.lower())
+        object.__setattr__(self, "language", lang)
+        if self.engine not in ENGINES:
+            raise StoreError(
+                f"unknown BM25 engine {self.engine!r}", hint=f"use one of {', '.join(ENGINES)}"
+            )
+        if self.method not in METHODS:
+            raise StoreError(
+                f"unknown BM25 method {self.method!r}", hint=f"use one of {', '.join(METHODS)}"
+            )
+        if lang not in languages():
+            raise StoreError(
+                f"unknown BM25 language {self.language!r}",
+                hint=f"use one of {', '.join(languages())} (needs PyStemmer for stemming)",
+            )
+        if not (self.k1 >= 0 and 0 <= self.b <= 1):
+            raise StoreError(
+                f"BM25 k1={self.k1}, b={self.b} out of range", hint="use k1 >= 0 and 0 <= b <= 1"
+            )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BM25Settings:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    @property
+    def stopwords(self) -> str | None:
+        return self.language if self.language in _STOPWORD_LANGUAGES else None
+
+    @property
+    def stemmer_language(self) -> str | None:
+        if self.stemmer and self.language in _stemmer_languages():
+            return self.language
+        return None
+
+
+@lru_cache(maxsize=16)
+def _stemmer(language: str | None) -> Any:
+    if language is None:
+        return None
+    import Stemmer
+
+    return Stemmer.Stemmer(language)
+
+
+def tokenize_many(texts: Sequence[str], settings: BM25Settings | None = None) -> Any:
+    """``bm25s.Tokenized`` (ids + vocabulary) for ``texts``, ready for ``bm25s.BM25.index``."""
+    import bm25s
+
+    s = settings or BM25Settings()
+    return bm25s.tokenize(
+        list(texts),
+        token_pattern=TOKEN_PATTERN,
+        stopwords=s.stopwords,
+        stemmer=_stemmer(s.stemmer_language),
+        return_ids=True,
+        show_progress=False,
+    )
+
+
+def tokenize(text: str, settings: BM25Settings | None = None) -> list[str]:
+    """The index terms of ``text`` (stemmed, stop words removed) as strings."""
+    import bm25s
+
+    s = settings or BM25Settings()
+    out: list[list[str]] = bm25s.tokenize(
+        text,
+        token_pattern=TOKEN_PATTERN,
+        stopwords=s.stopwords,
+        stemmer=_stemmer(s.stemmer_language),
+        return_ids=False,
+        show_progress=False,
+    )
+    return out[0]
+
+
+def _top_positive(scores: npt.NDArray[Any], k: int) -> list[tuple[int, float]]:
+    """The ``k`` best (row, score) pairs with a positive score, best first.
+
+    Selects among the non-zero scores only: numpy's argpartition is very slow on arrays that
+    are mostly equal (zeros), which is what a BM25 score vector over a large corpus is.
+    """
+    rows = np.flatnonzero(scores > 0)
+    if rows.size > k:
+        part = np.argpartition(-scores[rows], k - 1)[:k]
+        rows = rows[part]
+    order = np.argsort(-scores[rows], kind="stable")
+    rows = rows[order]
+    return [(int(r), float(scores[r])) for r in rows]
+
+
+_numba_lock = threading.Lock()
+_numba_ready: bool | None = None
+
+
+def _numba_available() -> bool:
+    """True when bm25s's numba backend can be used; turns on numba's on-disk cache for it.
+
+    bm25s compiles its numba functions without ``cache=True``, which costs ~20 s per process
+    on a 2-core machine. Enabling numba's cache (its usual places: ``__pycache__`` beside the
+    source, else the user cache; ``NUMBA_CACHE_DIR`` overrides) makes later processes load
+    them in ~1 s.
+    """
+    global _numba_ready
+    with _numba_lock:
+        if _numba_ready is None:
+            try:
+                from bm25s.numba import retrieve_utils, selection
+
+                for module in (retrieve_utils, selection):
+                    for name in dir(module):
+                        fn = getattr(module, name)
+                        if hasattr(fn, "enable_caching") and hasattr(fn, "py_func"):
+                            with contextlib.suppress(Exception):
+                                fn.enable_caching()
+                _numba_ready = True
+            except Exception:  # numba missing or incompatible: numpy scoring works everywhere
+                _numba_ready = False
+        return _numba_ready
 
 
 class BM25Index:
-    def __init__(self, engine: Engine, model: Any, size: int) -> None:
-        self.engine = engine
+    def __init__(self, settings: BM25Settings, model: Any, size: int) -> None:
+        self.settings = settings
         self._model = model
         self.size = size
 
+    @property
+    def engine(self) -> Engine:
+        return self.settings.engine
+
     @classmethod
-    def build(cls, texts: list[str], engine: Engine = "bm25s") -> BM25Index:
-        corpus = [tokenize(t) for t in texts]
-        if engine == "bm25s":
+    def build(
+        cls, texts: Sequence[str], settings: BM25Settings | Engine | None = None
+    ) -> BM25Index:
+        s = BM25Settings(engine=settings) if isinstance(settings, str) else settings
+        s = s or BM25Settings()
+        tokens = tokenize_many(texts, s)
+        if s.engine == "bm25s":
             import bm25s
 
-            model: Any = bm25s.BM25()
-            model.index(corpus, show_progress=False)
-        elif engine == "rank_bm25":
-            from rank_bm25 import BM25Okapi
-
-            model = BM25Okapi([c or [""] for c in corpus])
+            model: Any = bm25s.BM25(
+                k1=s.k1,
+                b=s.b,
+                method=s.method,
+                backend="numba" if _numba_available() else "numpy",
+                auto_compile=False,  # the numba CSC builder would compile for seconds per process
+            )
+            model.index(tokens, show_progress=False)
         else:
-            raise ValueError(f"unknown BM25 engine {engine!r}; use one of {ENGINES}")
-        return cls(engine, model, len(texts))
+            from rank_bm25 import BM25L, BM25Okapi, BM25Plus
+
+            vocab = {i: w for w, i in tokens.vocab.items()}
+            corpus = [[vocab[i] for i in doc] or [""] for doc in tokens.ids]
+            kind = {"bm25l": BM25L, "bm25+": BM25Plus}.get(s.method, BM25Okapi)
+            model = kind(corpus, k1=s.k1, b=s.b)
+        return cls(s, model, len(texts))
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -115,29 +246,42 @@ class BM25Index:
         else:
             with (directory / "rank_bm25.pkl").open("wb") as fh:
                 pickle.dump(self._model, fh)
+        (directory / "settings.json").write_text(json.dumps(self.settings.as_dict()))
 
     @classmethod
-    def load(cls, directory: Path, engine: Engine, size: int) -> BM25Index:
-        if engine == "bm25s":
+    def load(cls, directory: Path, size: int) -> BM25Index:
+        try:
+            settings = BM25Settings.from_dict(json.loads((directory / "settings.json").read_text()))
+        except (OSError, ValueError) as exc:
+            raise StoreError(
+                f"the BM25 index in {directory} is unreadable ({exc})",
+                hint="rebuild the store with `gaprag index`",
+            ) from None
+        if settings.engine == "bm25s":
             import bm25s
 
             model: Any = bm25s.BM25.load(str(directory), show_progress=False)
+            model.backend = "numba" if _numba_available() else "numpy"
         else:
             with (directory / "rank_bm25.pkl").open("rb") as fh:
                 model = pickle.load(fh)  # our own file, written by save()
-        return cls(engine, model, size)
+        return cls(settings, model, size)
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         """(row, score) pairs, best first, only rows with a positive score."""
-        tokens = tokenize(query)
-        if not tokens or self.size == 0 or k <= 0:
+        if self.size == 0 or k <= 0:
+            return []
+        tokens = tokenize(query, self.settings)
+        if not tokens:
             return []
         k = min(k, self.size)
-        if self.engine == "bm25s":
-            rows, scores = self._model.retrieve([tokens], k=k, show_progress=False, n_threads=1)
+        if self.engine == "rank_bm25":
+            return _top_positive(np.asarray(self._model.get_scores(tokens)), k)
+        ids = self._model.get_tokens_ids(tokens)
+        if not ids:
+            return []
+        if self._model.backend == "numba":
+            rows, scores = self._model.retrieve([ids], k=k, show_progress=False, n_threads=1)
             pairs = zip(rows[0].tolist(), scores[0].tolist(), strict=True)
-        else:
-            all_scores = np.asarray(self._model.get_scores(tokens))
-            top = np.argsort(-all_scores)[:k]
-            pairs = zip(top.tolist(), all_scores[top].tolist(), strict=True)
-        return [(int(r), float(s)) for r, s in pairs if s > 0]
+            return [(int(r), float(s)) for r, s in pairs if s > 0]
+        return _top_positive(self._model.get_scores(ids), k)

@@ -29,7 +29,7 @@ import numpy as np
 from gaprag.errors import StoreError
 from gaprag.llm.accounting import record_retrieval
 from gaprag.state.base import Evidence
-from gaprag.stores.bm25 import BM25Index, Engine
+from gaprag.stores.bm25 import BM25Index, BM25Settings, Engine
 from gaprag.stores.dense import DenseIndex, make_client
 from gaprag.stores.documents import Document, corpus_hash, passage_text
 from gaprag.stores.embeddings import Embedder, Vectors, default_embedder, embedder_by_name
@@ -37,7 +37,7 @@ from gaprag.stores.hybrid import rrf
 
 RetrievalMode = Literal["bm25", "dense", "hybrid"]
 MODES: tuple[RetrievalMode, ...] = ("bm25", "dense", "hybrid")
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: bm25s tokenisation (stemming, stop words per language), bm25/settings.json
 
 
 def _evidence(doc: Document, score: float, source: str) -> Evidence:
@@ -73,7 +73,8 @@ class Store:
         root: str | Path,
         docs: Sequence[Document],
         *,
-        bm25_engine: Engine = "bm25s",
+        bm25_engine: Engine | None = None,
+        bm25: BM25Settings | None = None,
         embedder: Embedder | None = None,
         chroma_url: str | None = None,
         progress: bool = True,
@@ -87,6 +88,9 @@ class Store:
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
         embedder = embedder or default_embedder()
+        settings = bm25 or BM25Settings()
+        if bm25_engine is not None and bm25_engine != settings.engine:
+            settings = BM25Settings(**{**settings.as_dict(), "engine": bm25_engine})
         stamp = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
         tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
         try:
@@ -94,8 +98,8 @@ class Store:
                 for d in docs:
                     fh.write(json.dumps(d, ensure_ascii=False) + "\n")
             t0 = time.perf_counter()
-            bm25 = BM25Index.build([f"{d['title']} {d['text']}" for d in docs], bm25_engine)
-            bm25.save(tmp / "bm25")
+            sparse = BM25Index.build([f"{d['title']} {d['text']}" for d in docs], settings)
+            sparse.save(tmp / "bm25")
             bm25_s = time.perf_counter() - t0
             if progress:
                 print(
@@ -119,7 +123,8 @@ class Store:
                 "format": FORMAT_VERSION,
                 "count": len(docs),
                 "corpus_hash": corpus_hash(docs),
-                "bm25_engine": bm25_engine,
+                "bm25_engine": settings.engine,
+                "bm25": settings.as_dict(),
                 "embedder": embedder.name,
                 "dim": int(vectors.shape[1]),
                 "chroma": {"url": chroma_url, "collection": collection},
@@ -155,7 +160,18 @@ class Store:
     # -- opening --------------------------------------------------------------------------
     @classmethod
     def exists(cls, root: str | Path) -> bool:
-        return (Path(root) / "CURRENT").is_file()
+        """True when ``root`` holds a store of the current format (an older one counts as
+        absent, so a cached store is rebuilt rather than failing to open)."""
+        current = Path(root) / "CURRENT"
+        if not current.is_file():
+            return False
+        try:
+            manifest = json.loads(
+                (Path(root) / current.read_text().strip() / "manifest.json").read_text()
+            )
+        except (OSError, ValueError):
+            return True  # damaged: open() says so
+        return bool(manifest.get("format") == FORMAT_VERSION)
 
     @classmethod
     def open(cls, root: str | Path, *, embedder: Embedder | None = None) -> Store:
@@ -177,9 +193,11 @@ class Store:
             ) from None
         if manifest.get("format") != FORMAT_VERSION:
             raise StoreError(
-                f"the store at {root} has an unknown format", hint="rebuild it with `gaprag index`"
+                f"the store at {root} has index format {manifest.get('format')}; "
+                f"this gaprag reads format {FORMAT_VERSION}",
+                hint="rebuild it with `gaprag index` (the BM25 tokenisation changed)",
             )
-        bm25 = BM25Index.load(version_dir / "bm25", manifest["bm25_engine"], len(docs))
+        bm25 = BM25Index.load(version_dir / "bm25", len(docs))
         store = cls(
             root=root,
             version_dir=version_dir,

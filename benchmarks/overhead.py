@@ -1,0 +1,226 @@
+"""gaprag's own cost outside the LLM calls: every method on the demo store, zero-latency model.
+
+For each method (``gaprag.list_methods()``): graph compile time (``build_graph``), then
+questions from the bundled HotpotQA dev set (index 60 on; the demo corpus is its paragraphs)
+answered with ``gaprag.testing.ScriptedChatModel``, which replies at once. Per question:
+wall time, time inside the model (measured around the model's generate call), and the rest
+= gaprag's overhead (graph steps, retrieval incl. query embedding, prompt building, parsing,
+accounting), as wall time and as process CPU time (CPU time is what a busy, shared machine
+does not stretch; with torch's threads it can exceed wall time on an idle one). Also: opening the demo store (Store.open, first retrieval) in this process.
+
+The scripted model gives one fixed reply (``--reply``) to every prompt, so a method may take
+a different path than with a real model (e.g. repair a reply it cannot parse, or run to its
+round limit). The table therefore also gives the overhead per LLM call, and the overhead
+scaled to the LLM calls the method made per question with the embedded model (median over
+``docs/results/*.results.jsonl`` where present), compared with that method's median wall time
+there. Uses only the public API, so it runs before and after the graph restructure.
+
+    python benchmarks/overhead.py [--questions 20] [--methods standard_rag,iterkey] [--out FILE]
+
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from pydantic import PrivateAttr
+
+from gaprag import build_graph, list_methods
+from gaprag.testing import ScriptedChatModel
+
+ROOT = Path(__file__).resolve().parent.parent
+QUESTIONS = ROOT / "gaprag" / "data" / "eval" / "hotpotqa.dev.jsonl"
+RESULTS = ROOT / "docs" / "results"
+
+
+class TimedScriptedModel(ScriptedChatModel):
+    """ScriptedChatModel that adds up the time spent inside its generate calls."""
+
+    _inside_s: float = PrivateAttr(default=0.0)
+    _n: int = PrivateAttr(default=0)
+
+    def _generate(self, *args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return super()._generate(*args, **kwargs)
+        finally:
+            self._inside_s += time.perf_counter() - t
+            self._n += 1
+
+    async def _agenerate(self, *args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            parent = getattr(super(), "_agenerate", None)
+            return await parent(*args, **kwargs) if parent else super()._generate(*args, **kwargs)
+        finally:
+            self._inside_s += time.perf_counter() - t
+            self._n += 1
+
+    def take(self) -> tuple[float, int]:
+        out = (self._inside_s, self._n)
+        self._inside_s, self._n = 0.0, 0
+        return out
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def embedded_reference() -> dict[str, dict[str, float]]:
+    """Median wall_s and llm_calls per method from the committed results with the real model."""
+    walls: dict[str, list[float]] = defaultdict(list)
+    calls: dict[str, list[float]] = defaultdict(list)
+    for path in sorted(RESULTS.glob("*.results.jsonl")):
+        for line in path.open(encoding="utf-8"):
+            with contextlib.suppress(ValueError):
+                row = json.loads(line)
+                if row.get("error") or not row.get("wall_s"):
+                    continue
+                walls[row["method"]].append(float(row["wall_s"]))
+                calls[row["method"]].append(float(row.get("llm_calls") or 0))
+    return {
+        m: {
+            "rows": len(walls[m]),
+            "median_wall_s": round(statistics.median(walls[m]), 2),
+            "median_llm_calls": statistics.median(calls[m]),
+        }
+        for m in walls
+    }
+
+
+def load_rss_mb() -> float:
+    with contextlib.suppress(OSError), open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--questions", type=int, default=20)
+    ap.add_argument(
+        "--first", type=int, default=60, help="first question index (0-49 are held out)"
+    )
+    ap.add_argument("--methods", default="", help="comma-separated; default all")
+    ap.add_argument("--reply", default="Answer: Paris", help="the scripted model's reply")
+    ap.add_argument("--out", help="also write the JSON result to this file")
+    args = ap.parse_args()
+    methods = args.methods.split(",") if args.methods else list(list_methods())
+    rows = [json.loads(line) for line in QUESTIONS.open(encoding="utf-8")]
+    questions = [r["question"] for r in rows[args.first : args.first + args.questions]]
+    with contextlib.suppress(OSError), open("/proc/loadavg") as fh:
+        loadavg = fh.read().split()[:3]
+
+    t = time.perf_counter()
+    from gaprag.stores.demo import demo_store
+
+    store = demo_store(progress=False)  # built once under GAPRAG_HOME, else opened
+    first_store_s = time.perf_counter() - t
+    from gaprag.stores.store import Store
+
+    t = time.perf_counter()
+    reopened = Store.open(store.root)
+    open_s = time.perf_counter() - t
+    t = time.perf_counter()
+    reopened.search("warm up the sparse and dense indexes", 5)
+    first_search_s = time.perf_counter() - t
+    searches: dict[str, float] = {}
+    for mode in ("bm25", "dense", "hybrid"):
+        c = time.process_time()
+        t = time.perf_counter()
+        for q in questions:
+            store.search(q, 5, mode=mode)  # type: ignore[arg-type]
+        searches[f"{mode}_search_ms_mean"] = round(
+            (time.perf_counter() - t) * 1000 / len(questions), 2
+        )
+        searches[f"{mode}_search_cpu_ms_mean"] = round(
+            (time.process_time() - c) * 1000 / len(questions), 2
+        )
+    setup = {
+        "demo_store_first_call_s": round(first_store_s, 3),
+        "store_open_s": round(open_s, 3),
+        "first_hybrid_search_s": round(first_search_s, 3),
+        **searches,
+        "passages": len(store),
+    }
+    log(f"store: {setup}")
+
+    reference = embedded_reference()
+    result: dict[str, Any] = {
+        "questions": f"hotpotqa.dev {args.first}-{args.first + len(questions) - 1}",
+        "reply": args.reply,
+        "loadavg_at_start": loadavg,
+        "store": setup,
+        "methods": {},
+    }
+    for method in methods:
+        model = TimedScriptedModel(default=args.reply)
+        t = time.perf_counter()
+        graph = build_graph(method, llm=model, retriever=store)
+        compile_s = time.perf_counter() - t
+        graph.invoke({"question": questions[0]})  # warm-up (first-call imports), not counted
+        model.take()
+        walls, overheads, cpus, calls, retrievals, errors = [], [], [], [], [], 0
+        for q in questions:
+            c = time.process_time()
+            t = time.perf_counter()
+            try:
+                out = graph.invoke({"question": q})
+            except Exception as exc:  # a method that fails on the fixed reply: count, go on
+                errors += 1
+                log(f"{method}: {type(exc).__name__}: {exc}")
+                model.take()
+                continue
+            wall = time.perf_counter() - t
+            cpu = time.process_time() - c
+            inside, n = model.take()
+            walls.append(wall)
+            overheads.append(wall - inside)
+            cpus.append(cpu - inside)  # the scripted model's own time is CPU time too
+            calls.append(n)
+            retrievals.append(int((out.get("usage") or {}).get("retrieval_calls", 0)))
+        if not walls:
+            result["methods"][method] = {"errors": errors}
+            continue
+        per_call_ms = 1000 * sum(overheads) / max(1, sum(calls))
+        row: dict[str, Any] = {
+            "compile_s": round(compile_s, 4),
+            "questions": len(walls),
+            "errors": errors,
+            "llm_calls_mean": round(statistics.fmean(calls), 2),
+            "retrieval_calls_mean": round(statistics.fmean(retrievals), 2),
+            "overhead_ms_mean": round(1000 * statistics.fmean(overheads), 1),
+            "overhead_ms_p50": round(1000 * statistics.median(overheads), 1),
+            "overhead_ms_max": round(1000 * max(overheads), 1),
+            "overhead_cpu_ms_mean": round(1000 * statistics.fmean(cpus), 1),
+            "overhead_ms_per_llm_call": round(per_call_ms, 1),
+        }
+        ref = reference.get(method)
+        if ref:
+            scaled = per_call_ms * max(1.0, float(ref["median_llm_calls"]))
+            row["embedded_model"] = ref
+            row["overhead_ms_scaled_to_embedded_calls"] = round(scaled, 1)
+            row["overhead_pct_of_embedded_wall"] = round(
+                100 * max(scaled, row["overhead_ms_mean"]) / 1000 / ref["median_wall_s"], 2
+            )
+        result["methods"][method] = row
+        log(f"{method}: {row}")
+    result["rss_mib_end"] = load_rss_mb()
+    text = json.dumps(result)
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
