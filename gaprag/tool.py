@@ -20,7 +20,9 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
+from gaprag.errors import InputError
 from gaprag.graphs import _module, build_graph, context_class
+from gaprag.validate import check_build, check_question
 
 #: Evidence passages shown to the calling model, and words kept from each.
 EVIDENCE_ITEMS = 5
@@ -97,8 +99,27 @@ def as_tool(
 
     ``build_kwargs`` go to :func:`gaprag.build_graph` (``llm``, ``retriever``,
     ``checkpointer`` and context options such as ``max_iterations=3``). With a checkpointer,
-    every call runs in a fresh thread. The graph is compiled once, here.
+    every call runs in a fresh thread. The graph is compiled once, here, and the arguments
+    are checked here too (:mod:`gaprag.validate`); ``review=True`` is refused, since a tool
+    call cannot wait for a person. A question is checked before the graph runs.
     """
+    options = {
+        k: v for k, v in build_kwargs.items() if k not in ("llm", "retriever", "checkpointer")
+    }
+    check_build(
+        method,
+        llm=build_kwargs.get("llm"),
+        retriever=build_kwargs.get("retriever"),
+        checkpointer=build_kwargs.get("checkpointer"),
+        options=options,
+    )
+    if options.get("review"):
+        raise InputError(
+            f"{method} with review=True pauses every run for a person; a tool call cannot wait "
+            "for one",
+            hint=f"use build_graph({method!r}, review=True, checkpointer=...) directly and resume "
+            "the thread after the review, or leave review off for the tool",
+        )
     graph = build_graph(method, **build_kwargs)
     persistent = build_kwargs.get("checkpointer") is not None
     # An explicit (all-defaults) context: inside an agent graph the parent's runtime context
@@ -113,15 +134,25 @@ def as_tool(
             out["configurable"] = {"thread_id": f"tool-{uuid.uuid4().hex}"}
         return out
 
-    def run(question: str, config: RunnableConfig) -> tuple[str, dict[str, Any]]:
-        result = graph.invoke({"question": question}, _config(config), context=run_context)
+    def finish(result: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        if "__interrupt__" in result:  # paused (e.g. rag_ef asking for expert feedback)
+            compact = {**compact_result(result), "stop_reason": "paused_for_review"}
+            return (
+                "answer: (none: the method paused for expert review, which a tool call "
+                "cannot give)\nstop_reason: paused_for_review",
+                compact,
+            )
         compact = compact_result(result)
         return format_result(compact), compact
 
+    def run(question: str, config: RunnableConfig) -> tuple[str, dict[str, Any]]:
+        question = check_question(question)
+        return finish(graph.invoke({"question": question}, _config(config), context=run_context))
+
     async def arun(question: str, config: RunnableConfig) -> tuple[str, dict[str, Any]]:
-        result = await graph.ainvoke({"question": question}, _config(config), context=run_context)
-        compact = compact_result(result)
-        return format_result(compact), compact
+        question = check_question(question)
+        inputs = {"question": question}
+        return finish(await graph.ainvoke(inputs, _config(config), context=run_context))
 
     return StructuredTool.from_function(
         func=run,

@@ -10,20 +10,45 @@ with a canned reply plus token usage, and records every request body it received
 
 ``reply`` may be a string or a callable ``(request_body) -> str`` for scripted answers;
 ``finish_reason`` likewise (``"length"`` imitates a reply cut at the output cap).
+A reply may also be a :class:`RawReply`, to imitate a misbehaving endpoint: any status,
+headers and body bytes, a delay, or a connection reset part-way through the body.
 Only the standard library is used, so a ``langgraph dev`` subprocess can reach it too.
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-Reply = str | Callable[[dict[str, Any]], str]
+
+@dataclass
+class RawReply:
+    """An HTTP response sent as is: ``body`` (bytes, or a str/JSON value to encode)."""
+
+    body: Any = b""
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "application/json"
+    delay_s: float = 0.0  # wait before answering
+    reset_after: int | None = None  # send this many body bytes, then reset the connection
+
+    def payload(self) -> bytes:
+        if isinstance(self.body, bytes):
+            return self.body
+        if isinstance(self.body, str):
+            return self.body.encode("utf-8", "surrogatepass")
+        return json.dumps(self.body).encode()
+
+
+Reply = str | RawReply | Callable[[dict[str, Any]], "str | RawReply"]
 
 MODEL_ID = "fake-model"
 
@@ -102,6 +127,9 @@ class FakeOpenAI:
                 with fake._lock:
                     fake.requests.append(body)
                 text = fake.reply(body) if callable(fake.reply) else fake.reply
+                if isinstance(text, RawReply):
+                    self._raw(text)
+                    return
                 finish = fake.finish_reason
                 finish = finish(body) if callable(finish) else finish
                 prompt = sum(_tokens(str(m.get("content", ""))) for m in body.get("messages", []))
@@ -131,6 +159,28 @@ class FakeOpenAI:
                         "usage": usage,
                     },
                 )
+
+            def _raw(self, raw: RawReply) -> None:
+                if raw.delay_s:
+                    time.sleep(raw.delay_s)
+                data = raw.payload()
+                self.send_response(raw.status)
+                self.send_header("Content-Type", raw.content_type)
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in raw.headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                if raw.reset_after is None:
+                    self.wfile.write(data)
+                    return
+                self.wfile.write(data[: raw.reset_after])
+                self.wfile.flush()
+                # SO_LINGER 0: close() sends a TCP RST instead of a clean FIN
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+                self.close_connection = True
+                self.connection.close()
 
             def _stream(self, text: str, usage: dict[str, int]) -> None:
                 self.send_response(200)

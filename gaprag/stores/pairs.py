@@ -776,7 +776,8 @@ def _retry_busy(action: Callable[[], T], what: str, path: object = "") -> T:
                 raise
             if time.monotonic() > deadline:
                 raise StoreError(
-                    f"the pair store {path} stayed locked for {LOCK_WAIT_S:.0f} s ({what})",
+                    f"the pair store{f' {path}' if path else ''} stayed locked for "
+                    f"{LOCK_WAIT_S:.0f} s ({what})",
                     hint="another process holds a long write lock on it; retry later",
                 ) from None
             time.sleep(delay)
