@@ -220,10 +220,10 @@ def _writer(path: str, worker: int, n: int, queue: Any) -> None:
             try:
                 store.add(f"worker {worker} question {i}?", f"answer {worker}-{i}", chunk,
                           source="expert")  # fmt: skip
-            except Exception as exc:  # noqa: BLE001 - every error is a failure to report
+            except Exception as exc:
                 errors.append(repr(exc))
         store.close()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         errors.append("open: " + repr(exc))
     queue.put(("writer", worker, errors))
 
@@ -239,7 +239,7 @@ def _reader(path: str, stop: Any, queue: Any) -> None:
             store.search("answer", 3, mode="bm25")
             store.close()
             rounds += 1
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             errors.append(repr(exc))
             rounds += 1
     queue.put(("reader", rounds, errors))
