@@ -86,8 +86,9 @@ def _summary(update: Any) -> str:
         return str(update)[:200]
     parts = []
     for key, value in update.items():
-        if key in ("usage", "trace"):
+        if key in ("usage", "trace", "retrieved_ids", "shown_ids"):
             continue
+        value = getattr(value, "value", value)  # a reset at a new question: Overwrite(value)
         if isinstance(value, list):
             shown = ", ".join(
                 str(v.get("title") or v.get("id")) if isinstance(v, dict) else str(v)

@@ -3,15 +3,50 @@
 A prompt has a ``system`` part (fixed instructions) and a ``user`` part whose fixed text comes
 first and whose variable parts (passages, question) come last, so llama.cpp's prompt cache can
 reuse the prefix. Placeholders use ``{name}``; literal braces are written ``{{`` and ``}}``.
+
+Rendering is where "shown" is decided: a value that is :class:`Passages` (made by the one
+passage renderer, :func:`gaprag.nodes.render.render_passages`) carries the ids of the
+passages in it, and :meth:`Prompt.render` records those ids as shown to the model. The
+rendered prompt also carries how many of its characters are fixed instructions and how many
+are passages, so the LLM layer can split a call's prompt tokens by part.
 """
 
 from __future__ import annotations
 
 import string
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
+
+from gaprag.llm.accounting import record_shown
+
+
+class Passages(str):
+    """Rendered passages: the text, plus the ids of the passages it shows."""
+
+    ids: tuple[str, ...]
+
+    def __new__(cls, text: str, ids: Sequence[str] = ()) -> Passages:
+        obj = super().__new__(cls, text)
+        obj.ids = tuple(ids)
+        return obj
+
+
+class RenderedPrompt(list[tuple[str, str]]):
+    """Chat messages as (role, text), with ``parts`` = characters of (instructions, passages,
+    total) for token accounting."""
+
+    parts: tuple[int, int, int] = (0, 0, 0)
+
+
+def prompt_parts(messages: Any) -> tuple[int, int, int] | None:
+    return messages.parts if isinstance(messages, RenderedPrompt) else None
+
+
+def _fields(template: str) -> list[str]:
+    return [f for _, f, _, _ in string.Formatter().parse(template) if f]
 
 
 @dataclass(frozen=True)
@@ -24,17 +59,27 @@ class Prompt:
     def variables(self) -> set[str]:
         names: set[str] = set()
         for text in (self.system, self.user):
-            names.update(f for _, f, _, _ in string.Formatter().parse(text) if f)
+            names.update(_fields(text))
         return names
 
-    def render(self, **values: Any) -> list[tuple[str, str]]:
+    def render(self, **values: Any) -> RenderedPrompt:
         missing = self.variables - values.keys()
         if missing:
             raise KeyError(f"prompt {self.name!r} needs {sorted(missing)}")
-        out: list[tuple[str, str]] = []
+        out = RenderedPrompt()
+        variable_chars = passage_chars = 0
+        for template in (self.system.strip(), self.user.strip()):
+            for name in _fields(template):
+                value = values[name]
+                variable_chars += len(str(value))
+                if isinstance(value, Passages):
+                    passage_chars += len(value)
+                    record_shown(value.ids)
         if self.system.strip():
             out.append(("system", self.system.strip().format(**values)))
         out.append(("user", self.user.strip().format(**values)))
+        total = sum(len(text) for _, text in out)
+        out.parts = (max(0, total - variable_chars), passage_chars, total)
         return out
 
 
@@ -44,4 +89,5 @@ def load_prompts(package: str, filename: str = "prompts.toml") -> dict[str, Prom
     return {
         name: Prompt(name=name, system=str(table.get("system", "")), user=str(table["user"]))
         for name, table in data.items()
+        if isinstance(table, dict) and "user" in table
     }

@@ -7,11 +7,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -31,6 +33,7 @@ class ScriptedChatModel(BaseChatModel):
     rules: list[tuple[str, Reply]] = Field(default_factory=list)
     default: Reply = ""
     logprobs: dict[str, float] | None = None  # token -> logprob for every reply, if set
+    latency: float = 0.0  # seconds each call takes (time.sleep, or asyncio.sleep when async)
     _calls: list[dict[str, Any]] = PrivateAttr(default_factory=list)
     _index: int = PrivateAttr(default=0)
 
@@ -66,6 +69,23 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        if self.latency:
+            time.sleep(self.latency)
+        return self._result(messages, **kwargs)
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        """The native async path: no worker thread, so concurrent runs really overlap."""
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        return self._result(messages, **kwargs)
+
+    def _result(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
         text = self._pick(messages)
         self._calls.append(
             {

@@ -122,9 +122,9 @@ def as_tool(
         )
     graph = build_graph(method, **build_kwargs)
     persistent = build_kwargs.get("checkpointer") is not None
-    # An explicit (all-defaults) context: inside an agent graph the parent's runtime context
-    # would otherwise be handed to this graph's nodes, and it is a different schema.
-    run_context = context_class(method)()
+    # An explicit context with the build-time settings: inside an agent graph the parent's
+    # runtime context would otherwise be handed to this graph's nodes (a different schema).
+    run_context = (graph.context_schema or context_class(method))()
 
     def _config(config: RunnableConfig | None) -> RunnableConfig:
         out: RunnableConfig = {}

@@ -1,46 +1,21 @@
-"""What every method graph shares: the base context schema, lazy resources, settings merge."""
+"""Transition shim for methods not yet in the module-level node layout (issue 17)."""
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 
+from gaprag.context import BaseContext, describe
 from gaprag.errors import GapragError
 from gaprag.llm.client import LLM
 from gaprag.llm.factory import default_llm, openai_llm, resolve_llm
 from gaprag.stores.retriever import Retriever, as_retriever
 
-C = TypeVar("C", bound="BaseContext")
-
-
-def describe(default: Any, description: str) -> Any:
-    """A dataclass field whose description Studio shows in the assistant form."""
-    if isinstance(default, list | dict | set):
-        return field(
-            default_factory=lambda: type(default)(default), metadata={"description": description}
-        )
-    return field(default=default, metadata={"description": description})
-
-
-@dataclass(kw_only=True)
-class BaseContext:
-    """Run settings shared by all methods (Studio's configuration form)."""
-
-    base_url: str = describe(
-        "", "OpenAI-compatible endpoint; empty uses GAPRAG_BASE_URL or the embedded local server."
-    )
-    model: str = describe(
-        "", "Model name sent to the endpoint; empty uses GAPRAG_MODEL or the server's model."
-    )
-    store: str = describe(
-        "", "Path of a gaprag store (`gaprag index`); empty uses the bundled demo corpus."
-    )
-    answer_max_tokens: int = describe(48, "Output cap for the final answer call.")
-    max_passage_words: int = describe(150, "Passages are cut to this many words in prompts.")
+C = TypeVar("C", bound=BaseContext)
+__all__ = ["BaseContext", "Resources", "describe", "make_context", "merge_context"]
 
 
 def merge_context(build: C, run: Any) -> C:

@@ -1,9 +1,12 @@
-"""Per-node usage accounting.
+"""Per-node accounting: usage, what was retrieved and shown, and the decisions taken.
 
-Nodes stay pure functions of state: the :func:`node` decorator opens a meter in a context
-variable, every LLM call and retrieval made while the node runs records into it, and the
-decorator adds the meter's totals (plus the node's wall time) to the node's state update as a
-``usage`` delta, which the state's ``add_usage`` reducer sums over the run.
+Nodes stay pure functions of state: the node wiring (:mod:`gaprag.nodes.wiring`) opens a
+:class:`Meter` in a context variable around each node, and everything a node does through the
+shared layers records into it: every LLM call (tokens, by part, and cache reuse), every
+retrieval (calls and the ids returned), every passage rendered into a prompt (its id), every
+loop decision, and how each structured call was parsed. When the node returns, the meter's
+totals are added to its state update (``usage``, ``retrieved_ids``, ``shown_ids``,
+``decisions``, ``trace``), which the state's reducers sum over the run.
 """
 
 from __future__ import annotations
@@ -11,12 +14,12 @@ from __future__ import annotations
 import contextvars
 import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
-from gaprag.state.base import Usage
+from gaprag.state.base import Decision, Usage
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -28,7 +31,13 @@ class Meter:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     retrieval_calls: int = 0
-    decisions: list[dict[str, Any]] = field(default_factory=list)
+    cached_tokens: int = 0
+    instruction_tokens: int = 0
+    passage_tokens: int = 0
+    retrieved: list[str] = field(default_factory=list)
+    shown: list[str] = field(default_factory=list)
+    loop_decisions: list[Decision] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # parse paths -> ``trace``
 
     def usage(self, wall_s: float) -> Usage:
         return Usage(
@@ -37,24 +46,75 @@ class Meter:
             completion_tokens=self.completion_tokens,
             retrieval_calls=self.retrieval_calls,
             wall_s=round(wall_s, 4),
+            cached_tokens=self.cached_tokens,
+            instruction_tokens=self.instruction_tokens,
+            passage_tokens=self.passage_tokens,
         )
+
+    def apply(self, update: Any, label: str, wall_s: float) -> Any:
+        """Add this meter's records to a node's state update (a dict; anything else as is)."""
+        if not isinstance(update, dict):
+            return update
+        update.setdefault("usage", self.usage(wall_s))
+        if self.retrieved:
+            update["retrieved_ids"] = [*update.get("retrieved_ids", []), *self.retrieved]
+        if self.shown:
+            update["shown_ids"] = [*update.get("shown_ids", []), *self.shown]
+        if self.loop_decisions:
+            update["decisions"] = [*update.get("decisions", []), *self.loop_decisions]
+        if self.decisions:
+            trace = [{"node": label, **d} for d in self.decisions]
+            update["trace"] = [*update.get("trace", []), *trace]
+        return update
 
 
 _meter: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("gaprag_meter", default=None)
 
 
-def record_llm_call(prompt_tokens: int, completion_tokens: int) -> None:
+def current_meter() -> Meter | None:
+    return _meter.get()
+
+
+def record_llm_call(
+    prompt_tokens: int,
+    completion_tokens: int,
+    *,
+    cached_tokens: int = 0,
+    parts: tuple[int, int, int] | None = None,
+) -> None:
+    """One model call. ``parts``: characters of (instructions, passages, total) in its prompt,
+    used to attribute the prompt tokens proportionally."""
     meter = _meter.get()
-    if meter is not None:
-        meter.llm_calls += 1
-        meter.prompt_tokens += prompt_tokens
-        meter.completion_tokens += completion_tokens
+    if meter is None:
+        return
+    meter.llm_calls += 1
+    meter.prompt_tokens += prompt_tokens
+    meter.completion_tokens += completion_tokens
+    meter.cached_tokens += cached_tokens
+    if parts is not None and parts[2] > 0:
+        instructions, passages, total = parts
+        meter.instruction_tokens += round(prompt_tokens * instructions / total)
+        meter.passage_tokens += round(prompt_tokens * passages / total)
 
 
-def record_retrieval(calls: int = 1) -> None:
+def record_retrieval(calls: int = 1, ids: Iterable[str] = ()) -> None:
     meter = _meter.get()
     if meter is not None:
         meter.retrieval_calls += calls
+        meter.retrieved.extend(ids)
+
+
+def record_shown(ids: Iterable[str]) -> None:
+    """Passage ids rendered into a prompt (called by the one passage renderer)."""
+    meter = _meter.get()
+    if meter is not None:
+        meter.shown.extend(i for i in ids if i)
+
+
+def record_loop_decision(decision: Decision) -> None:
+    meter = _meter.get()
+    if meter is not None:
+        meter.loop_decisions.append(decision)
 
 
 def record_decision(**fields: Any) -> None:
@@ -76,7 +136,7 @@ def metered() -> Iterator[Meter]:
 
 
 def node(name: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Decorate a graph node so its LLM/retrieval usage and wall time land in ``usage``."""
+    """Decorate a synchronous step so its usage and wall time land in its state update."""
 
     def wrap(fn: Callable[P, R]) -> Callable[P, R]:
         label = name or fn.__name__
@@ -86,12 +146,7 @@ def node(name: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]:
             start = time.perf_counter()
             with metered() as meter:
                 update = fn(*args, **kwargs)
-            if isinstance(update, dict):
-                update.setdefault("usage", meter.usage(time.perf_counter() - start))
-                if meter.decisions:
-                    trace = [{"node": label, **d} for d in meter.decisions]
-                    update["trace"] = [*update.get("trace", []), *trace]
-            return update
+            return meter.apply(update, label, time.perf_counter() - start)  # type: ignore[no-any-return]
 
         return inner
 

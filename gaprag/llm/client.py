@@ -9,6 +9,10 @@ messages, and robust structured output:
 2. the tolerant parser in :mod:`gaprag.llm.parse`;
 3. one repair retry that shows the model its reply and the schema;
 4. the caller's documented safe default. A malformed reply never raises.
+
+Each call is written once, as a coroutine (``agenerate``, ``astructured``, ``achoose``); the
+synchronous ``generate``, ``structured`` and ``choose`` run the same code through
+:func:`gaprag.aio.run_sync`, which makes it use the chat model's blocking API.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.messages.ai import UsageMetadata
 from pydantic import BaseModel
 
+from gaprag.aio import run_sync, sync_mode
 from gaprag.errors import EndpointError
 from gaprag.llm.accounting import record_decision, record_llm_call
 from gaprag.llm.parse import parse_choice, parse_model, strip_thinking
+from gaprag.prompts import prompt_parts
 
 M = TypeVar("M", bound=BaseModel)
 StructuredMode = Literal["json_schema", "json_object", "none"]
@@ -108,6 +114,9 @@ def _estimate_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4))
 
 
+Parts = tuple[int, int, int] | None
+
+
 class LLM:
     """Chat access with caps, accounting and structured output. Thread-safe; share one."""
 
@@ -135,7 +144,9 @@ class LLM:
             return {"max_tokens": max_tokens, "extra_body": {"max_tokens": max_tokens}}
         return {"max_tokens": max_tokens}
 
-    def _invoke(self, messages: list[BaseMessage], max_tokens: int, **extra: Any) -> AIMessage:
+    async def _ainvoke(
+        self, messages: list[BaseMessage], max_tokens: int, parts: Parts = None, **extra: Any
+    ) -> AIMessage:
         kwargs = {**self._call_kwargs(max_tokens), **extra}
         if "extra_body" in extra and self._is_openai:
             kwargs["extra_body"] = {
@@ -143,7 +154,10 @@ class LLM:
                 **extra["extra_body"],
             }
         try:
-            reply = self.chat.invoke(messages, **kwargs)
+            if sync_mode():
+                reply = self.chat.invoke(messages, **kwargs)
+            else:
+                reply = await self.chat.ainvoke(messages, **kwargs)
         except Exception as exc:  # translate transport failures into one clear message
             truncated = _truncated_reply(exc)
             if truncated is None:
@@ -155,10 +169,16 @@ class LLM:
         assert isinstance(reply, AIMessage)
         usage = reply.usage_metadata
         if usage:
-            record_llm_call(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)))
+            details = usage.get("input_token_details") or {}
+            record_llm_call(
+                int(usage.get("input_tokens", 0)),
+                int(usage.get("output_tokens", 0)),
+                cached_tokens=int(details.get("cache_read", 0) or 0),
+                parts=parts,
+            )
         else:
             prompt = sum(_estimate_tokens(_text(m)) for m in messages)
-            record_llm_call(prompt, _estimate_tokens(_text(reply)))
+            record_llm_call(prompt, _estimate_tokens(_text(reply)), parts=parts)
         return reply
 
     def _endpoint_error(self, exc: Exception) -> Exception:
@@ -185,7 +205,7 @@ class LLM:
             )
         return exc
 
-    # -- public calls ---------------------------------------------------------------------
+    # -- public calls: one implementation each, as a coroutine ---------------------------
     def generate(
         self,
         messages: Messages,
@@ -194,8 +214,38 @@ class LLM:
         stop: list[str] | None = None,
     ) -> str:
         """Free text, capped at ``max_tokens``; ``<think>`` blocks removed."""
+        return run_sync(self.agenerate(messages, max_tokens=max_tokens, stop=stop))
+
+    def structured(
+        self, messages: Messages, schema: type[M], *, default: M,
+        max_tokens: int = DEFAULT_MAX_TOKENS, call: str = "",
+    ) -> Structured[M]:  # fmt: skip
+        """A reply validated against ``schema``; ``default`` if nothing valid comes back."""
+        return run_sync(
+            self.astructured(messages, schema, default=default, max_tokens=max_tokens, call=call)
+        )
+
+    def choose(
+        self, messages: Messages, options: Sequence[str], *, default: str,
+        max_tokens: int = 8, call: str = "",
+    ) -> Choice:  # fmt: skip
+        """Pick one of ``options``; see :meth:`achoose`."""
+        return run_sync(
+            self.achoose(messages, options, default=default, max_tokens=max_tokens, call=call)
+        )
+
+    async def agenerate(
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        stop: list[str] | None = None,
+    ) -> str:
+        """Free text, capped at ``max_tokens``; ``<think>`` blocks removed."""
         extra: dict[str, Any] = {"stop": stop} if stop else {}
-        reply = self._invoke(to_messages(messages), max_tokens, **extra)
+        reply = await self._ainvoke(
+            to_messages(messages), max_tokens, prompt_parts(messages), **extra
+        )
         return strip_thinking(_text(reply)).strip()
 
     def _constraint(self, schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -210,12 +260,16 @@ class LLM:
             return {"response_format": {"type": "json_object", "schema": dict(schema)}}
         return {}
 
-    def _invoke_constrained(
-        self, messages: list[BaseMessage], max_tokens: int, schema: Mapping[str, Any]
+    async def _ainvoke_constrained(
+        self,
+        messages: list[BaseMessage],
+        max_tokens: int,
+        schema: Mapping[str, Any],
+        parts: Parts = None,
     ) -> str:
         extra = self._constraint(schema)
         try:
-            return _text(self._invoke(messages, max_tokens, **extra))
+            return _text(await self._ainvoke(messages, max_tokens, parts, **extra))
         except Exception as exc:
             names = {cls.__name__ for cls in type(exc).__mro__}
             rejected = {
@@ -231,9 +285,9 @@ class LLM:
                 event="structured_mode_fallback", mode=self.structured_mode, error=str(exc)[:200]
             )
             self.structured_mode = "none"
-            return _text(self._invoke(messages, max_tokens))
+            return _text(await self._ainvoke(messages, max_tokens, parts))
 
-    def structured(
+    async def astructured(
         self,
         messages: Messages,
         schema: type[M],
@@ -246,7 +300,7 @@ class LLM:
         msgs = to_messages(messages)
         json_schema = schema.model_json_schema()
         constrained = self.structured_mode != "none"
-        raw = self._invoke_constrained(msgs, max_tokens, json_schema)
+        raw = await self._ainvoke_constrained(msgs, max_tokens, json_schema, prompt_parts(messages))
         parsed = parse_model(raw, schema)
         if parsed is not None:
             path: Literal["constrained", "parsed"] = (
@@ -262,7 +316,7 @@ class LLM:
                 f"schema, no other text:\n{json.dumps(json_schema)}"
             ),
         ]
-        raw2 = self._invoke_constrained(repair, max_tokens, json_schema)
+        raw2 = await self._ainvoke_constrained(repair, max_tokens, json_schema)
         parsed = parse_model(raw2, schema)
         if parsed is not None:
             record_decision(call=call, path="repaired")
@@ -270,7 +324,7 @@ class LLM:
         record_decision(call=call, path="default", raw=raw2[:300])
         return Structured(default, "default", raw2)
 
-    def choose(
+    async def achoose(
         self,
         messages: Messages,
         options: Sequence[str],
@@ -285,10 +339,11 @@ class LLM:
         then by a constrained JSON choice, then by parsing free text, then ``default``.
         """
         msgs = to_messages(messages)
+        parts = prompt_parts(messages)
         if self.supports_logprobs:
             try:
                 # a few tokens: some models open with a whitespace or newline token
-                reply = self._invoke(msgs, max_tokens=3, logprobs=True, top_logprobs=20)
+                reply = await self._ainvoke(msgs, 3, parts, logprobs=True, top_logprobs=20)
                 probs = self._option_probs(reply, options)
                 if probs:
                     # ties go to the caller's safe default
@@ -305,7 +360,7 @@ class LLM:
             "properties": {"answer": {"type": "string", "enum": list(options)}},
             "required": ["answer"],
         }
-        raw = self._invoke_constrained(msgs, max_tokens + 16, schema)
+        raw = await self._ainvoke_constrained(msgs, max_tokens + 16, schema, parts)
         picked = parse_choice(raw, options)
         if picked is not None:
             path: Literal["constrained", "parsed"] = (

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, NotRequired
 
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
+
+PERSISTENT = "gaprag:persistent"
+"""Annotated marker for a state field that is kept across the questions of one thread; every
+other field is reset when a new question starts (see :mod:`gaprag.nodes.wiring`)."""
 
 
 class Evidence(TypedDict):
@@ -34,6 +38,9 @@ class Usage(TypedDict):
     completion_tokens: int
     retrieval_calls: int
     wall_s: float
+    cached_tokens: NotRequired[int]  # prompt tokens the server reused from its cache
+    instruction_tokens: NotRequired[int]  # prompt tokens of fixed instructions (by characters)
+    passage_tokens: NotRequired[int]  # prompt tokens of rendered passages (by characters)
 
 
 USAGE_KEYS: tuple[str, ...] = (
@@ -42,11 +49,28 @@ USAGE_KEYS: tuple[str, ...] = (
     "completion_tokens",
     "retrieval_calls",
     "wall_s",
+    "cached_tokens",
+    "instruction_tokens",
+    "passage_tokens",
 )
 
 
+class Decision(TypedDict):
+    """A loop decision a model took: continue or stop, and on what it was taken."""
+
+    node: str
+    round: int
+    decision: str
+    p: float | None  # the probability the decision was taken on; None where none exists
+    path: str  # logprobs | constrained | parsed | repaired | model | rule | default
+    threshold: float | None
+
+
 def empty_usage() -> Usage:
-    return Usage(llm_calls=0, prompt_tokens=0, completion_tokens=0, retrieval_calls=0, wall_s=0.0)
+    return Usage(
+        llm_calls=0, prompt_tokens=0, completion_tokens=0, retrieval_calls=0, wall_s=0.0,
+        cached_tokens=0, instruction_tokens=0, passage_tokens=0,
+    )  # fmt: skip
 
 
 def add_usage(left: Usage | None, right: Usage | None) -> Usage:
@@ -65,6 +89,21 @@ def add_trace(
     left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None
 ) -> list[dict[str, Any]]:
     """Reducer for decision records (which parser path a call took, and why a loop stopped)."""
+    return [*(left or []), *(right or [])]
+
+
+def add_unique(left: list[str] | None, right: list[str] | None) -> list[str]:
+    """Reducer for id lists: append the new ids not seen yet, keeping first-seen order."""
+    out = list(left or [])
+    seen = set(out)
+    for item in right or []:
+        if item not in seen:
+            seen.add(item)
+            out.append(item)
+    return out
+
+
+def add_decisions(left: list[Decision] | None, right: list[Decision] | None) -> list[Decision]:
     return [*(left or []), *(right or [])]
 
 
@@ -102,6 +141,21 @@ class OutputState:
         list[dict[str, Any]],
         Field(description="Decision records: how each structured call was decided, and fallbacks."),
         add_trace,
+    ] = field(default_factory=list)
+    retrieved_ids: Annotated[
+        list[str],
+        Field(description="Every passage id any retrieval of this question returned, once each."),
+        add_unique,
+    ] = field(default_factory=list)
+    shown_ids: Annotated[
+        list[str],
+        Field(description="Every passage id shown in at least one LLM prompt of this question."),
+        add_unique,
+    ] = field(default_factory=list)
+    decisions: Annotated[
+        list[Decision],
+        Field(description="Each loop decision: node, round, decision, p, path, threshold."),
+        add_decisions,
     ] = field(default_factory=list)
 
 

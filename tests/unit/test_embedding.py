@@ -239,9 +239,9 @@ def test_progress_events_reach_the_custom_stream_of_a_parent(store: Store) -> No
 def test_iterative_methods_report_progress_rounds(method: str, store: Store) -> None:
     if method not in AVAILABLE:
         pytest.skip("no iterative method imports yet")
-    graph = build_graph(
-        method, llm=ScriptedChatModel(default="Paris"), retriever=store, retrieval_mode="bm25"
-    )
+    # rag_ef's retrieval_mode names its answer mode (rag_ef | standard), not a search mode
+    options = {} if method == "rag_ef" else {"retrieval_mode": "bm25"}
+    graph = build_graph(method, llm=ScriptedChatModel(default="Paris"), retriever=store, **options)
     chunks = list(
         graph.stream({"question": "capital of France"}, stream_mode=["updates", "custom"])
     )

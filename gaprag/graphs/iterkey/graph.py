@@ -29,7 +29,8 @@ from gaprag.llm.accounting import node, record_decision
 from gaprag.llm.client import LLM
 from gaprag.llm.factory import openai_llm, resolve_llm
 from gaprag.llm.parse import parse_choice
-from gaprag.nodes import clean_answer, retrieve, truncate_words
+from gaprag.nodes import clean_answer, truncate_words
+from gaprag.nodes.legacy import retrieve
 from gaprag.progress import emit
 from gaprag.prompts import load_prompts
 from gaprag.state.base import Evidence, InputState

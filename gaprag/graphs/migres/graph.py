@@ -17,7 +17,7 @@ import math
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
@@ -47,11 +47,11 @@ from gaprag.graphs.migres.parsing import (
     usable_knowledge,
     valid_facts,
 )
+from gaprag.graphs.migres.verify import LLMVerifier, Verifier
 from gaprag.llm.accounting import node
-from gaprag.llm.client import LLM
 from gaprag.nodes import truncate_words
 from gaprag.progress import emit
-from gaprag.prompts import Prompt, load_prompts
+from gaprag.prompts import load_prompts
 from gaprag.state.base import Evidence, InputState
 from gaprag.state.migres import InfoItem, MigresOutput, MigresState, Snippet
 from gaprag.stores.embeddings import default_embedder
@@ -133,29 +133,6 @@ class Context(BaseContext):
     judge_max_tokens: int = describe(200, "Output cap for the judge and final-answer calls.")
     query_max_tokens: int = describe(96, "Output cap for the query-generation call.")
     knowledge_max_tokens: int = describe(160, "Output cap for the LLM-knowledge call.")
-
-
-class Verifier(Protocol):
-    """Whether ``premise`` entails ``statement``."""
-
-    def entails(self, premise: str, statement: str) -> bool: ...
-
-
-class LLMVerifier:
-    """A yes/no entailment question to the LLM; an undecidable reply accepts the fact."""
-
-    def __init__(self, llm: LLM, prompt: Prompt = PROMPTS["verify"]) -> None:
-        self.llm = llm
-        self.prompt = prompt
-
-    def entails(self, premise: str, statement: str) -> bool:
-        choice = self.llm.choose(
-            self.prompt.render(premise=premise, statement=statement),
-            ["Yes", "No"],
-            default="Yes",
-            call="verify",
-        )
-        return choice.value == "Yes"
 
 
 # -- settings --------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from gaprag.graphs.rfm_rag.model import (
 )
 from gaprag.llm.accounting import metered, node
 from gaprag.llm.client import LLM
-from gaprag.nodes import format_passages, retrieve
+from gaprag.nodes.legacy import format_passages, retrieve
 from gaprag.progress import emit
 from gaprag.prompts import load_prompts
 from gaprag.state.base import Evidence, InputState

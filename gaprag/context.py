@@ -1,0 +1,146 @@
+"""Run settings: the base context schema, build-time defaults, and one place that validates.
+
+Every method's ``Context`` is a dataclass whose fields are made with :func:`describe`, so
+Studio shows a form with descriptions (and a drop-down for ``Literal`` fields).
+
+Precedence is simple and predictable: a run-time value (``invoke(..., context={...})``) always
+wins, whatever it equals; a build-time value (``build_graph(method, top_k=2)``) wins over the
+class default. :func:`with_defaults` makes the second rule structural: it derives a context
+class whose *defaults* are the build-time values, and LangGraph builds that class from the
+run-time dict, so a run-time value is simply an argument to the constructor.
+
+Validation happens once, when a context object is constructed (``__post_init__``): ``Literal``
+fields must hold one of their values, and numbers must respect a field's ``minimum``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+from gaprag.errors import InputError
+
+C = TypeVar("C", bound="BaseContext")
+
+
+def describe(default: Any, description: str, *, minimum: float | None = None) -> Any:
+    """A dataclass field whose description Studio shows in the assistant form.
+
+    ``minimum``: the smallest value a number may take (checked when a context is built).
+    """
+    metadata: dict[str, Any] = {"description": description}
+    if minimum is not None:
+        metadata["minimum"] = minimum
+    if isinstance(default, list | dict | set):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _literal_values(annotation: Any) -> tuple[Any, ...] | None:
+    """The allowed values of a ``Literal`` (or ``Literal | None``) annotation, else None."""
+    if get_origin(annotation) is Literal:
+        return get_args(annotation)
+    values: list[Any] = []
+    for arg in get_args(annotation):
+        if get_origin(arg) is Literal:
+            values.extend(get_args(arg))
+        elif arg is type(None):
+            values.append(None)
+        else:
+            return None
+    return tuple(values) or None
+
+
+@dataclass(kw_only=True)
+class BaseContext:
+    """Run settings shared by all methods (Studio's configuration form)."""
+
+    base_url: str = describe(
+        "", "OpenAI-compatible endpoint; empty uses GAPRAG_BASE_URL or the embedded local server."
+    )
+    model: str = describe(
+        "", "Model name sent to the endpoint; empty uses GAPRAG_MODEL or the server's model."
+    )
+    store: str = describe(
+        "", "Path of a gaprag store (`gaprag index`); empty uses the bundled demo corpus."
+    )
+    answer_max_tokens: int = describe(48, "Output cap for the final answer call.", minimum=1)
+    max_passage_words: int = describe(
+        150, "Passages are cut to this many words in prompts.", minimum=1
+    )
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        method = getattr(type(self), "method_name", type(self).__module__.split(".")[-2])
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            allowed = _literal_values(hints.get(f.name))
+            if allowed is not None and value not in allowed:
+                raise InputError(
+                    f"{method}: {f.name}={value!r} is not valid",
+                    hint="use one of: " + ", ".join(repr(v) for v in allowed),
+                )
+            minimum = f.metadata.get("minimum")
+            if (
+                minimum is not None
+                and isinstance(value, int | float)
+                and not isinstance(value, bool)
+                and value < minimum
+            ):
+                raise InputError(
+                    f"{method}: {f.name} must be at least {minimum:g} (got {value!r})",
+                    hint=f"set {f.name}={minimum:g} or more",
+                )
+
+
+def _copier(value: Any) -> Callable[[], Any]:
+    return lambda: type(value)(value)
+
+
+def field_names(cls: type[BaseContext]) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def with_defaults(cls: type[C], overrides: dict[str, Any]) -> type[C]:
+    """``cls`` with ``overrides`` as its defaults (build-time settings), validated now."""
+    unknown = set(overrides) - field_names(cls)
+    if unknown:
+        raise InputError(
+            f"unknown option(s) for this method: {', '.join(sorted(unknown))}",
+            hint="valid options: " + ", ".join(sorted(field_names(cls))),
+        )
+    cls(**overrides)  # validate the build-time values once, with a clear message
+    if not overrides:
+        return cls
+    hints = typing.get_type_hints(cls)
+    fields: list[tuple[str, Any, Any]] = []
+    for name, value in overrides.items():
+        original = next(f for f in dataclasses.fields(cls) if f.name == name)
+        if isinstance(value, list | dict | set):
+            spec = field(default_factory=_copier(value), metadata=original.metadata)
+        else:
+            spec = field(default=value, metadata=original.metadata)
+        fields.append((name, hints[name], spec))
+    derived = dataclasses.make_dataclass(
+        cls.__name__, fields, bases=(cls,), kw_only=True, namespace={"__doc__": cls.__doc__}
+    )
+    derived.__module__ = cls.__module__
+    derived.__qualname__ = cls.__qualname__
+    return derived
+
+
+def resolve_context(cls: type[C], value: Any) -> C:
+    """The run's settings as ``cls``: from an instance, a dict, None (the defaults), or a
+    parent graph's context object when the graph runs as a subgraph (fields matched by name,
+    unknown ones ignored)."""
+    if isinstance(value, cls):
+        return value
+    if value is None:
+        return cls()
+    names = field_names(cls)
+    if isinstance(value, dict):
+        return cls(**{k: v for k, v in value.items() if k in names})
+    return cls(**{k: getattr(value, k) for k in names if hasattr(value, k)})

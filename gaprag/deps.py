@@ -1,0 +1,109 @@
+"""Everything a graph uses that is an object rather than a setting, in one typed place.
+
+``build_graph(method, llm=..., retriever=..., checkpointer=..., deps=Deps(...), **settings)``:
+``llm`` and ``retriever`` are the common ones; the rest are injected only where a method uses
+them (a separate keyword or validator model, MIGRES's scorer and verifier, a QA-pair knowledge
+base, RAG-EF's feedback store, RFM-RAG's sufficiency model). They can also be passed to
+``build_graph`` as keywords of the same names. Anything not given is resolved lazily from the
+run's settings (endpoint, store path) on first use and cached: building a graph is instant.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from gaprag.context import BaseContext
+from gaprag.llm.client import LLM
+from gaprag.llm.factory import default_llm, openai_llm, resolve_llm
+from gaprag.stores.retriever import Retriever, as_retriever
+
+if TYPE_CHECKING:
+    from gaprag.graphs.migres.filter import Scorer
+    from gaprag.graphs.migres.verify import Verifier
+    from gaprag.graphs.rfm_rag.model import SufficiencyJudge
+    from gaprag.stores.pairs import PairStore
+
+T = TypeVar("T")
+_LLM_FIELDS = ("llm", "keywords_llm", "validator_llm")
+
+
+@dataclass(kw_only=True)
+class Deps:
+    """A graph's injected objects. Every field is optional; see the module docstring."""
+
+    llm: LLM | None = None
+    """The main chat model (any LangChain chat model is wrapped in :class:`LLM`)."""
+    retriever: Retriever | None = None
+    """The passage store or any retriever (a LangChain retriever is adapted)."""
+    keywords_llm: LLM | None = None
+    """IterKey: the model for keyword generation and regeneration (paper's Table 7)."""
+    validator_llm: LLM | None = None
+    """IterKey: the model for answer validation (paper's Table 8)."""
+    scorer: Scorer | None = None
+    """MIGRES: the knowledge filter's relevance scorer (e.g. a cross-encoder)."""
+    fact_verifier: Verifier | None = None
+    """MIGRES: the fact verifier (e.g. an NLI model)."""
+    kb_pairs: Any = None
+    """Missing-Knowledge: a QA-pair knowledge base (a PairStore or a Retriever)."""
+    pair_store: PairStore | None = None
+    """RAG-EF: the expert-feedback (question, answer, chunk) store."""
+    sufficiency_model: SufficiencyJudge | None = None
+    """RFM-RAG: the R-Feedback sufficiency model."""
+    _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def names(cls) -> set[str]:
+        return {f.name for f in fields(cls) if not f.name.startswith("_")}
+
+    @classmethod
+    def of(cls, **objects: Any) -> Deps:
+        """Normalise user objects: chat models become :class:`LLM`, retrievers are adapted."""
+        values = {k: v for k, v in objects.items() if v is not None}
+        for name in _LLM_FIELDS:
+            if name in values:
+                values[name] = resolve_llm(values[name])
+        if "retriever" in values:
+            values["retriever"] = as_retriever(values["retriever"])
+        return cls(**values)
+
+    def cached(self, key: Any, make: Callable[[], T]) -> T:
+        """The one lazy, lock-guarded cache for objects built from settings."""
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = make()
+            return self._cache[key]  # type: ignore[no-any-return]
+
+    def chat(
+        self, ctx: BaseContext, *, role: LLM | None = None, base_url: str = "", model: str = ""
+    ) -> LLM:
+        """The model for a call: an injected role model, else a role endpoint from the
+        settings, else the main model (injected, the run's endpoint, or the default)."""
+        if role is not None:
+            return role
+        if base_url:
+            return self.cached(
+                ("llm", base_url, model), lambda: openai_llm(base_url, model or None)
+            )
+        if self.llm is not None:
+            return self.llm
+        if ctx.base_url:
+            return self.cached(
+                ("llm", ctx.base_url, ctx.model),
+                lambda: openai_llm(ctx.base_url, ctx.model or None),
+            )
+        return default_llm()
+
+    def search(self, ctx: BaseContext) -> Retriever:
+        """The passage retriever: injected, the store at ``ctx.store``, or the demo corpus."""
+        if self.retriever is not None:
+            return self.retriever
+        from gaprag.stores.demo import demo_store
+        from gaprag.stores.store import Store
+
+        if not ctx.store:
+            return demo_store()
+        return self.cached(("store", ctx.store), lambda: Store.open(ctx.store))

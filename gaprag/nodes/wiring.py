@@ -1,0 +1,164 @@
+"""How a method's module-level nodes and routers become a graph.
+
+A node is a module-level function named exactly like its graph node::
+
+    async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]
+
+(``deps`` may be left out; a node without I/O may be a plain ``def``). :func:`add_nodes`
+turns each into a LangGraph node that runs natively under both ``invoke`` and ``ainvoke``
+(:mod:`gaprag.aio`), hands it the run's settings as ``runtime.context`` (an instance of the
+graph's context class, whatever the caller passed), and meters it
+(:mod:`gaprag.llm.accounting`).
+
+The ``first`` node starts every question. Its update also resets every per-question field of
+the state to its default (reducer fields included, with LangGraph's ``Overwrite``), so a second
+question on a checkpointed thread starts clean; a field annotated with
+:data:`gaprag.state.base.PERSISTENT` is kept across a thread's questions. The question is
+validated there, once.
+
+A router is a module-level function ``(state, runtime) -> Literal[...]``; :func:`add_router`
+gives it the resolved settings too and passes its ``Literal`` values as the edge map, so
+Studio draws every edge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import time
+import typing
+from collections.abc import Callable
+from typing import Any, get_args, get_origin
+
+from langgraph.constants import START
+from langgraph.graph import StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import Overwrite
+
+from gaprag.aio import run_sync
+from gaprag.context import BaseContext, resolve_context
+from gaprag.deps import Deps
+from gaprag.errors import InputError
+from gaprag.llm.accounting import metered
+from gaprag.state.base import PERSISTENT, InputState
+
+MAX_QUESTION_CHARS = 20_000
+
+NodeFn = Callable[..., Any]
+
+
+def check_question(question: Any) -> str:
+    """The question, stripped; an InputError with a hint if it is missing, empty or huge."""
+    if not isinstance(question, str):
+        raise InputError(
+            f"the question must be a string, got {type(question).__name__}",
+            hint='invoke({"question": "..."})',
+        )
+    text = question.strip()
+    if not text:
+        raise InputError("the question is empty", hint='invoke({"question": "..."})')
+    if len(text) > MAX_QUESTION_CHARS:
+        raise InputError(
+            f"the question has {len(text):,} characters (at most {MAX_QUESTION_CHARS:,})",
+            hint="shorten it; passages belong in the store (`gaprag index`), not in the question",
+        )
+    return text
+
+
+def _is_reducer_field(annotation: Any) -> bool:
+    meta: tuple[Any, ...] = getattr(annotation, "__metadata__", ())
+    return len(meta) > 0 and callable(meta[-1])
+
+
+def reset_values(state_cls: type[Any]) -> dict[str, tuple[Any, bool]]:
+    """Every per-question field of ``state_cls``: (its default, whether it has a reducer),
+    leaving out the input fields and fields marked persistent."""
+    hints = typing.get_type_hints(state_cls, include_extras=True)
+    inputs = {f.name for f in dataclasses.fields(InputState)}
+    out: dict[str, tuple[Any, bool]] = {}
+    for f in dataclasses.fields(state_cls):
+        annotation = hints.get(f.name)
+        if f.name in inputs or PERSISTENT in getattr(annotation, "__metadata__", ()):
+            continue
+        if f.default is not dataclasses.MISSING:
+            value: Any = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        else:
+            continue
+        out[f.name] = (value, _is_reducer_field(annotation))
+    return out
+
+
+def _start_update(state: Any, update: Any) -> Any:
+    """A first node's update, plus a reset of every per-question field that still holds a
+    previous question's value (on a fresh thread nothing is stale and nothing is added)."""
+    if not isinstance(update, dict):
+        return update
+    merged = dict(update)
+    for name, (default, reducer) in reset_values(type(state)).items():
+        current = getattr(state, name, default)
+        if current == default or (reducer and not current):  # a reducer channel starts empty
+            continue
+        value = update.get(name, default)
+        merged[name] = Overwrite(value) if reducer else value
+    return merged
+
+
+def as_node(fn: NodeFn, deps: Deps, context: type[BaseContext], *, first: bool = False) -> Any:
+    """``fn`` as a LangGraph node that runs natively in sync and async mode."""
+    from langgraph._internal._runnable import RunnableCallable
+
+    name = fn.__name__
+    takes_deps = "deps" in inspect.signature(fn).parameters
+    is_async = inspect.iscoroutinefunction(fn)
+
+    async def afunc(state: Any, runtime: Runtime[Any]) -> Any:
+        if first:
+            check_question(getattr(state, "question", None))
+        run = runtime.override(context=resolve_context(context, runtime.context))
+        start = time.perf_counter()
+        with metered() as meter:
+            result = fn(state, run, deps) if takes_deps else fn(state, run)
+            update = await result if is_async else result
+        update = meter.apply(update, name, time.perf_counter() - start)
+        return _start_update(state, update) if first else update
+
+    def func(state: Any, runtime: Runtime[Any]) -> Any:
+        return run_sync(afunc(state, runtime))
+
+    return RunnableCallable(func, afunc, name=name)
+
+
+def add_nodes(
+    builder: StateGraph[Any, Any, Any, Any], deps: Deps, *fns: NodeFn, first: NodeFn | None = None
+) -> None:
+    """Add module-level node functions under their own names. ``first`` (default: the first
+    given) starts each question: START leads to it, and it resets the per-question state."""
+    context = builder.context_schema
+    if context is None or not issubclass(context, BaseContext):
+        raise TypeError("the graph needs a gaprag context_schema (a BaseContext subclass)")
+    entry = first or fns[0]
+    for fn in fns:
+        builder.add_node(fn.__name__, as_node(fn, deps, context, first=fn is entry))
+    builder.add_edge(START, entry.__name__)
+
+
+def add_router(builder: StateGraph[Any, Any, Any, Any], source: str, fn: NodeFn) -> None:
+    """A conditional edge from ``source`` decided by ``fn``; its ``Literal`` return type lists
+    the targets (Studio draws them)."""
+    context = builder.context_schema
+    assert context is not None and issubclass(context, BaseContext)
+    returns = typing.get_type_hints(fn).get("return")
+    if get_origin(returns) is not typing.Literal:
+        raise TypeError(f"router {fn.__name__} must return a Literal[...] of node names")
+    targets = list(get_args(returns))
+    takes_runtime = "runtime" in inspect.signature(fn).parameters
+
+    def route(state: Any, runtime: Runtime[Any]) -> Any:
+        if not takes_runtime:
+            return fn(state)
+        return fn(state, runtime.override(context=resolve_context(context, runtime.context)))
+
+    route.__name__ = fn.__name__
+    builder.add_conditional_edges(source, route, targets)
