@@ -14,7 +14,11 @@ _lock = threading.Lock()
 
 
 def openai_llm(
-    base_url: str, model: str | None = None, *, structured_mode: str | None = None
+    base_url: str,
+    model: str | None = None,
+    *,
+    structured_mode: str | None = None,
+    context_window: int | None = None,
 ) -> LLM:
     from langchain_openai import ChatOpenAI
 
@@ -23,10 +27,13 @@ def openai_llm(
         model=model or "default",
         api_key=config.api_key(),  # type: ignore[arg-type]
         temperature=0.0,
-        timeout=600,
-        max_retries=3,  # the openai client retries connection errors, 429 and 5xx with backoff
+        timeout=config.request_timeout(),  # GAPRAG_TIMEOUT
+        # the openai client retries connection errors, 408/409/429 and 5xx with backoff,
+        # honouring Retry-After (GAPRAG_MAX_RETRIES)
+        max_retries=config.max_retries(),
     )
-    return LLM(chat, structured_mode=structured_mode, endpoint=base_url)  # type: ignore[arg-type]
+    return LLM(chat, structured_mode=structured_mode, endpoint=base_url,  # type: ignore[arg-type]
+               context_window=context_window)  # fmt: skip
 
 
 def default_llm() -> LLM:
@@ -42,8 +49,9 @@ def default_llm() -> LLM:
 
                 server = ensure_local_server()
                 _default = openai_llm(
-                    server.base_url, server.model, structured_mode=server.structured_mode
-                )
+                    server.base_url, server.model, structured_mode=server.structured_mode,
+                    context_window=config.context_window() or server.n_ctx,
+                )  # fmt: skip
         return _default
 
 

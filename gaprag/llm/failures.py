@@ -17,6 +17,7 @@ The LLM layer (:mod:`gaprag.llm.client`) calls these around every chat request:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -48,13 +49,24 @@ def _names(exc: BaseException) -> set[str]:
 
 
 def status_of(exc: BaseException) -> int | None:
-    """The HTTP status of a status error (OpenAI SDK and LangChain wrappers), else None."""
+    """The HTTP error status (>= 300) of a status error (OpenAI SDK, LangChain), else None.
+
+    A 2xx status on an exception means the reply arrived but could not be read: malformed.
+    """
     status = getattr(exc, "status_code", None)
-    if isinstance(status, int):
-        return status
-    response = getattr(exc, "response", None)
-    status = getattr(response, "status_code", None)
-    return status if isinstance(status, int) else None
+    if not isinstance(status, int):
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+    return status if isinstance(status, int) and status >= 300 else None
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception of a ``raise ... from`` chain (at most 8 links)."""
+    for _ in range(8):
+        nxt = exc.__cause__ or exc.__context__
+        if nxt is None:
+            break
+        exc = nxt
+    return exc
 
 
 def is_transport(exc: BaseException) -> bool:
@@ -68,8 +80,9 @@ def is_malformed(exc: BaseException) -> bool:
 
 
 def _detail(exc: BaseException) -> str:
-    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    return one_line(str(message), 200)
+    message = str(getattr(exc, "message", None) or str(exc) or type(exc).__name__)
+    message = re.sub(r"^Error code: \d+\s*(- )?", "", message)  # the SDK's prefix
+    return one_line(message, 200) or "(no message)"
 
 
 def endpoint_error(
@@ -88,10 +101,12 @@ def endpoint_error(
             hint="the server may be overloaded; raise GAPRAG_TIMEOUT, or use a faster endpoint",
         )
     if names & _TRANSPORT:
-        cause = exc.__cause__ or exc.__context__
-        why = type(cause).__name__ if cause is not None else type(exc).__name__
+        cause = _root_cause(exc)
+        refused = _names(cause) & {"ConnectError", "ConnectionRefusedError", "ConnectTimeout",
+                                   "gaierror", "APIConnectionError"}  # fmt: skip
+        what = f"cannot reach {where}" if refused else f"the connection to {where} broke"
         return EndpointError(
-            f"cannot reach {where} ({why}: {_detail(cause or exc)})",
+            f"{what} ({type(cause).__name__}: {_detail(cause)})",
             hint="start the server, or set GAPRAG_BASE_URL to a running OpenAI-compatible "
             "endpoint (unset it to use the embedded local model)",
         )
