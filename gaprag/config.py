@@ -164,8 +164,8 @@ def quiet_model_loading() -> Iterator[None]:
         yield
         return
     bars, level = tlog.is_progress_bar_enabled(), tlog.get_verbosity()
-    tlog.disable_progress_bar()
-    tlog.set_verbosity_error()
+    tlog.disable_progress_bar()  # type: ignore[no-untyped-call]
+    tlog.set_verbosity_error()  # type: ignore[no-untyped-call]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -173,4 +173,4 @@ def quiet_model_loading() -> Iterator[None]:
     finally:
         tlog.set_verbosity(level)
         if bars:
-            tlog.enable_progress_bar()
+            tlog.enable_progress_bar()  # type: ignore[no-untyped-call]

@@ -57,6 +57,15 @@ def _tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up (a timeout test) is not an error worth a traceback."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class FakeOpenAI:
     """Run with ``start()``/``stop()`` or as a context manager; binds a free port on 127.0.0.1."""
 
@@ -202,7 +211,7 @@ class FakeOpenAI:
                 final = {**base, "choices": [], "usage": usage}
                 self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="fake-openai", daemon=True

@@ -175,7 +175,7 @@ class LLM:
                 event="prompt_cut", message=cut.message, removed_chars=cut.removed_chars,
                 estimated_tokens=cut.estimated_tokens, context_window=cut.window,
             )  # fmt: skip
-        reply: Any = None
+        reply: BaseMessage | None = None
         for attempt in range(2):  # one more try after a malformed reply; transport retries
             try:  # (connection errors, 429, 5xx) happen inside the client, with Retry-After
                 if sync_mode():

@@ -58,6 +58,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def _options(method: str, pairs: Path) -> dict[str, Any]:
     if method == "rag_ef":
         return {"feedback_store": str(pairs)}
+    if method == "rfm_rag":  # its sufficiency decision by the (hostile) LLM, not the MLP
+        return {"feedback_mode": "llm_judge"}
     return {}
 
 
@@ -167,8 +169,8 @@ def test_cli_json_is_one_object_or_one_error_line(
     monkeypatch.setenv("GAPRAG_MAX_RETRIES", "1")
     server.reply = case.make()
     args = ["ask", QUESTION, "--method", method, "--store", str(store), "--json"]
-    if method == "rag_ef":
-        args += ["--set", f"feedback_store={pairs}"]
+    for key, value in _options(method, pairs).items():
+        args += ["--set", f"{key}={value}"]
     code = main(args)
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err

@@ -128,10 +128,9 @@ def test_context_window_comes_from_the_environment(monkeypatch: pytest.MonkeyPat
 
 def test_keys_never_reach_the_trace(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
-    with FakeOpenAI(f"my key is {FAKE_KEY}") as server:
-        with metered() as meter:
-            out = _llm(server, structured_mode="none").structured(
-                "q", Verdict, default=Verdict(sufficient=False)
-            )
+    with FakeOpenAI(f"my key is {FAKE_KEY}") as server, metered() as meter:
+        out = _llm(server, structured_mode="none").structured(
+            "q", Verdict, default=Verdict(sufficient=False)
+        )
     assert out.path == "default"
     assert FAKE_KEY not in json.dumps(meter.decisions)
