@@ -39,16 +39,13 @@ def server_graph(method: str) -> Graph:
     return graph
 
 
-#: The graphs that import today, by method name.
+#: Every method's served graph, by method name.
 GRAPHS: dict[str, Graph] = {name: server_graph(name) for name in list_methods()}
 globals().update(GRAPHS)
 
 
 def __getattr__(name: str) -> Graph:
-    """Only reached for names not in the globals: a declared method that is not available."""
-    if name in METHODS:
-        # Importing it again gives the real reason (not written yet, or a broken import).
-        return server_graph(name)
+    """Only reached for names not in the globals."""
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -24,6 +24,7 @@ METHODS: dict[str, str] = {
     "rag_ef": "gaprag.graphs.rag_ef.graph",
     "migres": "gaprag.graphs.migres.graph",
     "rfm_rag": "gaprag.graphs.rfm_rag.graph",
+    "ircot": "gaprag.graphs.ircot.graph",
 }
 
 

@@ -10,9 +10,12 @@ turns each into a LangGraph node that runs natively under both ``invoke`` and ``
 graph's context class, whatever the caller passed), and meters it
 (:mod:`gaprag.llm.accounting`).
 
-The ``first`` node starts every question. Its update also resets every per-question field of
-the state to its default (reducer fields included, with LangGraph's ``Overwrite``), so a second
-question on a checkpointed thread starts clean; a field annotated with
+The ``first`` node starts every question. When it runs for a new question (the previous
+question on the thread has ended, which every method marks by setting ``stop_reason`` only when
+it ends, or the question differs from the one the state was last reset for) its update also
+resets every per-question field to its default (reducer fields included, with LangGraph's
+``Overwrite``), so a second question on a checkpointed thread starts clean; when it runs again
+inside a loop of the same question, nothing is reset. A field annotated with
 :data:`gaprag.state.base.PERSISTENT` is kept across a thread's questions. The question is
 validated there, once.
 
@@ -23,6 +26,7 @@ Studio draws every edge.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import time
@@ -90,16 +94,31 @@ def reset_values(state_cls: type[Any]) -> dict[str, tuple[Any, bool]]:
     return out
 
 
-def _start_update(state: Any, update: Any) -> Any:
-    """A first node's update, plus a reset of every per-question field that still holds a
-    previous question's value (on a fresh thread nothing is stale and nothing is added)."""
-    if not isinstance(update, dict):
-        return update
-    merged = dict(update)
+def new_question(state: Any) -> bool:
+    """Whether the first node runs for a new question (not again inside a loop)."""
+    return bool(getattr(state, "stop_reason", "")) or getattr(state, "asked", "") != getattr(
+        state, "question", ""
+    )
+
+
+def _stale(state: Any) -> dict[str, tuple[Any, bool]]:
+    """The per-question fields that still hold a previous question's value."""
+    out = {}
     for name, (default, reducer) in reset_values(type(state)).items():
         current = getattr(state, name, default)
         if current == default or (reducer and not current):  # a reducer channel starts empty
             continue
+        out[name] = (default, reducer)
+    return out
+
+
+def _start_update(update: Any, stale: dict[str, tuple[Any, bool]], question: str) -> Any:
+    """A first node's update for a new question: the stale fields reset (or overwritten by
+    the node's own values), and the question the state was reset for recorded."""
+    if not isinstance(update, dict):
+        return update
+    merged = {**update, "asked": question}
+    for name, (default, reducer) in stale.items():
         value = update.get(name, default)
         merged[name] = Overwrite(value) if reducer else value
     return merged
@@ -114,15 +133,22 @@ def as_node(fn: NodeFn, deps: Deps, context: type[BaseContext], *, first: bool =
     is_async = inspect.iscoroutinefunction(fn)
 
     async def afunc(state: Any, runtime: Runtime[Any]) -> Any:
+        starting = first and new_question(state)
+        stale: dict[str, tuple[Any, bool]] = {}
         if first:
             check_question(getattr(state, "question", None))
+        if starting:  # the node sees the clean state of a new question
+            stale = _stale(state)
+            state = dataclasses.replace(
+                state, **{k: copy.deepcopy(d) for k, (d, _) in stale.items()}
+            )
         run = runtime.override(context=resolve_context(context, runtime.context))
         start = time.perf_counter()
         with metered() as meter:
             result = fn(state, run, deps) if takes_deps else fn(state, run)
             update = await result if is_async else result
         update = meter.apply(update, name, time.perf_counter() - start)
-        return _start_update(state, update) if first else update
+        return _start_update(update, stale, state.question) if starting else update
 
     def func(state: Any, runtime: Runtime[Any]) -> Any:
         return run_sync(afunc(state, runtime))

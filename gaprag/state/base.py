@@ -162,3 +162,6 @@ class OutputState:
 @dataclass(kw_only=True)
 class BaseState(InputState, OutputState):
     """Internal state shared by all methods; each method subclasses it."""
+
+    asked: Annotated[str, PERSISTENT] = ""
+    """The question the per-question fields were last reset for (see gaprag.nodes.wiring)."""

@@ -1,4 +1,5 @@
-"""iterkey: the acceptance tests of the spec's §11 that need no GPU (numbers refer to them).
+"""iterkey: acceptance tests that need no GPU (the numbers name the checks listed in
+docs/methods/iterkey.md's design notes; they were the method spec's acceptance list).
 
 A scripted fake LLM answers by prompt type (P1 keywords, P2 answer, P3 validate, P4 regenerate,
 and the doc-by-doc and CoT variants) and records every prompt; a tiny real store (BM25 and
@@ -8,6 +9,7 @@ Chroma with the hashing embedder) does the retrieval.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,8 +28,14 @@ from gaprag.graphs.iterkey.analysis import (
     verified_all,
     verified_true,
 )
-from gaprag.graphs.iterkey.graph import PROMPTS, Context, build_iterkey, cot_verdict
-from gaprag.graphs.iterkey.parse import normalize_answer, parse_keywords, retrieval_query
+from gaprag.graphs.iterkey.context import Context
+from gaprag.graphs.iterkey.nodes import PROMPTS
+from gaprag.graphs.iterkey.parse import (
+    cot_verdict,
+    normalize_answer,
+    parse_keywords,
+    retrieval_query,
+)
 from gaprag.llm.client import LLM
 from gaprag.llm.factory import openai_llm
 from gaprag.stores import HashingEmbedder, Store
@@ -505,8 +513,8 @@ def test_23_per_role_llms(store: Store) -> None:
     main = role_fake()
     keyword_llm = role_fake(keywords=['["Moon"]'], regen=['["Apollo 11"]'])
     validator = role_fake(verdicts=["False", "True"])
-    graph = build_iterkey(
-        llm=main, retriever=store, llm_keywords=keyword_llm, llm_validator=validator
+    graph = build_graph(
+        "iterkey", llm=main, retriever=store, keywords_llm=keyword_llm, validator_llm=validator
     )
     out = graph.invoke({"question": Q})
     assert kinds(main) == ["answer", "answer"]
@@ -518,7 +526,9 @@ def test_23_per_role_llms(store: Store) -> None:
 def test_23_only_the_validator_swapped(store: Store) -> None:
     main = role_fake()
     validator = role_fake(verdicts=["True"])
-    build_iterkey(llm=main, retriever=store, llm_validator=validator).invoke({"question": Q})
+    build_graph("iterkey", llm=main, retriever=store, validator_llm=validator).invoke(
+        {"question": Q}
+    )
     assert kinds(main) == ["keywords", "answer"] and kinds(validator) == ["validate"]
 
 
@@ -674,3 +684,55 @@ def test_invalid_settings_are_clear_errors(store: Store, option: dict[str, Any])
     graph = build_graph("iterkey", llm=role_fake(), retriever=store)
     with pytest.raises(InputError):
         graph.invoke({"question": Q}, context=option)
+
+
+# -- the module-level layout: threads, async, decisions, shown passages ---------------------
+def test_a_second_question_on_a_thread_starts_clean(store: Store) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    fake = role_fake(answers=("Apollo 11", "Eagle"), verdicts=("True",))
+    graph = build_graph("iterkey", llm=fake, retriever=store, checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    first = graph.invoke({"question": Q}, config)
+    second = graph.invoke({"question": Q_NO_HITS}, config)
+    assert (first["answer"], second["answer"]) == ("Apollo 11", "Eagle")
+    assert second["stop_reason"] == "validated" and second["iterations"] == 1
+    assert second["queries"] == [f"{Q_NO_HITS} Moon landing"]
+    assert len(second["history"]) == 1 and second["verdicts"] == [True]
+    assert second["usage"]["llm_calls"] == 3 and second["usage"]["retrieval_calls"] == 1
+    assert all(e["round"] == 1 for e in second["evidence"])
+
+
+def test_ainvoke_gives_the_same_output(store: Store) -> None:
+    import asyncio
+
+    sync = run(store, role_fake(verdicts=["False", "True"]))
+    graph = build_graph("iterkey", llm=role_fake(verdicts=["False", "True"]), retriever=store)
+    asyn = dict(asyncio.run(graph.ainvoke({"question": Q})))
+    for out in (sync, asyn):
+        out["usage"].pop("wall_s")
+    assert sync == asyn
+
+
+def test_validation_decisions_are_recorded_with_their_probability(store: Store) -> None:
+    fake = role_fake(verdicts=["True"])
+    fake.logprobs = {"True": -0.2, "False": -1.8}
+    out = run(store, LLM(fake, supports_logprobs=True))
+    (decision,) = out["decisions"]
+    assert decision["node"] == "validate_answer" and decision["round"] == 1
+    assert decision["decision"] == "accept" and decision["path"] == "logprobs"
+    assert decision["threshold"] == 0.5
+    p_true, p_false = math.exp(-0.2), math.exp(-1.8)
+    assert decision["p"] == pytest.approx(p_true / (p_true + p_false), rel=1e-5)
+    rejected = run(store, role_fake(verdicts=["False"]), max_iterations=2)["decisions"]
+    assert [(d["round"], d["decision"], d["p"]) for d in rejected] == [
+        (1, "reject", None),
+        (2, "reject", None),
+    ]
+
+
+def test_only_the_shown_passages_count_as_shown(store: Store) -> None:
+    out = run(store, role_fake(verdicts=["True"]), top_k=2, recall_k=5)
+    shown = [d["id"] for d in out["evidence"]]
+    assert out["shown_ids"] == shown and len(shown) == 2
+    assert out["retrieved_ids"][:2] == shown and len(out["retrieved_ids"]) > 2

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from gaprag.graphs.iterkey.parse import normalize_answer
-from gaprag.state.iterkey import IterationRecord
+from gaprag.graphs.iterkey.state import IterationRecord
 
 FallbackPolicy = Literal["last", "first", "majority"]
 

@@ -1,4 +1,4 @@
-"""IterKey's lenient keyword-list parser (spec §4.8) and its small text helpers.
+"""IterKey's lenient keyword-list parser and its small text helpers.
 
 The keyword prompts ask for a bare list, ``["kw1", "kw2", ...]``, capped at 50 output tokens,
 so replies are often wrapped in prose, written with Python quotes, or cut off mid-item. The
@@ -21,7 +21,7 @@ import re
 import string
 from collections.abc import Callable, Iterable, Sequence
 
-from gaprag.llm.parse import strip_thinking
+from gaprag.llm.parse import parse_choice, strip_thinking
 
 MAX_KEYWORD_CHARS = 100
 
@@ -153,3 +153,15 @@ def normalize_answer(text: str) -> str:
     """SQuAD normalisation: lower-case, drop punctuation and articles, collapse whitespace."""
     text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
     return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+VALIDATION_OPTIONS = ("True", "False")
+
+
+def cot_verdict(raw: str) -> bool | None:
+    """The True/False after the last ``Conclusion:`` of a CoT reply (None if there is none)."""
+    idx = raw.lower().rfind("conclusion")
+    if idx < 0:
+        return None
+    picked = parse_choice(raw[idx + len("conclusion") :].lstrip(" :*"), VALIDATION_OPTIONS)
+    return None if picked is None else picked == "True"

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
-from gaprag.state.base import BaseState, Evidence, OutputState
+from gaprag.state.base import BaseState, Evidence, InputState, OutputState
 
 
 class VerdictScores(TypedDict):
@@ -29,7 +29,7 @@ class VerdictScores(TypedDict):
 
 
 class IterationRecord(TypedDict):
-    """Everything one round produced (spec §3), appended by ``validate_answer``."""
+    """Everything one round produced, appended by ``validate_answer``."""
 
     iteration: int
     keywords: list[str]
@@ -82,3 +82,6 @@ class IterKeyState(BaseState, IterKeyOutput):
     current_raw: dict[str, str] = field(default_factory=dict)
     seen_doc_ids: list[str] = field(default_factory=list)
     seen_keywords: list[str] = field(default_factory=list)
+
+
+__all__ = ["InputState", "IterKeyOutput", "IterKeyState", "IterationRecord", "ParseFailure"]

@@ -1,0 +1,48 @@
+"""ircot: interleaving retrieval with chain-of-thought reasoning (Trivedi et al., arXiv 2212.10509).
+
+retrieve (the question, K passages) -> reason (one CoT sentence over all passages so far) ->
+stop when the sentence states the answer or after ``max_steps`` sentences, else retrieve K
+new passages with the sentence as the query and reason again -> generate_answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.runtime import Runtime
+
+from gaprag.deps import Deps
+from gaprag.graphs.ircot.context import Context
+from gaprag.graphs.ircot.nodes import final_answer, generate_answer, reason, retrieve
+from gaprag.graphs.ircot.state import InputState, IRCoTOutput, IRCoTState
+from gaprag.nodes import add_nodes, add_router
+
+
+def route_after_reason(
+    state: IRCoTState, runtime: Runtime[Context]
+) -> Literal["retrieve", "generate_answer"]:
+    if state.thoughts and final_answer(state.thoughts[-1]) is not None:
+        return "generate_answer"
+    return "generate_answer" if state.iterations >= runtime.context.max_steps else "retrieve"
+
+
+def build(
+    deps: Deps,
+    context: type[Context] = Context,
+    checkpointer: BaseCheckpointSaver[Any] | None = None,
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    builder = StateGraph(
+        IRCoTState, context_schema=context, input_schema=InputState, output_schema=IRCoTOutput
+    )
+    add_nodes(builder, deps, retrieve, reason, generate_answer)
+    builder.add_edge("retrieve", "reason")
+    add_router(builder, "reason", route_after_reason)
+    builder.add_edge("generate_answer", END)
+    graph = builder.compile(checkpointer=checkpointer, name="ircot")
+    return graph.with_config(recursion_limit=2 * context().max_steps + 10)
+
+
+__all__ = ["Context", "build"]

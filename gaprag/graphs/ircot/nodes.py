@@ -1,0 +1,86 @@
+"""IRCoT's nodes: retrieve (for the question, then for each new thought) -> reason (one CoT
+sentence over every passage so far) -> ... -> generate_answer."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from gaprag import nodes
+from gaprag.deps import Deps
+from gaprag.graphs.ircot.context import Context
+from gaprag.graphs.ircot.state import IRCoTState
+from gaprag.progress import emit
+from gaprag.prompts import load_prompts
+
+PROMPTS = load_prompts(__package__)
+FORMATS = nodes.load_formats(__package__)
+ANSWER = re.compile(r"answer is\s*:?\s*(.+)", re.IGNORECASE)
+
+
+def final_answer(thought: str) -> str | None:
+    """The answer a thought states ("... the answer is: X."), else None."""
+    match = ANSWER.search(thought)
+    return nodes.clean_answer(match.group(1)) if match else None
+
+
+def first_sentence(text: str) -> str:
+    """The reply's first sentence (the model may write more than one)."""
+    line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
+    match = re.match(r"(.+?[.!?])(\s|$)", line)
+    return match.group(1) if match and not ANSWER.search(line) else line
+
+
+async def retrieve(state: IRCoTState, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """K passages for the question (first step) or for the last thought, never seen before."""
+    ctx = runtime.context
+    query = state.thoughts[-1] if state.thoughts else state.question
+    round_ = state.iterations + 1
+    hits = await nodes.retrieve(
+        deps.search(ctx), [query], k=ctx.top_k, mode=ctx.retrieval_mode, round=round_,
+        exclude={e["id"] for e in state.evidence},
+    )  # fmt: skip
+    pool, added = nodes.update_evidence_pool(state.evidence, hits)
+    emit(round=round_, query=query, added=len(added))
+    return {"evidence": pool, "queries": [query], "iterations": round_}
+
+
+async def reason(state: IRCoTState, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The next sentence of the chain of thought over the first ``max_passages`` passages."""
+    ctx = runtime.context
+    passages = nodes.render_passages(
+        state.evidence[: ctx.max_passages], FORMATS["passages"], max_words=ctx.max_passage_words
+    )
+    reply = await deps.chat(ctx).agenerate(
+        PROMPTS["reason"].render(
+            passages=passages, question=state.question, thoughts=" ".join(state.thoughts)
+        ),
+        max_tokens=ctx.step_max_tokens,
+    )
+    thought = first_sentence(reply)
+    answered = final_answer(thought) is not None
+    last = state.iterations >= ctx.max_steps  # every step retrieves once: this bounds the loop
+    nodes.log_decision(
+        "reason", state.iterations, "answer" if answered or last else "retrieve", path="rule"
+    )
+    emit(round=state.iterations, thought=thought)
+    return {"thoughts": [thought] if thought else []}
+
+
+async def generate_answer(
+    state: IRCoTState, runtime: Runtime[Context], deps: Deps
+) -> dict[str, Any]:
+    """The answer the chain of thought stated; else one short-answer call over it."""
+    ctx = runtime.context
+    stated = final_answer(state.thoughts[-1]) if state.thoughts else None
+    if stated:
+        return {"answer": stated, "stop_reason": "answered"}
+    answer, _ = await nodes.generate_answer(
+        deps.chat(ctx), PROMPTS["answer"], question=state.question,
+        evidence=state.evidence[: ctx.max_passages], fmt=FORMATS["passages"],
+        max_words=ctx.max_passage_words, max_tokens=ctx.answer_max_tokens,
+        thoughts=" ".join(state.thoughts),
+    )  # fmt: skip
+    return {"answer": answer, "stop_reason": "max_iterations"}

@@ -1,0 +1,92 @@
+"""IterKey's settings (Studio's form). Defaults follow the paper (Hayashi et al., arXiv
+2505.08450); docs/methods/iterkey.md explains each choice the paper leaves open."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from gaprag.context import BaseContext, describe
+from gaprag.graphs.iterkey.analysis import FallbackPolicy
+from gaprag.stores.store import RetrievalMode
+
+RegenerationMode = Literal["keywords_only", "doc_by_doc"]
+
+
+@dataclass(kw_only=True)
+class Context(BaseContext):
+    max_iterations: int = describe(
+        5, "N: most keywords-retrieve-answer-validate rounds (paper: up to five).", minimum=1
+    )
+    top_k: int = describe(
+        3,
+        "Passages retrieved per round and shown to the answer and validation prompts (paper: 3).",
+        minimum=1,
+    )
+    retrieval_mode: RetrievalMode = describe(
+        "bm25",
+        "bm25 (the paper's IterKey), dense (the IterKey (E5) ablation) or hybrid (RRF of both); "
+        "every mode gets the same question + keywords query string.",
+    )
+    recall_k: int = describe(
+        5,
+        "Passages retrieved per round for recall logging only (ids kept in history); only the "
+        "first top_k ever reach a prompt (the paper reports Top-1..5 recall).",
+    )
+    keywords_max_tokens: int = describe(
+        50, "Output cap for the initial keyword list (paper Table 14: 50).", minimum=1
+    )
+    regenerate_max_tokens: int = describe(
+        50,
+        "Output cap for a regenerated keyword list (paper silent; same as keyword generation).",
+        minimum=1,
+    )
+    answer_max_tokens: int = describe(
+        50, "Output cap for the answer call (paper Table 14: 50).", minimum=1
+    )
+    validate_max_tokens: int = describe(
+        30,
+        "Output cap for the True/False validation call (paper Table 14: 30); the logprobs path "
+        "asks for a single token.",
+        minimum=1,
+    )
+    cot_max_tokens: int = describe(
+        256,
+        "Output cap for the chain-of-thought validation and regeneration prompts (cot).",
+        minimum=1,
+    )
+    max_passage_words: int = describe(
+        256, "Passages are cut to this many words in prompts (paper: 256-token chunks).", minimum=1
+    )
+    fallback_policy: FallbackPolicy = describe(
+        "last",
+        "Answer returned when no round validates (paper silent): last (a_N), first (a_1) or "
+        "majority (most frequent normalised answer, ties to the latest).",
+    )
+    continue_after_true: bool = describe(
+        False,
+        "Keep iterating after a True verdict, for the paper's Table 9 analysis; the answer is "
+        "still the first validated one.",
+    )
+    regeneration_mode: RegenerationMode = describe(
+        "keywords_only",
+        "keywords_only: new keywords from the question and previous keywords (the paper's "
+        "method); doc_by_doc: one call per retrieved passage, lists concatenated (Table 10).",
+    )
+    cot: bool = describe(
+        False,
+        "Chain-of-thought validation and regeneration prompts (paper App. D: no consistent gain).",
+    )
+    query_joiner: str = describe(
+        " ", "Separator between the question and the keywords in the retrieval query."
+    )
+    keywords_base_url: str = describe(
+        "",
+        "Endpoint of a separate keyword LLM (generation and regeneration, paper Table 7); "
+        "empty uses the main LLM.",
+    )
+    keywords_model: str = describe("", "Model name for the keyword LLM endpoint.")
+    validator_base_url: str = describe(
+        "", "Endpoint of a separate validator LLM (paper Table 8); empty uses the main LLM."
+    )
+    validator_model: str = describe("", "Model name for the validator LLM endpoint.")

@@ -1,0 +1,264 @@
+"""IterKey's nodes: generate_keywords -> retrieve -> generate_answer -> validate_answer ->
+(regenerate_keywords -> retrieve ...) -> finalize. Each round sees only its own passages and
+K_(i+1) replaces K_i; docs/methods/iterkey.md explains every choice the paper leaves open."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from gaprag import nodes
+from gaprag.deps import Deps
+from gaprag.graphs.iterkey.analysis import final_round
+from gaprag.graphs.iterkey.context import Context
+from gaprag.graphs.iterkey.parse import (
+    VALIDATION_OPTIONS,
+    cot_verdict,
+    merge_keyword_lists,
+    parse_keywords,
+    retrieval_query,
+)
+from gaprag.graphs.iterkey.state import IterationRecord, IterKeyState, ParseFailure, VerdictScores
+from gaprag.llm.accounting import record_decision
+from gaprag.llm.client import LLM
+from gaprag.progress import emit
+from gaprag.prompts import Passages, load_prompts
+
+PROMPTS = load_prompts(__package__)
+FORMATS = nodes.load_formats(__package__)
+# LLM.choose gives its constrained/text call ``max_tokens + 16`` (room for a JSON wrapper);
+# asking for ``cap - 16`` keeps every validation request within the paper's cap of 30.
+CHOOSE_EXTRA_TOKENS = 16
+
+
+def keywords_llm(ctx: Context, deps: Deps) -> LLM:
+    return deps.chat(
+        ctx, role=deps.keywords_llm, base_url=ctx.keywords_base_url, model=ctx.keywords_model
+    )
+
+
+def validator_llm(ctx: Context, deps: Deps) -> LLM:
+    return deps.chat(
+        ctx, role=deps.validator_llm, base_url=ctx.validator_base_url, model=ctx.validator_model
+    )
+
+
+def documents(state: IterKeyState, ctx: Context) -> Passages:
+    return nodes.render_passages(
+        state.evidence, FORMATS["documents"], max_words=ctx.max_passage_words
+    )
+
+
+async def generate_keywords(
+    state: IterKeyState, runtime: Runtime[Context], deps: Deps
+) -> dict[str, Any]:
+    ctx = runtime.context
+    raw = await keywords_llm(ctx, deps).agenerate(
+        PROMPTS["keywords"].render(question=state.question), max_tokens=ctx.keywords_max_tokens
+    )
+    keywords = parse_keywords(raw)
+    update: dict[str, Any] = {
+        "keywords": keywords,
+        "keyword_history": [keywords],
+        "iterations": 1,
+        "current_raw": {"keywords": raw},
+    }
+    if not keywords:  # no parsable list: retrieve with the question alone (plain BM25 RAG)
+        record_decision(call="generate_keywords", path="default", fallback="question_only")
+        update["parse_failures"] = [
+            ParseFailure(node="generate_keywords", iteration=1, raw=raw[:300], fallback_used="[]")
+        ]
+    emit(round=1, keywords=keywords)
+    return update
+
+
+async def retrieve(state: IterKeyState, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    ctx = runtime.context
+    query = retrieval_query(state.question, state.keywords, ctx.query_joiner)
+    hits = await nodes.retrieve(
+        deps.search(ctx), [query], k=max(ctx.top_k, ctx.recall_k), mode=ctx.retrieval_mode,
+        round=state.iterations,
+    )  # fmt: skip
+    docs = hits[: ctx.top_k]
+    seen = set(state.seen_doc_ids)
+    emit(round=state.iterations, query=query, added=sum(d["id"] not in seen for d in docs))
+    return {
+        "retrieval_query": query,
+        "queries": [query],
+        "evidence": docs,  # D_i replaces D_(i-1): no evidence pool
+        "logged_doc_ids": [h["id"] for h in hits],
+    }
+
+
+async def generate_answer(
+    state: IterKeyState, runtime: Runtime[Context], deps: Deps
+) -> dict[str, Any]:
+    ctx = runtime.context
+    raw = await deps.chat(ctx).agenerate(
+        PROMPTS["answer"].render(documents=documents(state, ctx), question=state.question),
+        max_tokens=ctx.answer_max_tokens,
+    )
+    return {
+        "answer": nodes.clean_answer(raw),
+        "current_raw": {**state.current_raw, "answer": raw},
+    }
+
+
+async def _verdict(state: IterKeyState, ctx: Context, deps: Deps) -> tuple[bool, VerdictScores]:
+    """The validator's True/False on this round's answer, and how it was decided."""
+    if not state.answer:  # nothing to validate; False keeps the loop going
+        record_decision(call="validate_answer", path="default", reason="empty_answer")
+        return False, VerdictScores(prob_true=None, prob_false=None, method="default", raw="")
+    shown = documents(state, ctx)
+    if ctx.cot:
+        raw = await validator_llm(ctx, deps).agenerate(
+            PROMPTS["validate_cot"].render(
+                documents=shown, question=state.question, answer=state.answer
+            ),
+            max_tokens=ctx.cot_max_tokens,
+        )
+        decided = cot_verdict(raw)
+        method = "parsed" if decided is not None else "default"
+        record_decision(call="validate_answer", path=method, mode="cot", value=bool(decided))
+        return bool(decided), VerdictScores(prob_true=None, prob_false=None, method=method, raw=raw)
+    choice = await validator_llm(ctx, deps).achoose(
+        PROMPTS["validate"].render(documents=shown, question=state.question, answer=state.answer),
+        VALIDATION_OPTIONS,
+        default="False",
+        max_tokens=max(1, ctx.validate_max_tokens - CHOOSE_EXTRA_TOKENS),
+        call="validate_answer",
+    )
+    p_true, p_false = choice.probs.get("True"), choice.probs.get("False")
+    if choice.path == "logprobs":  # True only if strictly more probable: ties are False
+        verdict = (p_true or 0.0) > (p_false or 0.0)
+    else:
+        verdict = choice.value == "True"
+    return verdict, VerdictScores(
+        prob_true=p_true, prob_false=p_false, method=choice.path, raw=choice.raw
+    )
+
+
+async def validate_answer(
+    state: IterKeyState, runtime: Runtime[Context], deps: Deps
+) -> dict[str, Any]:
+    ctx = runtime.context
+    i = state.iterations
+    verdict, scores = await _verdict(state, ctx, deps)
+    p_true, p_false = scores["prob_true"], scores["prob_false"]
+    p = p_true / (p_true + p_false) if p_true is not None and p_false else p_true
+    nodes.log_decision(
+        "validate_answer", i, "accept" if verdict else "reject", p=p, path=scores["method"],
+        threshold=0.5 if scores["method"] == "logprobs" else None,
+    )  # fmt: skip
+    failures: list[ParseFailure] = []
+    if scores["method"] == "default" and state.answer:
+        failures.append(
+            ParseFailure(
+                node="validate_answer", iteration=i, raw=scores["raw"][:300], fallback_used="False"
+            )
+        )
+    seen_keywords = set(state.seen_keywords)
+    new_keywords = [k for k in state.keywords if k.casefold() not in seen_keywords]
+    seen_docs = set(state.seen_doc_ids)
+    doc_ids = [d["id"] for d in state.evidence]
+    new_doc_ids = [d for d in doc_ids if d not in seen_docs]
+    record = IterationRecord(
+        iteration=i, keywords=list(state.keywords), retrieval_query=state.retrieval_query,
+        doc_ids=doc_ids, doc_scores=[d["score"] for d in state.evidence],
+        logged_doc_ids=list(state.logged_doc_ids), documents=list(state.evidence),
+        answer=state.answer, verdict=verdict, verdict_scores=scores, new_keywords=new_keywords,
+        new_doc_ids=new_doc_ids, raw_keyword_output=state.current_raw.get("keywords", ""),
+        raw_answer_output=state.current_raw.get("answer", ""),
+        raw_validation_output=scores["raw"],
+    )  # fmt: skip
+    first_true = state.first_true_iteration
+    if first_true is None and verdict:
+        first_true = i
+    emit(round=i, answer=state.answer, verdict=verdict, decided_by=scores["method"])
+    return {
+        "verdict": verdict,
+        "verdict_scores": dict(scores),
+        "verdicts": [verdict],
+        "history": [record],
+        "first_true_iteration": first_true,
+        "seen_keywords": [*state.seen_keywords, *(k.casefold() for k in new_keywords)],
+        "seen_doc_ids": [*state.seen_doc_ids, *new_doc_ids],
+        "current_raw": {},
+        "parse_failures": failures,
+    }
+
+
+async def regenerate_keywords(
+    state: IterKeyState, runtime: Runtime[Context], deps: Deps
+) -> dict[str, Any]:
+    ctx = runtime.context
+    llm = keywords_llm(ctx, deps)
+    i = state.iterations + 1
+    previous = json.dumps(state.keywords, ensure_ascii=False)
+    if ctx.regeneration_mode == "doc_by_doc" and state.evidence:
+        raws = [
+            await llm.agenerate(
+                PROMPTS["regenerate_doc"].render(
+                    document=nodes.render_passages(
+                        [doc], FORMATS["documents"], max_words=ctx.max_passage_words
+                    ),
+                    question=state.question,
+                    keywords=previous,
+                ),
+                max_tokens=ctx.regenerate_max_tokens,
+            )
+            for doc in state.evidence
+        ]
+        keywords = merge_keyword_lists([parse_keywords(r) for r in raws])
+        raw = "\n---\n".join(raws)
+    elif ctx.cot:
+        raw = await llm.agenerate(
+            PROMPTS["regenerate_cot"].render(question=state.question, keywords=previous),
+            max_tokens=ctx.cot_max_tokens,
+        )
+        keywords = parse_keywords(raw, last=True)
+    else:
+        raw = await llm.agenerate(
+            PROMPTS["regenerate"].render(question=state.question, keywords=previous),
+            max_tokens=ctx.regenerate_max_tokens,
+        )
+        keywords = parse_keywords(raw)
+    update: dict[str, Any] = {}
+    if not keywords:  # no parsable list: keep the previous keywords
+        keywords = list(state.keywords)
+        record_decision(call="regenerate_keywords", path="default", fallback="previous_keywords")
+        update["parse_failures"] = [
+            ParseFailure(
+                node="regenerate_keywords", iteration=i, raw=raw[:300],
+                fallback_used="previous_keywords",
+            )
+        ]  # fmt: skip
+    emit(round=i, keywords=keywords)
+    return {
+        **update,
+        "keywords": keywords,  # K_(i+1) replaces K_i
+        "keyword_history": [keywords],
+        "iterations": i,
+        "current_raw": {"keywords": raw},
+    }
+
+
+def finalize(state: IterKeyState, runtime: Runtime[Context]) -> dict[str, Any]:
+    ctx = runtime.context
+    validated = state.first_true_iteration is not None
+    chosen = final_round(state.history, state.first_true_iteration, ctx.fallback_policy)
+    update: dict[str, Any] = {"stop_reason": "validated" if validated else "max_iterations"}
+    if chosen is not None:
+        update["answer"] = chosen["answer"]
+        update["evidence"] = chosen["documents"]
+        update["trace"] = [
+            {
+                "node": "finalize",
+                "stop_reason": update["stop_reason"],
+                "answer_from_iteration": chosen["iteration"],
+                "policy": "first_true" if validated else ctx.fallback_policy,
+            }
+        ]
+    return update
