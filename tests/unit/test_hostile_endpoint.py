@@ -30,7 +30,7 @@ from gaprag.stores.pairs import PairStore
 from tests.fake_openai import FakeOpenAI, RawReply
 from tests.hostile_corpus import CASES, FAKE_KEY, Case, completion
 
-METHODS = ["standard_rag", "missing_knowledge", "iterkey", "rag_ef", "migres", "rfm_rag"]
+METHODS = ["standard_rag", "missing_knowledge", "iterkey", "rag_ef", "migres", "rfm_rag", "ircot"]
 DECISION_PATHS = {"logprobs", "constrained", "parsed", "repaired", "model", "rule", "default"}
 QUESTION = "Who wrote Hamlet and where was he born?"
 

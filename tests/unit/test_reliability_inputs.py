@@ -40,7 +40,13 @@ from gaprag.validate import (
 )
 from tests.hostile_corpus import FAKE_KEY
 
-METHODS = ["standard_rag", "missing_knowledge", "iterkey", "rag_ef", "migres", "rfm_rag"]
+#: Tests that need the lead's wiring (build_graph -> validate.check_build; the first node and
+#: invoke(None) -> validate.check_question / check_inputs). Remove the marker once wired.
+needs_wiring = pytest.mark.xfail(
+    reason="needs_wiring: build_graph/invoke do not call gaprag.validate yet", strict=False
+)
+
+METHODS = ["standard_rag", "missing_knowledge", "iterkey", "rag_ef", "migres", "rfm_rag", "ircot"]
 
 
 @pytest.fixture
@@ -166,6 +172,7 @@ def test_check_review() -> None:
 
 
 # -- the same checks through the public API (needs_wiring) -------------------------------------
+@needs_wiring
 @pytest.mark.parametrize("method", METHODS)
 def test_build_graph_refuses_bad_objects(method: str, store: Store) -> None:
     """needs_wiring: build_graph calls validate.check_build."""
@@ -177,6 +184,7 @@ def test_build_graph_refuses_bad_objects(method: str, store: Store) -> None:
     assert ".as_retriever(" in str(err.value)
 
 
+@needs_wiring
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize(
     "inputs", [{"question": ""}, {"question": None}, {"question": "x" * 100_000}, None]
@@ -210,6 +218,7 @@ def test_as_tool_refuses_review(store: Store) -> None:
         tool.invoke({"question": "  "})
 
 
+@needs_wiring
 def test_rag_ef_review_without_checkpointer_is_refused(store: Store) -> None:
     """needs_wiring: build_graph calls validate.check_build."""
     with pytest.raises(InputError, match="checkpointer"):
