@@ -32,7 +32,14 @@ from gaprag.aio import run_sync, sync_mode
 from gaprag.config import context_window as configured_context_window
 from gaprag.errors import EndpointError, one_line, redact
 from gaprag.llm.accounting import record_decision, record_llm_call
-from gaprag.llm.failures import clean_text, endpoint_error, fit_to_window, is_malformed, status_of
+from gaprag.llm.failures import (
+    clean_text,
+    endpoint_error,
+    fit_to_window,
+    is_malformed,
+    is_transport,
+    status_of,
+)
 from gaprag.llm.parse import parse_choice, parse_model, strip_thinking
 from gaprag.prompts import prompt_parts
 
@@ -147,6 +154,8 @@ class LLM:
         #: ``n_ctx``): a longer prompt is cut before sending, and the cut is recorded.
         self.context_window = context_window or configured_context_window()
         self._is_openai = type(chat).__name__ == "ChatOpenAI"
+        # an OpenAI-compatible HTTP client: anything it raises is the endpoint's failure
+        self._http = self._is_openai or type(chat).__module__.startswith("langchain_openai")
         if structured_mode is None:
             structured_mode = "json_schema" if self._is_openai else "none"
         self.structured_mode: StructuredMode = structured_mode
@@ -197,6 +206,8 @@ class LLM:
                         content="", response_metadata={"finish_reason": "content_filter"}
                     )
                     break
+                if not (self._http or status_of(exc) is not None or is_transport(exc)):
+                    raise  # a non-HTTP chat model's own error (e.g. a bug) keeps its type
                 if attempt == 0 and is_malformed(exc):
                     record_decision(
                         event="malformed_reply", error=one_line(f"{type(exc).__name__}: {exc}", 200)
@@ -296,8 +307,8 @@ class LLM:
         extra = self._constraint(schema)
         try:
             return _text(await self._ainvoke(messages, max_tokens, parts, **extra))
-        except EndpointError as err:
-            cause = err.__cause__
+        except Exception as err:
+            cause = err.__cause__ if isinstance(err, EndpointError) else err
             refused = cause is not None and (
                 status_of(cause) in _CONSTRAINT_REFUSED
                 or bool({c.__name__ for c in type(cause).__mro__} & _REFUSAL_NAMES)
@@ -306,7 +317,9 @@ class LLM:
                 raise
             # the server does not take this response_format: remember and go unconstrained
             record_decision(
-                event="structured_mode_fallback", mode=self.structured_mode, error=err.message[:200]
+                event="structured_mode_fallback",
+                mode=self.structured_mode,
+                error=one_line(str(err), 200),
             )
             self.structured_mode = "none"
             return _text(await self._ainvoke(messages, max_tokens, parts))
