@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
+from gaprag import build_graph
 from gaprag.eval.datasets import load_dataset
 from gaprag.eval.metrics import accuracy
-from gaprag.graphs.rag_ef.graph import build_with_store
 from gaprag.graphs.rag_ef.ladder import build_ladder, evaluate_ladder, golden_chunk, paraphrase
 from gaprag.llm.factory import default_llm
 from gaprag.stores.pairs import PairStore
@@ -63,7 +63,7 @@ def main() -> None:
             source="synthetic",
             chunk_id=pair["chunk_id"],
         )
-    graph = build_with_store(fb, llm=llm, empty_store_fallback=False)
+    graph = build_graph("rag_ef", llm=llm, pair_store=fb, empty_store_fallback=False)
     before = {ex.id: str(graph.invoke({"question": ex.question})["answer"]) for ex in data.examples}
     failed = next(
         (

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -80,10 +81,16 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        """The native async path: no worker thread, so concurrent runs really overlap."""
+        """The native async path: the latency is awaited (no worker thread), so concurrent
+        runs really overlap. Reply callables may block, so with any of them the reply is
+        computed in a worker thread."""
         if self.latency:
             await asyncio.sleep(self.latency)
-        return self._result(messages, **kwargs)
+        scripted = [self.default, *self.replies, *(r for _, r in self.rules)]
+        if not any(callable(r) for r in scripted):
+            return self._result(messages, **kwargs)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, functools.partial(self._result, messages, **kwargs))
 
     def _result(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
         text = self._pick(messages)

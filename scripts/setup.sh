@@ -38,6 +38,14 @@ if [[ $DEV == 1 ]]; then
         || echo "warning: PostgreSQL could not be installed; its test will be skipped"
     fi
   fi
+  # a headless browser for the report.html test (Debian's chromium + chromedriver; Selenium is in [dev])
+  if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+      echo "==> installing chromium and chromium-driver (apt)"
+      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+        || echo "warning: chromium could not be installed; the report browser test will be skipped"
+    fi
+  fi
 else
   gaprag llm install "${GAPRAG_LOCAL_MODEL:-qwen2.5-coder-1.5b}"
 fi

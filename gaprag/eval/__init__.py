@@ -1,6 +1,13 @@
 """Evaluation harness: datasets, metrics, the multi-method runner and the report."""
 
-from gaprag.eval.datasets import Dataset, Example, bundled, load_dataset
+from gaprag.eval.datasets import (
+    Dataset,
+    Example,
+    bundled,
+    calibration_slice,
+    check_no_overlap,
+    load_dataset,
+)
 from gaprag.eval.metrics import accuracy, exact_match, f1_score, normalize_answer, support_recall
 from gaprag.eval.report import summarize, write_report
 from gaprag.eval.runner import TooManyErrors, aevaluate, evaluate, read_results
@@ -12,6 +19,8 @@ __all__ = [
     "accuracy",
     "aevaluate",
     "bundled",
+    "calibration_slice",
+    "check_no_overlap",
     "evaluate",
     "exact_match",
     "f1_score",

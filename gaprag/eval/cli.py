@@ -16,16 +16,22 @@ def _print_table(summary: dict[str, Any], out: Path) -> None:
         text = md.read_text(encoding="utf-8")
         body = [line for line in text.splitlines() if not line.startswith("![")]
         print("\n".join(body).rstrip())
-    print(f"\nwrote {out / 'summary.md'}, {out / 'summary.json'} and plots in {out / 'plots'}")
+    html = out / "report.html"
+    extra = f" and {html}" if html.is_file() else ""
+    print(f"\nwrote {out / 'summary.md'}, {out / 'summary.json'}, plots in {out / 'plots'}{extra}")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from gaprag.eval.runner import evaluate
     from gaprag.graphs import list_methods
 
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    methods = [m.strip() for m in (args.methods or "").split(",") if m.strip()]
     if methods == ["all"]:
         methods = list_methods()
+    if not methods and not args.variant:
+        raise InputError(
+            "no methods given", hint="e.g. --methods standard_rag,migres (or --variant ...)"
+        )
     out = (
         Path(args.out) if args.out else Path("gaprag-eval") / Path(args.dataset).name.split(".")[0]
     )
@@ -39,6 +45,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         resume=args.resume,
         max_errors=args.max_errors,
         sets=args.set or [],
+        variants=args.variant or [],
         base_url=args.base_url,
         model=args.model,
         store=args.store,
@@ -77,7 +84,15 @@ def register(subparsers: Any) -> None:
         "results.jsonl, per-question traces and a summary with bootstrap intervals.",
     )
     p.add_argument(
-        "--methods", required=True, help="comma-separated, e.g. standard_rag,migres (or 'all')"
+        "--methods",
+        help="comma-separated methods or variant names, e.g. standard_rag,migres (or 'all')",
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        metavar="NAME=METHOD:KEY=VALUE,...",
+        help="a named variant of a method, evaluated as its own method, e.g. "
+        "iterkey_hybrid=iterkey:top_k=5,retrieval_mode=hybrid (repeatable)",
     )
     p.add_argument(
         "--dataset",
@@ -117,7 +132,8 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=cmd_eval)
 
     p = subparsers.add_parser(
-        "report", help="summary.md, summary.json and PNG plots from eval results"
+        "report",
+        help="summary.md, summary.json, PNG plots and report.html from eval results",
     )
     p.add_argument("dirs", nargs="+", metavar="DIR", help="directories written by `gaprag eval`")
     p.add_argument(

@@ -15,10 +15,11 @@ every run on a dataset uses the same store, built once and cached by content has
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gaprag.errors import InputError
 from gaprag.stores.documents import Document, corpus_hash, read_jsonl
@@ -26,6 +27,14 @@ from gaprag.stores.embeddings import Embedder
 from gaprag.stores.store import Store
 
 SUFFIX = ".dev.jsonl"
+
+# Evaluation split discipline (docs/evaluation.md): reported results use questions 0-49 of a
+# bundled set (--limit 50); anything tuned, trained or calibrated uses questions from index 60
+# on (50-59 are a buffer, used by neither).
+REPORTED_QUESTIONS = 50
+CALIBRATION_START = 60
+
+T = TypeVar("T")
 
 
 def data_dir() -> Path:
@@ -237,3 +246,50 @@ def dataset_store(
     if Store.exists(root):
         return Store.open(root, embedder=embedder)
     return Store.build(root, docs, embedder=embedder, progress=progress)
+
+
+# -- split discipline ----------------------------------------------------------------------
+def check_no_overlap(
+    indices: Iterable[int], *, start: int = CALIBRATION_START, what: str = "calibration"
+) -> None:
+    """Refuse (:class:`InputError`) question indices below ``start`` for tuning or training.
+
+    Questions 0-49 of every bundled set are the reported evaluation questions and 50-59 a
+    buffer; anything tuned, trained or calibrated must use index ``CALIBRATION_START`` (60)
+    on. ``start`` may be raised, never lowered below 60.
+    """
+    if start < CALIBRATION_START:
+        raise InputError(
+            f"{what} may not start at question {start}: questions 0-{CALIBRATION_START - 1} "
+            f"are reserved (0-{REPORTED_QUESTIONS - 1} are the reported evaluation questions)",
+            hint=f"use questions from index {CALIBRATION_START} on",
+        )
+    bad = sorted({i for i in indices if i < start})
+    if bad:
+        shown = ", ".join(str(i) for i in bad[:5]) + (", ..." if len(bad) > 5 else "")
+        raise InputError(
+            f"{what} would use {len(bad)} reserved question(s) (index {shown}); "
+            f"questions 0-{REPORTED_QUESTIONS - 1} are the reported evaluation questions",
+            hint=f"use questions from index {start} on (e.g. calibration_slice(examples))",
+        )
+
+
+def calibration_slice(
+    examples: Sequence[T],
+    start: int = CALIBRATION_START,
+    limit: int | None = None,
+    *,
+    what: str = "calibration",
+) -> list[T]:
+    """The questions a tuning, training or calibration script may use: ``examples[start:]``
+    (at most ``limit``), refusing any ``start`` that overlaps the reported questions."""
+    if limit is not None and limit < 0:
+        raise InputError(f"{what}: limit must be >= 0", hint="e.g. --limit 100")
+    end = len(examples) if limit is None else min(len(examples), start + limit)
+    check_no_overlap(range(start, end), start=start, what=what)
+    if start >= len(examples):
+        raise InputError(
+            f"{what}: no questions from index {start} on ({len(examples)} in the set)",
+            hint="use a larger set",
+        )
+    return list(examples[start:end])

@@ -1,13 +1,19 @@
-"""Summaries of evaluation runs: ``summary.json``, ``summary.md`` and PNG plots.
+"""Summaries of evaluation runs: ``summary.json``, ``summary.md``, PNG plots and ``report.html``.
 
-Per dataset and method: n, EM/F1/Acc/support recall (and multiple-choice accuracy where the
-set has options) with 95% percentile-bootstrap intervals (seeded), the cost means, the
-paired difference to ``standard_rag`` on the questions both answered, stop reasons and the
-miss rate where a method reports ``missing``.
+Per dataset and method: n, EM/F1/Acc, support recall (gold paragraphs shown in a prompt) and
+retrieval recall (gold paragraphs any retrieval returned), and multiple-choice accuracy where
+the set has options, with 95% percentile-bootstrap intervals (seeded); the cost means (LLM
+calls, prompt tokens split into instructions / passages / other, prompt-cache reuse,
+completion tokens, retrievals, passages shown and retrieved, seconds per question); the
+method's retrieval mode and passages per prompt; how each loop decision was taken (per node:
+counts per decision, mean ``p``, defaults); the paired difference to ``standard_rag`` on the
+questions both answered, stop reasons and the miss rate where a method reports ``missing``.
 
 Rules: a failed question (``error`` set) is left out of the metric means and counted under
 ``errors``; when a (dataset, method, id) appears more than once (a retried failure, or the
-same method in several directories) the last successful row wins.
+same method in several directories) the last successful row wins. Rows written before the two
+recalls existed (no ``retrieval_recall`` field) counted every retrieved id as "support": their
+value is reported as retrieval recall and their support recall is unknown.
 """
 
 from __future__ import annotations
@@ -24,10 +30,17 @@ from typing import Any
 import numpy as np
 
 from gaprag.errors import InputError
-from gaprag.eval.runner import RESULTS, RUN_FILE, read_results
+from gaprag.eval.runner import RESULTS, RUN_FILE, read_results, resolved_settings
 
 BASELINE = "standard_rag"
-METRICS: tuple[str, ...] = ("em", "f1", "acc", "support_recall", "choice_correct")
+METRICS: tuple[str, ...] = (
+    "em",
+    "f1",
+    "acc",
+    "support_recall",
+    "retrieval_recall",
+    "choice_correct",
+)
 COSTS: tuple[str, ...] = (
     "llm_calls",
     "prompt_tokens",
@@ -37,11 +50,21 @@ COSTS: tuple[str, ...] = (
     "iterations",
     "wall_s",
 )
+# means over the rows that report them (older rows and other graphs may not)
+OPTIONAL_COSTS: tuple[str, ...] = (
+    "instruction_tokens",
+    "passage_tokens",
+    "other_tokens",
+    "cached_tokens",
+    "shown_passages",
+    "retrieved_passages",
+)
 LABELS = {
     "em": "EM",
     "f1": "F1",
     "acc": "Acc",
     "support_recall": "Support recall",
+    "retrieval_recall": "Retrieval recall",
     "choice_correct": "MC acc",
 }
 N_BOOT = 2000
@@ -94,6 +117,102 @@ def _num(row: Mapping[str, Any], key: str) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
+def normalize_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row in the current format: an older row's ``support_recall`` (every retrieved id)
+    becomes its ``retrieval_recall``, and its support recall is unknown."""
+    out = dict(row)
+    if "retrieval_recall" not in out:
+        out["retrieval_recall"] = out.get("support_recall")
+        out["support_recall"] = None
+        out["legacy_recall"] = True
+    return out
+
+
+def _optional(row: Mapping[str, Any], key: str) -> float | None:
+    if key == "other_tokens":
+        instr, passages = row.get("instruction_tokens"), row.get("passage_tokens")
+        if not isinstance(instr, int | float) or not isinstance(passages, int | float):
+            return None
+        return max(0.0, _num(row, "prompt_tokens") - float(instr) - float(passages))
+    if key in ("shown_passages", "retrieved_passages"):
+        ids = row.get("shown_ids" if key == "shown_passages" else "retrieved_ids")
+        return float(len(ids)) if isinstance(ids, list) else None
+    value = row.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _optional_mean(rows: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    vals = [v for v in (_optional(r, key) for r in rows) if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def decision_stats(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per node: how many decisions, how often each was taken, mean ``p``, paths, defaults."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        for d in row.get("decisions") or []:
+            if not isinstance(d, Mapping):
+                continue
+            node = str(d.get("node") or "?")
+            e = nodes.setdefault(
+                node, {"n": 0, "decisions": Counter(), "paths": Counter(), "p": []}
+            )
+            e["n"] += 1
+            e["decisions"][str(d.get("decision"))] += 1
+            e["paths"][str(d.get("path") or "?")] += 1
+            p = d.get("p")
+            if isinstance(p, int | float) and not isinstance(p, bool):
+                e["p"].append(float(p))
+    out: dict[str, Any] = {}
+    for node, e in nodes.items():
+        ps = e["p"]
+        out[node] = {
+            "n": e["n"],
+            "decisions": dict(e["decisions"].most_common()),
+            "mean_p": float(np.mean(ps)) if ps else None,
+            "with_p": len(ps),
+            "paths": dict(e["paths"].most_common()),
+            "default": int(e["paths"].get("default", 0)),
+            "default_rate": e["paths"].get("default", 0) / e["n"] if e["n"] else None,
+        }
+    return out
+
+
+def method_settings(
+    method: str, runs: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The method key's method, retrieval mode, passages per prompt and options, from the
+    run files (or, for runs that did not record them, the current defaults plus options)."""
+    base = method
+    options: dict[str, Any] = {}
+    settings: dict[str, Any] | None = None
+    for run in runs:
+        if method in (run.get("settings") or {}):
+            settings = dict(run["settings"][method])
+        base = (run.get("variants") or {}).get(method, base)
+        if method in (run.get("methods") or {}):
+            options = dict(run["methods"][method])
+    for row in rows:
+        if row.get("base_method"):
+            base = str(row["base_method"])
+        if isinstance(row.get("options"), dict) and not options:
+            options = dict(row["options"])
+    recorded = settings is not None
+    if settings is None:
+        settings = resolved_settings(base, options)
+    passages = next(
+        (settings[k] for k in ("passages_per_prompt", "top_k") if settings.get(k) is not None),
+        None,
+    )
+    return {
+        "method": base,
+        "retrieval_mode": settings.get("retrieval_mode"),
+        "passages_per_prompt": passages,
+        "options": options,
+        "recorded": recorded,
+    }
+
+
 def _missing(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -108,11 +227,12 @@ def summarize(
     seed: int = 0,
     n_boot: int = N_BOOT,
     baseline: str = BASELINE,
+    runs: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The summary structure written to ``summary.json``."""
-    rows = dedupe(rows)
+    """The summary structure written to ``summary.json`` (``runs``: the runs' ``run.json``)."""
+    normalized = [normalize_row(r) for r in dedupe(rows)]
     by_dataset: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
+    for row in normalized:
         by_dataset[str(row.get("dataset"))].append(row)
     datasets: dict[str, Any] = {}
     for name, ds_rows in by_dataset.items():
@@ -136,6 +256,15 @@ def summarize(
             entry["cost"] = {
                 key: (float(np.mean([_num(r, key) for r in ok])) if ok else None) for key in COSTS
             }
+            entry["cost"].update({key: _optional_mean(ok, key) for key in OPTIONAL_COSTS})
+            cached, prompt = entry["cost"]["cached_tokens"], entry["cost"]["prompt_tokens"]
+            entry["cost"]["cache_share"] = (
+                cached / prompt if cached is not None and prompt else None
+            )
+            ds_runs = [r for r in runs if r.get("dataset") in (None, name)]
+            entry["settings"] = method_settings(m, ds_runs, per[m])
+            entry["decisions"] = decision_stats(ok)
+            entry["legacy_recall"] = any(r.get("legacy_recall") for r in per[m])
             entry["stop_reasons"] = dict(Counter(str(r.get("stop_reason") or "") for r in per[m]))
             flagged = [r for r in ok if "missing" in r]
             entry["miss_rate"] = (
@@ -168,6 +297,9 @@ def summarize(
         "bootstrap": {"resamples": n_boot, "level": 0.95, "seed": seed, "kind": "percentile"},
         "baseline": baseline,
         "datasets": datasets,
+        "serving": {
+            str(r.get("dataset")): r["serving"] for r in runs if isinstance(r.get("serving"), dict)
+        },
     }
 
 
@@ -244,6 +376,17 @@ def _verdict(name: str, ds: Mapping[str, Any]) -> str:
     return text + "."
 
 
+def _split(c: Mapping[str, Any]) -> str:
+    parts = [c.get("instruction_tokens"), c.get("passage_tokens"), c.get("other_tokens")]
+    if any(p is None for p in parts):
+        return "–"
+    return " / ".join(_fmt(p, 0) for p in parts)
+
+
+def _decision_cell(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items())
+
+
 def render_markdown(
     summary: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], plots: Mapping[str, list[str]]
 ) -> str:
@@ -252,7 +395,9 @@ def render_markdown(
     lines.append(
         f"Means with 95% percentile-bootstrap intervals ({boot['resamples']} resamples, seed {boot['seed']}). "
         "Failed questions are left out of the means and counted under *errors*; "
-        f"Δ columns are paired differences to `{summary['baseline']}` on the questions both answered."
+        f"Δ columns are paired differences to `{summary['baseline']}` on the questions both answered. "
+        "*Support recall*: share of the gold supporting paragraphs shown in at least one LLM "
+        "prompt; *retrieval recall*: share that any retrieval returned."
     )
     lines.append("")
     if runs:
@@ -262,8 +407,11 @@ def render_markdown(
             sel = f"first {run.get('selected')} questions" + (
                 f" from offset {run['offset']}" if run.get("offset") else ""
             )
+            variants = run.get("variants") or {}
             opts = "; ".join(
-                f"`{m}`" + (f" ({', '.join(f'{k}={v}' for k, v in o.items())})" if o else "")
+                f"`{m}`"
+                + (f" = `{variants[m]}`" if m in variants else "")
+                + (f" ({', '.join(f'{k}={v}' for k, v in o.items())})" if o else "")
                 for m, o in (run.get("methods") or {}).items()
             )
             lines.append(
@@ -272,24 +420,19 @@ def render_markdown(
                 f"corpus {corpus.get('documents')} paragraphs (union of the file's paragraphs, "
                 f"{corpus.get('embedder')} + {corpus.get('bm25')}); model `{run.get('model')}`; methods {opts}."
             )
+            serving = run.get("serving")
+            if isinstance(serving, dict) and serving:
+                text = ", ".join(f"{k}={v}" for k, v in serving.items() if v not in (None, ""))
+                lines.append(f"  Serving: {text}.")
         lines.append("")
     for name, ds in summary["datasets"].items():
         primary = ds["primary"]
         lines += [f"## {name} ({ds['questions']} questions)", "", _verdict(name, ds), ""]
-        metric_keys = ["em", "f1", "acc", "support_recall"] + (
+        metric_keys = ["em", "f1", "acc", "support_recall", "retrieval_recall"] + (
             ["choice_correct"] if primary == "choice_correct" else []
         )
         head = ["method", "n"] + [LABELS[k] for k in metric_keys]
-        head += [f"Δ{LABELS[primary]} vs {ds['baseline'] or BASELINE}"]
-        head += [
-            "LLM calls",
-            "prompt tok",
-            "completion tok",
-            "retrievals",
-            "iterations",
-            "wall s",
-            "errors",
-        ]
+        head += [f"Δ{LABELS[primary]} vs {ds['baseline'] or BASELINE}", "errors"]
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
         for m, e in ds["methods"].items():
@@ -297,17 +440,53 @@ def render_markdown(
             cells = [name_cell, str(e["n"])] + [_cell(e.get(k)) for k in metric_keys]
             vs = e.get("vs_baseline")
             cells.append(_cell(vs.get(primary), signed=True) if vs else "–")
-            c = e["cost"]
-            cells += [
+            cells.append(str(e["errors"]))
+            lines.append("| " + " | ".join(cells) + " |")
+        if any(e.get("legacy_recall") for e in ds["methods"].values()):
+            lines += [
+                "",
+                "Rows written before the two recalls existed: their recall counted every "
+                "retrieved id, so it is shown as retrieval recall and support recall is unknown.",
+            ]
+        lines += ["", "Cost per question and settings:", ""]
+        head = [
+            "method", "retrieval", "passages/prompt", "LLM calls", "prompt tok",
+            "instructions / passages / other", "cached", "completion tok", "retrievals",
+            "shown", "retrieved", "iterations", "s/question",
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3)) + "|")
+        for m, e in ds["methods"].items():
+            c, st = e["cost"], e.get("settings") or {}
+            method_cell = m if st.get("method") in (None, m) else f"{m} (`{st['method']}`)"
+            cells = [
+                method_cell,
+                _fmt(st.get("retrieval_mode")),
+                _fmt(st.get("passages_per_prompt")),
                 _fmt(c["llm_calls"], 2),
                 _fmt(c["prompt_tokens"], 0),
+                _split(c),
+                _fmt(c.get("cached_tokens"), 0),
                 _fmt(c["completion_tokens"], 0),
                 _fmt(c["retrieval_calls"], 2),
+                _fmt(c.get("shown_passages"), 1),
+                _fmt(c.get("retrieved_passages"), 1),
                 _fmt(c["iterations"], 2),
                 _fmt(c["wall_s"], 2),
-                str(e["errors"]),
             ]
             lines.append("| " + " | ".join(cells) + " |")
+        decided = [(m, e) for m, e in ds["methods"].items() if e.get("decisions")]
+        if decided:
+            lines += ["", "Loop decisions (per method and node):", ""]
+            lines.append("| method | node | n | taken | mean p (n with p) | paths | default |")
+            lines.append("|---|---|---:|---|---:|---|---:|")
+            for m, e in decided:
+                for node, d in e["decisions"].items():
+                    mean_p = f"{_fmt(d['mean_p'], 3)} ({d['with_p']})"
+                    lines.append(
+                        f"| {m} | {node} | {d['n']} | {_decision_cell(d['decisions'])} | "
+                        f"{mean_p} | {_decision_cell(d['paths'])} | {d['default']} |"
+                    )
         lines += ["", "Stop reasons:", ""]
         for m, e in ds["methods"].items():
             reasons = ", ".join(
@@ -398,8 +577,10 @@ def write_report(
     seed: int = 0,
     n_boot: int = N_BOOT,
     plots: bool = True,
+    html: bool = True,
 ) -> dict[str, Any]:
-    """Read ``results.jsonl`` of each dir, write ``summary.json``/``summary.md``/plots to ``out``."""
+    """Read ``results.jsonl`` of each dir; write ``summary.json``, ``summary.md``, plots and
+    ``report.html`` (see :mod:`gaprag.eval.html`) to ``out``."""
     rows: list[dict[str, Any]] = []
     runs: list[dict[str, Any]] = []
     for d in dirs:
@@ -416,7 +597,7 @@ def write_report(
         raise InputError("no results to report", hint="run `gaprag eval` first")
     target = Path(out) if out is not None else Path(dirs[0])
     target.mkdir(parents=True, exist_ok=True)
-    summary = summarize(rows, seed=seed, n_boot=n_boot)
+    summary = summarize(rows, seed=seed, n_boot=n_boot, runs=runs)
     summary["runs"] = runs
     made = plot(summary, target) if plots else {}
     summary["plots"] = made
@@ -424,4 +605,9 @@ def write_report(
     tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
     tmp.replace(target / "summary.json")
     (target / "summary.md").write_text(render_markdown(summary, runs, made), encoding="utf-8")
+    if html:
+        from gaprag.eval.html import write_html
+
+        rows = [normalize_row(r) for r in dedupe(rows)]
+        write_html(summary, rows, [Path(d) for d in dirs], target, made)
     return summary

@@ -3,17 +3,26 @@
 Writes into ``out``:
 
 * ``results.jsonl``: one line per (method, question), appended as each finishes (DESIGN §8);
-* ``traces/METHOD/ID.json``: queries, retrievals, evidence, every LLM prompt and reply, the
-  graph's decision trace, and the error with its traceback if the question failed;
-* ``run.json``: the protocol (dataset file hash, corpus, model, methods and their options);
-* ``summary.json``, ``summary.md`` and plots (see :mod:`gaprag.eval.report`).
+  each line is written with one ``write`` call and a torn tail left by a killed run is cut off
+  (with a warning) when the directory is opened again, so that question is run again;
+* ``traces/METHOD/ID.json``: queries, retrievals, passages shown, decisions, every LLM prompt
+  and reply, the graph's decision trace, and the error with its traceback if the question failed;
+* ``run.json``: the protocol (dataset file hash, corpus, model, serving settings, methods and
+  variants with their options and resolved settings);
+* ``summary.json``, ``summary.md``, plots and ``report.html`` (see :mod:`gaprag.eval.report`).
+
+A directory is written by one ``gaprag eval`` at a time: a second one is refused (a lock file,
+``.gaprag-eval.lock``, released by the operating system even when a run is killed).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -50,6 +59,7 @@ RESULT_FIELDS: tuple[str, ...] = (
     "f1",
     "acc",
     "support_recall",
+    "retrieval_recall",
     "llm_calls",
     "prompt_tokens",
     "completion_tokens",
@@ -58,9 +68,17 @@ RESULT_FIELDS: tuple[str, ...] = (
     "stop_reason",
     "wall_s",
     "error",
+    "base_method",
+    "decisions",
+    "shown_ids",
+    "retrieved_ids",
+    "cached_tokens",
+    "instruction_tokens",
+    "passage_tokens",
 )
 RESULTS = "results.jsonl"
 RUN_FILE = "run.json"
+LOCK_FILE = ".gaprag-eval.lock"
 _ID_KEYS = ("id", "ids", "doc_id", "doc_ids", "evidence_ids")
 
 
@@ -93,26 +111,87 @@ def read_results(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _cut_torn_tail(path: Path) -> None:
+    """Drop an incomplete last line (a run killed while writing it), with a warning."""
+    if not path.is_file():
+        return
+    size = path.stat().st_size
+    if not size:
+        return
+    with path.open("rb+") as fh:
+        # the last line: scan back from the end in bounded steps for the newline before it
+        end = size
+        fh.seek(size - 1)
+        complete = fh.read(1) == b"\n"
+        if complete:
+            end = size - 1  # look at the last line proper
+        start, step = end, 1 << 16
+        while start > 0:
+            start = max(0, start - step)
+            fh.seek(start)
+            chunk = fh.read(end - start)
+            cut = chunk.rfind(b"\n")
+            if cut >= 0:
+                start += cut + 1
+                break
+        fh.seek(start)
+        last = fh.read(end - start)
+        if complete:
+            try:
+                json.loads(last.decode("utf-8"))
+                return
+            except (UnicodeDecodeError, ValueError):
+                pass  # a torn line followed by a newline (written by older versions)
+        fh.truncate(start)
+    warnings.warn(
+        f"{path}: dropped an incomplete last line (a run was killed while writing it); "
+        "that question runs again",
+        stacklevel=3,
+    )
+
+
 class ResultsWriter:
-    """Append-only JSONL; one complete line per row, flushed at once."""
+    """Append-only JSONL: each row is one complete line, written by one ``write`` call.
+
+    Opening cuts a torn last line left by a killed run (so the file holds only complete rows).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        if path.is_file() and path.stat().st_size:
-            with path.open("rb") as fh:
-                fh.seek(-1, os.SEEK_END)
-                torn = fh.read(1) != b"\n"
-            if torn:  # an interrupted line: start ours on a fresh one
-                with path.open("a", encoding="utf-8") as fh:
-                    fh.write("\n")
-        self._fh = path.open("a", encoding="utf-8")
+        _cut_torn_tail(path)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, row: Mapping[str, Any]) -> None:
-        self._fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-        self._fh.flush()
+        data = (json.dumps(row, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+        view = memoryview(data)
+        for _ in range(1000):  # a short write is continued; bounded
+            if not view:
+                break
+            done = os.write(self._fd, view)
+            view = view[done:]
 
     def close(self) -> None:
-        self._fh.close()
+        os.close(self._fd)
+
+
+class RunLock:
+    """Exclusive use of an output directory by one process (``.gaprag-eval.lock``)."""
+
+    def __init__(self, out_dir: Path) -> None:
+        from filelock import FileLock, Timeout
+
+        self.path = out_dir / LOCK_FILE
+        self._lock = FileLock(str(self.path))
+        try:
+            self._lock.acquire(timeout=0)
+        except Timeout:
+            raise InputError(
+                f"{out_dir} is being written by another `gaprag eval` (lock {self.path.name})",
+                hint="wait for that run to finish, or use another --out directory",
+            ) from None
+
+    def release(self) -> None:
+        self._lock.release()
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -134,15 +213,40 @@ def _ids_in(value: Any) -> Iterable[str]:
                 yield v["id"]
 
 
-def seen_ids(output: Mapping[str, Any], retrievals: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Every paragraph id the run saw: its evidence, every retrieval result, ids in its trace."""
-    seen: dict[str, None] = {}
-    for ev in output.get("evidence") or []:
-        if isinstance(ev, dict) and isinstance(ev.get("id"), str):
-            seen[ev["id"]] = None
+def _id_list(value: Any) -> list[str] | None:
+    """A graph output's id list (``shown_ids``/``retrieved_ids``), or None when absent."""
+    if not isinstance(value, list | tuple):
+        return None
+    return list(dict.fromkeys(_ids_in(value)))
+
+
+def shown_ids(output: Mapping[str, Any]) -> list[str] | None:
+    """The passage ids rendered into at least one LLM prompt, as the graph recorded them.
+
+    ``None`` when the graph does not report them (support recall is then left empty rather
+    than guessed from text).
+    """
+    return _id_list(output.get("shown_ids"))
+
+
+def retrieved_ids(output: Mapping[str, Any], retrievals: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every passage id any retrieval of the question returned: the graph's ``retrieved_ids``
+    plus every search result recorded at the store, in order, once each."""
+    seen: dict[str, None] = dict.fromkeys(_id_list(output.get("retrieved_ids")) or [])
     for hit in retrievals:
         for i in hit.get("ids", []):
             seen[i] = None
+    return list(seen)
+
+
+def seen_ids(output: Mapping[str, Any], retrievals: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every paragraph id the run touched: retrievals, evidence, ids in its trace (for traces)."""
+    seen: dict[str, None] = dict.fromkeys(retrieved_ids(output, retrievals))
+    for i in shown_ids(output) or []:
+        seen[i] = None
+    for ev in output.get("evidence") or []:
+        if isinstance(ev, dict) and isinstance(ev.get("id"), str):
+            seen[ev["id"]] = None
     for entry in output.get("trace") or []:
         if isinstance(entry, dict):
             for key in _ID_KEYS:
@@ -151,9 +255,17 @@ def seen_ids(output: Mapping[str, Any], retrievals: Sequence[Mapping[str, Any]])
     return list(seen)
 
 
-def score(example: Example, prediction: str, seen: Iterable[str]) -> dict[str, Any]:
+def score(
+    example: Example,
+    prediction: str,
+    shown: Iterable[str] | None,
+    retrieved: Iterable[str] = (),
+) -> dict[str, Any]:
     """The metric fields of a row (plus ``choice``/``choice_correct`` for multiple choice).
 
+    ``support_recall`` is the share of gold supporting paragraphs among ``shown`` (the ids
+    rendered into a prompt; ``None`` when the graph did not report them);
+    ``retrieval_recall`` the share among ``retrieved`` (any retrieval's results).
     For a multiple-choice question whose prediction names an option ("D", "D. Masson
     trichrome", "Masson trichrome stain"), EM/F1/Acc compare that option's text with the
     gold, so they agree with ``choice_correct``; a prediction naming no option is scored as is.
@@ -173,40 +285,140 @@ def score(example: Example, prediction: str, seen: Iterable[str]) -> dict[str, A
         "em": exact_match(scored, example.answers),
         "f1": round(f1_score(scored, example.answers), 6),
         "acc": accuracy(scored, example.answers),
-        "support_recall": support_recall(example.supporting, seen),
+        "support_recall": None if shown is None else support_recall(example.supporting, shown),
+        "retrieval_recall": support_recall(example.supporting, retrieved),
         **extra,
     }
 
 
 # -- options and resume --------------------------------------------------------------------
-def method_options(
-    methods: Sequence[str], sets: Sequence[str], options: Mapping[str, Mapping[str, Any]] | None
-) -> dict[str, dict[str, Any]]:
-    """Per-method options from ``--set`` pairs and the Python ``options`` mapping."""
+_VARIANT = re.compile(r"^([A-Za-z][A-Za-z0-9_-]*)=([A-Za-z_][A-Za-z0-9_]*)(?::(.*))?$")
+_SECRET = re.compile(r"(api_?key|token|secret|password)$", re.IGNORECASE)
+
+VariantSpecs = Sequence[str] | Mapping[str, tuple[str, Mapping[str, Any]]]
+
+
+def parse_variant(spec: str) -> tuple[str, str, dict[str, str]]:
+    """``"ik_hybrid=iterkey:top_k=5,retrieval_mode=hybrid"`` -> (name, method, raw settings).
+
+    No shell quoting needed: names are letters, digits, ``_`` and ``-``; settings are
+    comma-separated ``key=value`` pairs (a value cannot contain a comma).
+    """
+    match = _VARIANT.match(spec.strip())
+    if not match:
+        raise InputError(
+            f"--variant expects NAME=METHOD:KEY=VALUE,KEY=VALUE, got {spec!r}",
+            hint="e.g. --variant iterkey_hybrid=iterkey:top_k=5,retrieval_mode=hybrid",
+        )
+    name, method, rest = match.groups()
+    settings: dict[str, str] = {}
+    for pair in (rest or "").split(","):
+        if not pair.strip():
+            continue
+        if "=" not in pair:
+            raise InputError(
+                f"--variant {name}: expected key=value, got {pair!r}",
+                hint="e.g. --variant iterkey_hybrid=iterkey:top_k=5,retrieval_mode=hybrid",
+            )
+        key, value = pair.split("=", 1)
+        settings[key.strip()] = value.strip()
+    return name, method, settings
+
+
+def plan_methods(
+    names: Sequence[str],
+    variants: VariantSpecs | None,
+    sets: Sequence[str],
+    options: Mapping[str, Mapping[str, Any]] | None,
+) -> tuple[list[str], dict[str, str], dict[str, dict[str, Any]]]:
+    """The run's method keys (methods and named variants), each key's method, and its options.
+
+    Options, later ones winning: ``--set KEY=VALUE`` (every key whose method has the option),
+    a variant's own settings, ``--set NAME.KEY=VALUE`` for that method or variant name, and
+    the Python ``options`` mapping.
+    """
     from gaprag.graphs import METHODS, context_class
     from gaprag.options import options_for, parse_sets
 
+    base: dict[str, str] = {}
+    raw: dict[str, dict[str, str]] = {}
+    typed: dict[str, dict[str, Any]] = {}
+    if isinstance(variants, Mapping):
+        for name, (method, values) in variants.items():
+            base[name], typed[name] = method, dict(values)
+    else:
+        for spec in variants or ():
+            name, method, values = parse_variant(spec)
+            if name in base:
+                raise InputError(f"variant {name!r} is defined twice", hint="give each one name")
+            base[name], raw[name] = method, values
+    for name, method in base.items():
+        if name in METHODS:
+            raise InputError(
+                f"variant name {name!r} is a method's name",
+                hint=f"name the variant differently, e.g. {name}_v2",
+            )
+        if method not in METHODS:
+            raise InputError(
+                f"variant {name!r}: unknown method {method!r}",
+                hint="choose from: " + ", ".join(METHODS),
+            )
+    keys = list(dict.fromkeys([*names, *base]))
+    for key in keys:
+        if key not in METHODS and key not in base:
+            raise InputError(
+                f"unknown method {key!r}",
+                hint="choose from: " + ", ".join(METHODS) + " (or define it with --variant)",
+            )
+        base.setdefault(key, key)
     parsed = parse_sets(sets)
     for scope in parsed:
-        if scope != "*" and scope not in METHODS:
+        if scope != "*" and scope not in base:
             raise InputError(
                 f"--set names an unknown method {scope!r}",
-                hint="use METHOD.option=value with one of: " + ", ".join(METHODS),
+                hint="use METHOD.option=value with one of: " + ", ".join(base),
             )
     for key in parsed.get("*", {}):
-        import dataclasses
-
-        if not any(key in {f.name for f in dataclasses.fields(context_class(m))} for m in methods):
+        if not any(
+            key in {f.name for f in dataclasses.fields(context_class(m))} for m in base.values()
+        ):
             raise InputError(
                 f"no method in this run has an option {key!r}",
                 hint="check the spelling; method options are listed by `gaprag ask --help`",
             )
     result: dict[str, dict[str, Any]] = {}
-    for m in methods:
-        merged = options_for(m, parsed)
-        merged.update((options or {}).get(m, {}))
-        result[m] = merged
-    return result
+    for key in keys:
+        method = base[key]
+        # a variant's own settings, then --set NAME.KEY=VALUE for it (not its method's --set)
+        scoped = {**raw.get(key, {}), **parsed.get(key, {})}
+        merged = options_for(method, {"*": parsed.get("*", {}), method: scoped})
+        merged.update(typed.get(key, {}))
+        merged.update((options or {}).get(key, {}))
+        result[key] = merged
+    return keys, {k: base[k] for k in keys}, result
+
+
+def method_options(
+    methods: Sequence[str], sets: Sequence[str], options: Mapping[str, Mapping[str, Any]] | None
+) -> dict[str, dict[str, Any]]:
+    """Per-method options from ``--set`` pairs and the Python ``options`` mapping."""
+    return plan_methods(methods, None, sets, options)[2]
+
+
+def resolved_settings(method: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Every setting a method runs with (its context: defaults plus ``options``), JSON-safe.
+
+    Fields that look like secrets (``api_key``, ``token``, ...) are left out.
+    """
+    from gaprag.graphs import context_class
+
+    try:
+        ctx = context_class(method)(**options)
+        values = {f.name: getattr(ctx, f.name) for f in dataclasses.fields(ctx)}
+    except Exception:  # an old run's options may no longer fit the current schema
+        values = dict(options)
+    safe = {k: v for k, v in values.items() if not _SECRET.search(k)}
+    return json.loads(json.dumps(safe, default=str))  # type: ignore[no-any-return]
 
 
 def _check_resume(run_file: Path, info: dict[str, Any]) -> dict[str, Any]:
@@ -220,6 +432,13 @@ def _check_resume(run_file: Path, info: dict[str, Any]) -> dict[str, Any]:
             f"{run_file.parent} holds results for another version of dataset {old.get('dataset')!r}",
             hint="use a new --out directory for this dataset file",
         )
+    for key, method in info.get("variants", {}).items():
+        was = old.get("variants", {}).get(key)
+        if was is not None and was != method:
+            raise InputError(
+                f"{key} was a variant of {was} in the run being resumed, now of {method}",
+                hint="resume with the same --variant definitions, or use a new --out directory",
+            )
     for method, opts in info["methods"].items():
         before = old.get("methods", {}).get(method)
         if before is not None and before != json.loads(json.dumps(opts, default=str)):
@@ -229,7 +448,8 @@ def _check_resume(run_file: Path, info: dict[str, Any]) -> dict[str, Any]:
             )
     merged = dict(old)
     merged.update({k: v for k, v in info.items() if k != "methods"})
-    merged["methods"] = {**old.get("methods", {}), **info["methods"]}
+    for field in ("methods", "variants", "settings"):
+        merged[field] = {**old.get(field, {}), **info.get(field, {})}
     return merged
 
 
@@ -273,6 +493,23 @@ class _Means:
         return " | ".join(parts)
 
 
+_TRACE_METRICS = (
+    "em", "f1", "acc", "support_recall", "retrieval_recall", "choice", "choice_correct"
+)  # fmt: skip
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _decisions(output: Mapping[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for d in output.get("decisions") or []:
+        if isinstance(d, Mapping):
+            out.append(json.loads(json.dumps(dict(d), default=str)))
+    return out
+
+
 async def _run_one(
     graph: Any,
     method: str,
@@ -280,6 +517,9 @@ async def _run_one(
     example: Example,
     options: Mapping[str, Any],
     traces: Path,
+    *,
+    base_method: str | None = None,
+    titles: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     log: list[dict[str, Any]] = []
     current_retrievals.set(log)  # this task's own context; copied into node threads
@@ -300,8 +540,17 @@ async def _run_one(
     wall = time.perf_counter() - start
 
     prediction = str(output.get("answer") or "")
+    shown = shown_ids(output)
+    retrieved = retrieved_ids(output, log)
     seen = seen_ids(output, log)
+    decisions = _decisions(output)
     usage = output.get("usage") or {}
+    calls = recorder.calls
+
+    def counted(key: str, fallback: int) -> int:
+        # after a failure the graph's usage is lost: count what the recorders saw
+        return int(usage.get(key, fallback))
+
     row: dict[str, Any] = {
         "dataset": dataset.name,
         "id": example.id,
@@ -313,24 +562,29 @@ async def _run_one(
         "f1": None,
         "acc": None,
         "support_recall": None,
-        # after a failure the graph's usage is lost: count what the recorders saw
-        "llm_calls": int(usage.get("llm_calls", len(recorder.calls))),
-        "prompt_tokens": int(
-            usage.get("prompt_tokens", sum(c.get("prompt_tokens", 0) for c in recorder.calls))
+        "retrieval_recall": None,
+        "llm_calls": counted("llm_calls", len(calls)),
+        "prompt_tokens": counted("prompt_tokens", sum(c.get("prompt_tokens", 0) for c in calls)),
+        "completion_tokens": counted(
+            "completion_tokens", sum(c.get("completion_tokens", 0) for c in calls)
         ),
-        "completion_tokens": int(
-            usage.get(
-                "completion_tokens", sum(c.get("completion_tokens", 0) for c in recorder.calls)
-            )
-        ),
-        "retrieval_calls": int(usage.get("retrieval_calls", len(log))),
+        "retrieval_calls": counted("retrieval_calls", len(log)),
         "iterations": int(output.get("iterations") or 0),
         "stop_reason": str(output.get("stop_reason") or ("error" if error else "")),
         "wall_s": round(wall, 4),
         "error": error,
+        "base_method": base_method or method,
+        "decisions": decisions,
+        "shown_ids": shown,
+        "retrieved_ids": retrieved,
+        "cached_tokens": _int_or_none(
+            usage.get("cached_tokens", sum(c.get("cached_tokens", 0) for c in calls))
+        ),
+        "instruction_tokens": _int_or_none(usage.get("instruction_tokens")),
+        "passage_tokens": _int_or_none(usage.get("passage_tokens")),
     }
     if error is None:
-        row.update(score(example, prediction, seen))
+        row.update(score(example, prediction, shown, retrieved))
     elif example.options:
         row.update(choice=None, choice_correct=None)
     row["type"] = example.type
@@ -341,21 +595,22 @@ async def _run_one(
         row["missing"] = output["missing"]
     row["options"] = dict(options)
 
-    standard = {"answer", "stop_reason", "iterations", "queries", "evidence", "usage", "trace"}
+    standard = {
+        "answer", "stop_reason", "iterations", "queries", "evidence", "usage", "trace",
+        "decisions", "shown_ids", "retrieved_ids",
+    }  # fmt: skip
+    touched = [*(shown or []), *retrieved, *example.supporting]
     trace = {
         "dataset": dataset.name,
         "id": example.id,
         "method": method,
+        "base_method": base_method or method,
         "options": dict(options),
         "input": example.prompt(),
         "answers": example.answers,
         "supporting": example.supporting,
         "prediction": prediction,
-        "metrics": {
-            k: row.get(k)
-            for k in ("em", "f1", "acc", "support_recall", "choice", "choice_correct")
-            if k in row
-        },
+        "metrics": {k: row.get(k) for k in _TRACE_METRICS if k in row},
         "stop_reason": row["stop_reason"],
         "iterations": row["iterations"],
         "usage": usage,
@@ -367,8 +622,12 @@ async def _run_one(
             if isinstance(ev, dict)
         ],
         "retrievals": log,
+        "shown_ids": shown,
+        "retrieved_ids": retrieved,
         "seen_ids": seen,
-        "llm_calls": recorder.calls,
+        "titles": {i: titles[i] for i in dict.fromkeys(touched) if titles and i in titles},
+        "decisions": decisions,
+        "llm_calls": calls,
         "trace": list(output.get("trace") or []),
         "extra": {k: v for k, v in output.items() if k not in standard},
         "error": error,
@@ -376,6 +635,56 @@ async def _run_one(
     }
     _write_json(traces / safe_name(method) / f"{safe_name(example.id)}.json", trace)
     return row
+
+
+def _default_llm_repeatable() -> tuple[LLM, dict[str, Any]]:
+    """The default LLM in its repeatable serving mode, and the serving settings to record.
+
+    Uses ``gaprag.llm.factory.default_llm(repeatable=True)`` and ``serving_settings()`` where
+    the installed gaprag has them; otherwise the plain default and a note saying so.
+    """
+    from gaprag import config
+    from gaprag.llm import factory
+
+    make: Any = factory.default_llm  # repeatable=True where the engine offers it
+    repeatable = "repeatable" in inspect.signature(make).parameters
+    llm: LLM = make(repeatable=True) if repeatable else make()
+    describe = getattr(factory, "serving_settings", None)
+    if describe is None:
+        from gaprag.llm import server
+
+        describe = getattr(server, "serving_settings", None)
+    settings: dict[str, Any] = {}
+    if callable(describe):
+        try:
+            wants = "repeatable" in inspect.signature(describe).parameters
+            settings = dict(describe(repeatable=True) if wants and repeatable else describe())
+        except Exception as exc:  # the description must never fail a run
+            settings = {"error": f"{type(exc).__name__}: {exc}"}
+    url = config.base_url()
+    if url:
+        settings.setdefault("endpoint", url)
+        settings.setdefault("model", config.model_name())
+    settings.setdefault("repeatable", repeatable)
+    if not repeatable:
+        settings.setdefault(
+            "note", "this gaprag has no repeatable serving mode (default_llm(repeatable=True))"
+        )
+    settings.setdefault("temperature", getattr(llm.chat, "temperature", None))
+    return llm, json.loads(json.dumps(settings, default=str))
+
+
+def _client_settings(chat: LLM | BaseChatModel) -> dict[str, Any]:
+    inner = chat.chat if isinstance(chat, LLM) else chat
+    info = {
+        "client": type(inner).__name__,
+        "endpoint": getattr(chat, "endpoint", None) or getattr(inner, "openai_api_base", None),
+        "model": getattr(inner, "model_name", None) or getattr(inner, "model", None),
+        "temperature": getattr(inner, "temperature", None),
+        "seed": getattr(inner, "seed", None),
+        "repeatable": "not controlled by gaprag (an endpoint or model you passed)",
+    }
+    return json.loads(json.dumps(info, default=str))  # type: ignore[no-any-return]
 
 
 async def aevaluate(
@@ -390,6 +699,7 @@ async def aevaluate(
     max_errors: int = 10,
     sets: Sequence[str] = (),
     options: Mapping[str, Mapping[str, Any]] | None = None,
+    variants: VariantSpecs | None = None,
     llm: LLM | BaseChatModel | None = None,
     base_url: str | None = None,
     model: str | None = None,
@@ -400,17 +710,15 @@ async def aevaluate(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Evaluate ``methods`` on the first ``limit`` questions of ``dataset``; see :func:`evaluate`."""
-    from gaprag.graphs import METHODS, build_graph
+    from gaprag.graphs import build_graph
 
     names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else list(methods)
     names = [m for m in dict.fromkeys(names) if m]
-    if not names:
+    if not names and not variants:
         raise InputError("no methods given", hint="e.g. --methods standard_rag,migres")
-    for m in names:
-        if m not in METHODS:
-            raise InputError(f"unknown method {m!r}", hint="choose from: " + ", ".join(METHODS))
     if concurrency < 1:
         raise InputError("--concurrency must be >= 1", hint="e.g. --concurrency 4")
+    keys, bases, opts = plan_methods(names, variants, sets, options)
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
     selected = ds.select(limit, offset)
     if not selected:
@@ -418,17 +726,62 @@ async def aevaluate(
             f"no questions selected from {ds.name} ({len(ds)} in the file)",
             hint="check --limit and --offset",
         )
-    opts = method_options(names, sets, options)
-    if llm is None and not base_url and not any(o.get("base_url") for o in opts.values()):
-        # Fail before indexing and before any question when the default LLM cannot start (its
-        # weights are not installed, no engine): every question would fail the same way.
-        from gaprag.llm.factory import default_llm
+    chat: LLM | BaseChatModel | None = llm
+    label = _model_label(llm, base_url, model)
+    serving: dict[str, Any]
+    if chat is None and base_url:
+        from gaprag.llm.factory import openai_llm
 
-        default_llm()
+        chat = openai_llm(base_url, model)
+    if chat is None and not any(o.get("base_url") for o in opts.values()):
+        # The default LLM, served repeatably. Started before indexing and before any question,
+        # so a default LLM that cannot start (weights not installed, no engine) fails at once.
+        chat, serving = _default_llm_repeatable()
+    elif chat is None:
+        serving = {"endpoints": {k: o.get("base_url") for k, o in opts.items()}}
+    else:
+        serving = _client_settings(chat)
 
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(out_dir)
+    try:
+        return await _evaluate_locked(
+            keys=keys, bases=bases, opts=opts, ds=ds, selected=selected, limit=limit,
+            offset=offset, out_dir=out_dir, concurrency=concurrency, resume=resume,
+            max_errors=max_errors, chat=chat, serving=serving, label=label, store=store, embedder=embedder, progress=progress, report=report, seed=seed,
+            build_graph=build_graph,
+        )  # fmt: skip
+    finally:
+        lock.release()
+
+
+async def _evaluate_locked(
+    *,
+    keys: list[str],
+    bases: dict[str, str],
+    opts: dict[str, dict[str, Any]],
+    ds: Dataset,
+    selected: list[Example],
+    limit: int | None,
+    offset: int,
+    out_dir: Path,
+    concurrency: int,
+    resume: bool,
+    max_errors: int,
+    chat: LLM | BaseChatModel | None,
+    serving: dict[str, Any],
+    label: str,
+    store: Any,
+    embedder: Embedder | None,
+    progress: bool,
+    report: bool,
+    seed: int,
+    build_graph: Any,
+) -> dict[str, Any]:
     results_path = out_dir / RESULTS
+    if resume:
+        _cut_torn_tail(results_path)
     previous = read_results(results_path)
     if previous and not resume:
         raise InputError(
@@ -448,11 +801,6 @@ async def aevaluate(
 
         store = Store.open(store, embedder=embedder)
     retriever = recording(store)
-    chat: LLM | BaseChatModel | None = llm
-    if chat is None and base_url:
-        from gaprag.llm.factory import openai_llm
-
-        chat = openai_llm(base_url, model)
 
     manifest = getattr(store, "manifest", {}) or {}
     info: dict[str, Any] = {
@@ -470,8 +818,11 @@ async def aevaluate(
             "bm25": manifest.get("bm25_engine"),
             "store": str(getattr(store, "root", "")),
         },
-        "model": _model_label(chat, base_url, model),
+        "model": label,
+        "serving": serving,
         "methods": json.loads(json.dumps(opts, default=str)),
+        "variants": {k: m for k, m in bases.items() if k != m},
+        "settings": {k: resolved_settings(bases[k], opts[k]) for k in keys},
         "concurrency": concurrency,
         "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -481,13 +832,14 @@ async def aevaluate(
     _write_json(run_file, info)
 
     done = {(r.get("method"), r.get("id")) for r in previous if not r.get("error")}
-    jobs = [(m, ex) for ex in selected for m in names if (m, ex.id) not in done]
-    graphs = {m: build_graph(m, llm=chat, retriever=retriever, **opts[m]) for m in names}
+    jobs = [(m, ex) for ex in selected for m in keys if (m, ex.id) not in done]
+    graphs = {m: build_graph(bases[m], llm=chat, retriever=retriever, **opts[m]) for m in keys}
+    titles = {d["id"]: d.get("title", "") for d in ds.documents()}
 
-    means = _Means(names)
+    means = _Means(keys)
     wanted = {ex.id for ex in selected}
     for r in previous:
-        if r.get("method") in names and r.get("id") in wanted and not r.get("error"):
+        if r.get("method") in keys and r.get("id") in wanted and not r.get("error"):
             means.add(r)
     from tqdm import tqdm
 
@@ -510,8 +862,9 @@ async def aevaluate(
             if stop.is_set():
                 return
             row = await _run_one(
-                graphs[method], method, ds, example, opts[method], out_dir / "traces"
-            )
+                graphs[method], method, ds, example, opts[method], out_dir / "traces",
+                base_method=bases[method], titles=titles,
+            )  # fmt: skip
             writer.write(row)
             new_rows.append(row)
             means.add(row)
@@ -537,7 +890,7 @@ async def aevaluate(
         **summary,
         "out": str(out_dir),
         "new_rows": len(new_rows),
-        "skipped": len(selected) * len(names) - len(jobs),
+        "skipped": len(selected) * len(keys) - len(jobs),
         "errors": len(errors),
     }
     if stop.is_set() or (new_rows and len(errors) == len(new_rows)):
@@ -566,6 +919,7 @@ def evaluate(
     max_errors: int = 10,
     sets: Sequence[str] = (),
     options: Mapping[str, Mapping[str, Any]] | None = None,
+    variants: VariantSpecs | None = None,
     llm: LLM | BaseChatModel | None = None,
     base_url: str | None = None,
     model: str | None = None,
@@ -580,8 +934,11 @@ def evaluate(
     ``dataset``: a bundled name (``hotpotqa``), a JSONL path, or a :class:`Dataset`.
     ``limit``/``offset``: the first ``limit`` questions in file order from ``offset``.
     ``options``: per-method settings, ``{"migres": {"max_iterations": 3}}``; ``sets``: the
-    same as ``--set`` strings. ``llm``: a chat model (default: ``base_url``/``model``, else
-    the configured endpoint or the embedded server). ``store``: a prebuilt store, a store
+    same as ``--set`` strings. ``variants``: named variants of a method, each its own method
+    key in the results: ``["ik_hybrid=iterkey:top_k=5,retrieval_mode=hybrid"]`` (the
+    ``--variant`` syntax) or ``{"ik_hybrid": ("iterkey", {"top_k": 5})}``. ``llm``: a chat
+    model (default: ``base_url``/``model``, else the configured endpoint or the embedded
+    server, started in its repeatable serving mode). ``store``: a prebuilt store, a store
     directory, or any retriever (default: the dataset's paragraph union, built once under
     ``GAPRAG_HOME`` with ``embedder``). ``resume``: skip (method, id) pairs already answered
     in ``out/results.jsonl``. Raises :class:`TooManyErrors` after ``max_errors`` failures
@@ -590,7 +947,7 @@ def evaluate(
     kwargs = dict(
         methods=methods, dataset=dataset, limit=limit, offset=offset, out=out,
         concurrency=concurrency, resume=resume, max_errors=max_errors, sets=sets,
-        options=options, llm=llm, base_url=base_url, model=model, store=store,
+        options=options, variants=variants, llm=llm, base_url=base_url, model=model, store=store,
         embedder=embedder, progress=progress, report=report, seed=seed,
     )  # fmt: skip
 

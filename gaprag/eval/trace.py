@@ -87,6 +87,8 @@ class LLMCallRecorder(BaseCallbackHandler):
         usage = getattr(message, "usage_metadata", None) or {}
         call["prompt_tokens"] = int(usage.get("input_tokens", 0))
         call["completion_tokens"] = int(usage.get("output_tokens", 0))
+        details = usage.get("input_token_details") or {}
+        call["cached_tokens"] = int(details.get("cache_read", 0) or 0)
         call["seconds"] = round(time.time() - call.pop("started"), 4)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:

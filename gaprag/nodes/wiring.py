@@ -32,6 +32,7 @@ import inspect
 import time
 import typing
 from collections.abc import Callable
+from dataclasses import is_dataclass
 from typing import Any, get_args, get_origin
 
 from langgraph.constants import START
@@ -74,11 +75,14 @@ def _is_reducer_field(annotation: Any) -> bool:
     return len(meta) > 0 and callable(meta[-1])
 
 
-def reset_values(state_cls: type[Any]) -> dict[str, tuple[Any, bool]]:
+def reset_values(
+    state_cls: type[Any], inputs: frozenset[str] = frozenset()
+) -> dict[str, tuple[Any, bool]]:
     """Every per-question field of ``state_cls``: (its default, whether it has a reducer),
-    leaving out the input fields and fields marked persistent."""
+    leaving out the input fields (the shared ones and ``inputs``) and fields marked
+    persistent."""
     hints = typing.get_type_hints(state_cls, include_extras=True)
-    inputs = {f.name for f in dataclasses.fields(InputState)}
+    inputs = inputs | {f.name for f in dataclasses.fields(InputState)}
     out: dict[str, tuple[Any, bool]] = {}
     for f in dataclasses.fields(state_cls):
         annotation = hints.get(f.name)
@@ -101,10 +105,10 @@ def new_question(state: Any) -> bool:
     )
 
 
-def _stale(state: Any) -> dict[str, tuple[Any, bool]]:
+def _stale(state: Any, inputs: frozenset[str]) -> dict[str, tuple[Any, bool]]:
     """The per-question fields that still hold a previous question's value."""
     out = {}
-    for name, (default, reducer) in reset_values(type(state)).items():
+    for name, (default, reducer) in reset_values(type(state), inputs).items():
         current = getattr(state, name, default)
         if current == default or (reducer and not current):  # a reducer channel starts empty
             continue
@@ -124,7 +128,14 @@ def _start_update(update: Any, stale: dict[str, tuple[Any, bool]], question: str
     return merged
 
 
-def as_node(fn: NodeFn, deps: Deps, context: type[BaseContext], *, first: bool = False) -> Any:
+def as_node(
+    fn: NodeFn,
+    deps: Deps,
+    context: type[BaseContext],
+    *,
+    first: bool = False,
+    inputs: frozenset[str] = frozenset(),
+) -> Any:
     """``fn`` as a LangGraph node that runs natively in sync and async mode."""
     from langgraph._internal._runnable import RunnableCallable
 
@@ -138,7 +149,7 @@ def as_node(fn: NodeFn, deps: Deps, context: type[BaseContext], *, first: bool =
         if first:
             check_question(getattr(state, "question", None))
         if starting:  # the node sees the clean state of a new question
-            stale = _stale(state)
+            stale = _stale(state, inputs)
             state = dataclasses.replace(
                 state, **{k: copy.deepcopy(d) for k, (d, _) in stale.items()}
             )
@@ -165,8 +176,14 @@ def add_nodes(
     if context is None or not issubclass(context, BaseContext):
         raise TypeError("the graph needs a gaprag context_schema (a BaseContext subclass)")
     entry = first or fns[0]
+    schema = builder.input_schema
+    inputs = (
+        frozenset(f.name for f in dataclasses.fields(schema))
+        if is_dataclass(schema)
+        else frozenset()
+    )
     for fn in fns:
-        builder.add_node(fn.__name__, as_node(fn, deps, context, first=fn is entry))
+        builder.add_node(fn.__name__, as_node(fn, deps, context, first=fn is entry, inputs=inputs))
     builder.add_edge(START, entry.__name__)
 
 

@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, HumanMessage
 
 from gaprag.errors import GapragError, InputError
 from gaprag.eval import evaluate, load_dataset, read_results, write_report
 from gaprag.eval.datasets import bundled
-from gaprag.eval.runner import RESULT_FIELDS, TooManyErrors
-from gaprag.graphs import METHODS
+from gaprag.eval.runner import RESULT_FIELDS, TooManyErrors, parse_variant
+from gaprag.graphs import METHODS, build_graph
+from gaprag.llm.client import LLM
 from gaprag.stores import HashingEmbedder
+from gaprag.stores.store import RetrievalMode
 from gaprag.testing import ScriptedChatModel
+
+NEW_LAYOUT = "deps" in inspect.signature(build_graph).parameters  # build(deps, context, ...)
+if NEW_LAYOUT:
+    from gaprag.context import BaseContext
+else:
+    from gaprag.graphs.common import BaseContext  # type: ignore[assignment,no-redef]
 
 PARAS = {
     "fr": ("France", "Paris is the capital and largest city of France."),
@@ -72,6 +84,76 @@ def _reply(messages: list[BaseMessage]) -> str:
 
 def oracle() -> ScriptedChatModel:
     return ScriptedChatModel(default=_reply)
+
+
+# -- a graph with the output contract's fields (shown_ids, retrieved_ids, decisions, usage) --
+@dataclass(kw_only=True)
+class Context(BaseContext):
+    """Settings of the fake ``contract`` method (registered under that name by a fixture)."""
+
+    top_k: int = 6  # passages retrieved (all six): retrieval recall is 1 for every question
+    shown: int = 1  # passages rendered into the prompt: support recall counts these only
+    retrieval_mode: RetrievalMode = "dense"
+
+
+class ContractGraph:
+    """Retrieves ``top_k``, shows the first ``shown`` passages to one LLM call, and reports the
+    contract's fields, as the restructured graphs do."""
+
+    def __init__(self, llm: Callable[[], LLM], retriever: Callable[[], Any], ctx: Context) -> None:
+        self.llm, self.retriever, self.ctx = llm, retriever, ctx
+
+    async def ainvoke(self, state: dict[str, Any], config: Any = None) -> dict[str, Any]:
+        question = state["question"]
+        hits = self.retriever().search(question, self.ctx.top_k, mode=self.ctx.retrieval_mode)
+        shown = hits[: self.ctx.shown]
+        passages = "\n".join(h["text"] for h in shown)
+        prompt = f"Answer briefly.\n{passages}\nQuestion: {question}\nAnswer:"
+        chat = self.llm().chat
+        reply = await chat.ainvoke([HumanMessage(prompt)], config=config)
+        answer = str(reply.content)
+        prompt_tokens = (getattr(reply, "usage_metadata", None) or {}).get("input_tokens", 0)
+        decisions = [
+            {"node": "validate_answer", "round": 1, "decision": "reject", "p": 0.2,
+             "path": "logprobs", "threshold": 0.5},
+            {"node": "validate_answer", "round": 2, "decision": "accept", "p": 0.9,
+             "path": "logprobs", "threshold": 0.5},
+            {"node": "judge", "round": 1, "decision": "sufficient", "p": None,
+             "path": "default", "threshold": None},
+        ]  # fmt: skip
+        usage = {
+            "llm_calls": 1, "prompt_tokens": prompt_tokens, "completion_tokens": 1,
+            "retrieval_calls": 1, "cached_tokens": 3, "instruction_tokens": 2,
+            "passage_tokens": max(0, prompt_tokens - 12),
+        }  # fmt: skip
+        return {
+            "answer": answer,
+            "stop_reason": "validated",
+            "iterations": 2,
+            "queries": [question, f"{question} again"],
+            "evidence": shown,
+            "retrieved_ids": [h["id"] for h in hits],
+            "shown_ids": [h["id"] for h in shown],
+            "decisions": decisions,
+            "usage": usage,
+        }
+
+
+if NEW_LAYOUT:  # the per-method layout: build(deps, context, checkpointer)
+
+    def build(deps: Any, ctx: Context, checkpointer: Any = None) -> ContractGraph:
+        return ContractGraph(lambda: deps.chat(ctx), lambda: deps.search(ctx), ctx)
+
+else:
+
+    def build(res: Any, ctx: Context, checkpointer: Any = None) -> ContractGraph:  # type: ignore[misc]
+        return ContractGraph(lambda: res.llm(ctx), lambda: res.given_retriever, ctx)
+
+
+@pytest.fixture
+def contract(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setitem(METHODS, "contract", __name__)
+    return "contract"
 
 
 @pytest.fixture
@@ -154,14 +236,16 @@ def test_rows_have_design_fields_scores_and_traces(dataset: Path, tmp_path: Path
         )
         assert len(row["evidence_ids"]) == 2 and row["options"] == {"top_k": 2}
     by_id = {r["id"]: r for r in rows}
-    assert by_id["q1"]["em"] == 1.0 and by_id["q1"]["support_recall"] == 1.0
+    assert by_id["q1"]["em"] == 1.0 and by_id["q1"]["retrieval_recall"] == 1.0
+    for row in rows:  # support recall only where the graph reports the passages it showed
+        assert (row["support_recall"] is None) == (row["shown_ids"] is None)
     assert (
         by_id["q3"]["prediction"] == "Milan"
         and by_id["q3"]["em"] == 0.0
         and by_id["q3"]["f1"] == 0.0
     )
     assert by_id["q5"]["em"] == 1.0 and by_id["q5"]["acc"] == 1.0  # alias match
-    assert by_id["q5"]["support_recall"] == 0.5  # "pt" is not retrieved for a Hamlet question
+    assert by_id["q5"]["retrieval_recall"] == 0.5  # "pt" is not retrieved for a Hamlet question
     trace = json.loads((out / "traces" / "standard_rag" / "q2.json").read_text())
     assert trace["queries"] == ["What is the capital of Germany?"]
     assert trace["retrievals"][0]["ids"] == by_id["q2"]["evidence_ids"]
@@ -176,6 +260,171 @@ def test_rows_have_design_fields_scores_and_traces(dataset: Path, tmp_path: Path
     assert f1["mean"] == pytest.approx(0.8) and f1["n"] == 5
     run_info = json.loads((out / "run.json").read_text())
     assert run_info["selected"] == 5 and run_info["corpus"]["documents"] == len(PARAS)
+
+
+def test_contract_fields_give_two_recalls_decisions_and_token_parts(
+    dataset: Path, tmp_path: Path, contract: str
+) -> None:
+    out = tmp_path / "run"
+    summary = run(dataset, out, methods=[contract])
+    rows = {r["id"]: r for r in read_results(out)}
+    for row in rows.values():
+        assert set(RESULT_FIELDS) <= set(row) and row["error"] is None
+        assert len(row["retrieved_ids"]) == 6 and len(row["shown_ids"]) == 1
+        assert row["retrieval_recall"] == 1.0  # every paragraph was retrieved
+        assert [d["decision"] for d in row["decisions"]] == ["reject", "accept", "sufficient"]
+        assert row["decisions"][0] == {
+            "node": "validate_answer", "round": 1, "decision": "reject", "p": 0.2,
+            "path": "logprobs", "threshold": 0.5,
+        }  # fmt: skip
+        assert row["cached_tokens"] == 3 and row["instruction_tokens"] == 2
+        assert row["passage_tokens"] == row["prompt_tokens"] - 12
+        assert row["base_method"] == "contract"
+    # support recall: only the one passage shown counts (q1: its gold is ranked first)
+    assert rows["q1"]["shown_ids"] == ["fr"] and rows["q1"]["support_recall"] == 1.0
+    assert rows["q5"]["shown_ids"] == ["hamlet"] and rows["q5"]["support_recall"] == 0.5
+    trace = json.loads((out / "traces" / "contract" / "q5.json").read_text())
+    assert trace["shown_ids"] == ["hamlet"] and len(trace["retrieved_ids"]) == 6
+    assert trace["titles"]["hamlet"] == "Hamlet" and trace["decisions"] == rows["q5"]["decisions"]
+    assert trace["metrics"]["retrieval_recall"] == 1.0
+
+    entry = summary["datasets"]["capitals"]["methods"]["contract"]
+    assert entry["support_recall"]["mean"] == pytest.approx(0.9) and entry["support_recall"]["ci"]
+    assert entry["retrieval_recall"] == {"mean": 1.0, "ci": [1.0, 1.0], "n": 5}
+    validate = entry["decisions"]["validate_answer"]
+    assert validate["n"] == 10 and validate["decisions"] == {"reject": 5, "accept": 5}
+    assert validate["mean_p"] == pytest.approx(0.55) and validate["default"] == 0
+    judge = entry["decisions"]["judge"]
+    assert judge["mean_p"] is None and judge["default"] == 5 and judge["default_rate"] == 1.0
+    cost = entry["cost"]
+    assert cost["cached_tokens"] == 3 and cost["instruction_tokens"] == 2
+    assert cost["instruction_tokens"] + cost["passage_tokens"] + cost["other_tokens"] == (
+        pytest.approx(cost["prompt_tokens"])
+    )
+    assert cost["shown_passages"] == 1 and cost["retrieved_passages"] == 6
+    assert entry["settings"] == {
+        "method": "contract", "retrieval_mode": "dense", "passages_per_prompt": 6,
+        "options": {}, "recorded": True,
+    }  # fmt: skip
+    md = (out / "summary.md").read_text()
+    assert "| **contract** | 5 |" in md and "Retrieval recall" in md
+    assert (
+        "| contract | validate_answer | 10 | reject 5, accept 5 | 0.550 (10) | logprobs 10 | 0 |"
+        in md
+    )
+    assert "| contract | judge | 5 | sufficient 5 | – (0) | default 5 | 5 |" in md
+    assert "| contract | dense | 6 |" in md  # retrieval mode and passages per prompt
+
+
+def test_variants_run_side_by_side(dataset: Path, tmp_path: Path, contract: str) -> None:
+    out = tmp_path / "run"
+    fake = oracle()
+    summary = run(
+        dataset, out, methods=[contract, "shown3"], llm=fake, limit=2,
+        variants=["shown3=contract:shown=3,retrieval_mode=hybrid", "top2=contract:top_k=2"],
+        sets=["top2.shown=2"],
+    )  # fmt: skip
+    rows = read_results(out)
+    assert sorted({r["method"] for r in rows}) == ["contract", "shown3", "top2"]
+    assert len(rows) == 6 and len(fake.calls) == 6
+    by = {(r["method"], r["id"]): r for r in rows}
+    assert len(by["shown3", "q1"]["shown_ids"]) == 3 and len(by["contract", "q1"]["shown_ids"]) == 1
+    assert len(by["top2", "q1"]["retrieved_ids"]) == 2 and len(by["top2", "q1"]["shown_ids"]) == 2
+    assert by["shown3", "q1"]["base_method"] == "contract"
+    assert by["shown3", "q1"]["options"] == {"shown": 3, "retrieval_mode": "hybrid"}
+    info = json.loads((out / "run.json").read_text())
+    assert info["variants"] == {"shown3": "contract", "top2": "contract"}
+    assert info["settings"]["top2"]["top_k"] == 2 and info["settings"]["top2"]["shown"] == 2
+    assert info["settings"]["contract"]["top_k"] == 6
+    methods = summary["datasets"]["capitals"]["methods"]
+    assert methods["shown3"]["settings"]["retrieval_mode"] == "hybrid"
+    assert methods["top2"]["settings"]["passages_per_prompt"] == 2
+    assert (tmp_path / "run" / "traces" / "shown3" / "q1.json").is_file()
+    md = (out / "summary.md").read_text()
+    assert "| shown3 (`contract`) | hybrid | 6 |" in md and "`shown3` = `contract`" in md
+    # resuming with a variant redefined on another method is refused
+    with pytest.raises(InputError, match="top2 was a variant of contract"):
+        run(dataset, out, methods=[contract], llm=fake, limit=2, resume=True,
+            variants=["top2=standard_rag:top_k=2"])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [
+        ("iterkey", "expects NAME=METHOD:KEY=VALUE"),
+        ("x=iterkey:top_k", "expected key=value"),
+        ("x=nosuch:top_k=1", "unknown method 'nosuch'"),
+        ("iterkey=iterkey:top_k=1", "is a method's name"),
+        ("x=iterkey:top_kk=1", "unknown option 'top_kk'"),
+        ("x=iterkey:top_k=many", "not a valid int"),
+    ],
+)
+def test_bad_variants_are_refused(dataset: Path, tmp_path: Path, spec: str, needle: str) -> None:
+    with pytest.raises(InputError, match=needle):
+        run(dataset, tmp_path / "run", methods=["standard_rag"], variants=[spec])
+    assert not (tmp_path / "run" / "results.jsonl").exists()
+
+
+def test_parse_variant() -> None:
+    assert parse_variant("ik_hybrid=iterkey:top_k=5,retrieval_mode=hybrid") == (
+        "ik_hybrid", "iterkey", {"top_k": "5", "retrieval_mode": "hybrid"},
+    )  # fmt: skip
+    assert parse_variant("plain=migres") == ("plain", "migres", {})
+
+
+def test_default_llm_is_served_repeatably_and_settings_are_recorded(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gaprag.llm.factory as factory
+    from gaprag.llm.client import LLM
+
+    asked: list[bool] = []
+
+    def default_llm(repeatable: bool = False) -> LLM:
+        asked.append(repeatable)
+        return LLM(oracle())
+
+    settings = {"engine": "xllamacpp", "slots": 1, "seed": 42, "cache_prompt": False}
+
+    def serving_settings(*, repeatable: bool = False) -> dict[str, Any]:
+        assert repeatable  # the settings of the repeatable mode, the one the run uses
+        return dict(settings)
+
+    monkeypatch.setattr(factory, "default_llm", default_llm)
+    monkeypatch.setattr(factory, "serving_settings", serving_settings, raising=False)
+    monkeypatch.delenv("GAPRAG_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    out = tmp_path / "run"
+    summary = run(dataset, out, llm=None, limit=2)
+    assert asked == [True]
+    expected = {**settings, "repeatable": True}
+    assert json.loads((out / "run.json").read_text())["serving"] == {
+        **expected,
+        "temperature": None,
+    }
+    assert summary["serving"]["capitals"]["seed"] == 42
+    assert (
+        "Serving: engine=xllamacpp, slots=1, seed=42, cache_prompt=False"
+        in (out / "summary.md").read_text()
+    )
+    assert [r["em"] for r in read_results(out)] == [1.0, 1.0]
+
+
+def test_a_second_writer_is_refused(dataset: Path, tmp_path: Path) -> None:
+    from gaprag.eval.runner import RunLock
+
+    out = tmp_path / "run"
+    out.mkdir()
+    held = RunLock(out)  # as another `gaprag eval` on this directory would hold it
+    try:
+        with pytest.raises(InputError, match="being written by another `gaprag eval`") as err:
+            run(dataset, out, limit=1)
+        assert "another --out" in err.value.hint
+        assert not (out / "results.jsonl").exists()
+    finally:
+        held.release()
+    run(dataset, out, limit=1)  # released: the directory is usable again
+    assert len(read_results(out)) == 1
 
 
 def test_resume_skips_finished_pairs(dataset: Path, tmp_path: Path, two_methods: list[str]) -> None:
@@ -203,15 +452,190 @@ def test_resume_refuses_other_options(dataset: Path, tmp_path: Path) -> None:
         run(dataset, out, limit=3, sets=["top_k=3"], resume=True)
 
 
-def test_torn_last_line_is_ignored_and_repaired(dataset: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "tail",
+    [
+        '{"dataset": "capitals", "id": "q3", "meth',  # killed mid-write
+        '{"dataset": "capitals", "id": "q3", "meth\n',  # as versions before 0.2 left it
+    ],
+)
+def test_torn_last_line_is_cut_and_its_question_rerun(
+    dataset: Path, tmp_path: Path, tail: str
+) -> None:
     out = tmp_path / "run"
     run(dataset, out, limit=2)
     with (out / "results.jsonl").open("a") as fh:
-        fh.write('{"dataset": "capitals", "id": "q3", "meth')  # killed mid-write
+        fh.write(tail)
     with pytest.warns(UserWarning, match="skipped 1 incomplete line"):
-        run(dataset, out, limit=3, resume=True)
-        rows = read_results(out)
-    assert [r["id"] for r in rows] == ["q1", "q2", "q3"]
+        assert [r["id"] for r in read_results(out)] == ["q1", "q2"]
+    fake = oracle()
+    with pytest.warns(UserWarning, match="dropped an incomplete last line"):
+        run(dataset, out, limit=3, resume=True, llm=fake)
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == ["q1", "q2", "q3"]  # no torn line left
+    assert len(fake.calls) == 1  # only q3 ran again
+
+
+def test_a_torn_line_inside_the_file_is_skipped(dataset: Path, tmp_path: Path) -> None:
+    """Older versions started a new line after a torn one: such lines are skipped on reading."""
+    out = tmp_path / "run"
+    run(dataset, out, limit=1)
+    text = (out / "results.jsonl").read_text()
+    (out / "results.jsonl").write_text('{"id": "q2", "meth\n' + text)
+    with pytest.warns(UserWarning, match="skipped 1 incomplete line"):
+        assert [r["id"] for r in read_results(out)] == ["q1"]
+
+
+_KILLED_RUN = """
+import os, signal, sys
+from gaprag.cli import main
+kill_at = int(os.environ.get("KILL_AT_ROW") or 0)
+if kill_at:
+    real, rows = os.write, []
+    def write(fd, data):
+        if bytes(data[:11]) == b'{"dataset":':
+            rows.append(1)
+            if len(rows) == kill_at:  # killed in the middle of writing this row
+                real(fd, bytes(data[: len(data) // 2]))
+                os.kill(os.getpid(), signal.SIGKILL)
+        return real(fd, data)
+    os.write = write
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _big_dataset(tmp_path: Path, n: int) -> Path:
+    path = tmp_path / "many.jsonl"
+    lines = []
+    for i in range(n):
+        qid, question, answers, supporting = QUESTIONS[i % len(QUESTIONS)]
+        lines.append(json.dumps(_record(f"{qid}-{i}", question, answers, supporting)))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _eval_subprocess(argv: list[str], env: dict[str, str] | None = None) -> Any:
+    import os
+    import subprocess
+    import sys
+
+    import gaprag
+
+    root = str(Path(gaprag.__file__).resolve().parents[1])
+    environ = {**os.environ, "PYTHONPATH": root, **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, "-c", _KILLED_RUN, *argv],
+        env=environ,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _complete_lines(path: Path) -> tuple[list[dict[str, Any]], bool]:
+    """The rows of a results file and whether it ends in a torn line."""
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    torn = lines[-1] != b""
+    rows = [json.loads(line) for line in lines[:-1] if line]  # the last is "" or torn
+    return rows, torn
+
+
+@pytest.mark.parametrize("how", ["mid_write", "any_moment"])
+def test_kill_9_then_resume_keeps_every_finished_question_and_repeats_none(
+    tmp_path: Path, how: str
+) -> None:
+    """``kill -9`` during ``gaprag eval`` (inside a row's write, or at a random moment), then
+    ``--resume``: finished rows are kept, none is asked again, no torn line remains."""
+    import signal
+
+    from gaprag.cli import main
+    from gaprag.stores import Store
+    from gaprag.stores.documents import Document
+    from tests.fake_openai import FakeOpenAI
+
+    n = 30
+    data = _big_dataset(tmp_path, n)
+    docs = [Document(id=p, title=t, text=x) for p, (t, x) in PARAS.items()]
+    store = Store.build(tmp_path / "store", docs, embedder=HashingEmbedder(), progress=False)
+    out = tmp_path / "out"
+
+    def slow(body: dict[str, Any]) -> str:
+        time.sleep(0.05)
+        return "Paris"
+
+    with FakeOpenAI(reply=slow) as server:
+        argv = [
+            "eval", "--methods", "standard_rag", "--dataset", str(data), "--out", str(out),
+            "--store", str(store.root), "--base-url", server.base_url, "--quiet",
+        ]  # fmt: skip
+        proc = _eval_subprocess(argv, {"KILL_AT_ROW": "6" if how == "mid_write" else ""})
+        if how == "any_moment":
+            results = out / "results.jsonl"
+            for _ in range(1200):  # bounded: at most 120 s
+                if results.is_file() and results.read_bytes().count(b"\n") >= 8:
+                    break
+                if proc.poll() is not None:
+                    break
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == -signal.SIGKILL, err.decode()[-2000:]
+        rows, torn = _complete_lines(out / "results.jsonl")
+        if how == "mid_write":
+            assert torn and len(rows) == 5  # the sixth row was cut in half
+        assert 0 < len(rows) < n
+        assert len(server.requests) >= len(rows)
+    with FakeOpenAI(reply="Paris") as again:  # its own server: count only the resumed run's calls
+        argv[argv.index("--base-url") + 1] = again.base_url
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the dropped torn line is announced
+            assert main([*argv, "--resume"]) == 0
+        asked_again = len(again.requests)
+    final, torn = _complete_lines(out / "results.jsonl")
+    assert not torn
+    assert sorted(r["id"] for r in final) == sorted(f"{q[0]}-{i}" for i, q in enumerate(
+        QUESTIONS[i % len(QUESTIONS)] for i in range(n)))  # fmt: skip
+    assert asked_again == n - len(rows)  # every finished question kept, none asked again
+
+
+def test_two_eval_processes_on_one_directory(tmp_path: Path) -> None:
+    """A second ``gaprag eval`` on a directory in use is refused with a clear message."""
+    from gaprag.stores import Store
+    from gaprag.stores.documents import Document
+    from tests.fake_openai import FakeOpenAI
+
+    data = _big_dataset(tmp_path, 10)
+    docs = [Document(id=p, title=t, text=x) for p, (t, x) in PARAS.items()]
+    store = Store.build(tmp_path / "store", docs, embedder=HashingEmbedder(), progress=False)
+    out = tmp_path / "out"
+    release = threading.Event()
+
+    def held(body: dict[str, Any]) -> str:
+        release.wait(timeout=120)  # the first run stays inside its first question
+        return "Paris"
+
+    with FakeOpenAI(reply=held) as server:
+        argv = [
+            "eval", "--methods", "standard_rag", "--dataset", str(data), "--out", str(out),
+            "--store", str(store.root), "--base-url", server.base_url, "--quiet",
+        ]  # fmt: skip
+        first = _eval_subprocess(argv)
+        try:
+            for _ in range(1200):  # bounded: at most 120 s, until the first run asks the model
+                if server.requests:
+                    break
+                assert first.poll() is None
+                time.sleep(0.1)
+            second = _eval_subprocess([*argv, "--resume"])
+            _, err = second.communicate(timeout=300)
+            assert second.returncode == 2
+            assert "is being written by another `gaprag eval`" in err.decode()
+            assert "Traceback" not in err.decode()
+        finally:
+            release.set()
+        assert first.wait(timeout=300) == 0
+    rows, torn = _complete_lines(out / "results.jsonl")
+    assert len(rows) == 10 and not torn and len(server.requests) == 10
 
 
 def _failing(bad: set[str]) -> ScriptedChatModel:
@@ -290,25 +714,27 @@ def test_default_llm_that_cannot_start_fails_before_any_question(
 
 
 def test_concurrency_is_bounded(dataset: Path, tmp_path: Path, two_methods: list[str]) -> None:
+    """Questions in flight at once, seen by an HTTP endpoint (whatever the client's async path)."""
+    from tests.fake_openai import FakeOpenAI
+
     lock = threading.Lock()
     state = {"now": 0, "peak": 0}
 
-    def slow(messages: list[BaseMessage]) -> str:
+    def slow(body: dict[str, Any]) -> str:
         with lock:
             state["now"] += 1
             state["peak"] = max(state["peak"], state["now"])
-        time.sleep(0.15)
+        time.sleep(0.3)
         with lock:
             state["now"] -= 1
-        return _reply(messages)
+        return "Paris"
 
-    run(
-        dataset,
-        tmp_path / "run",
-        methods=two_methods,
-        concurrency=3,
-        llm=ScriptedChatModel(default=slow),
-    )
+    with FakeOpenAI(reply=slow) as server:
+        run(
+            dataset, tmp_path / "run", methods=two_methods, concurrency=3, llm=None,
+            base_url=server.base_url,
+        )  # fmt: skip
+        assert len(server.requests) == 10
     assert state["peak"] == 3
     assert len(read_results(tmp_path / "run")) == 10
 
@@ -417,10 +843,14 @@ def test_report_paired_difference_on_shared_questions(tmp_path: Path) -> None:
     assert again["datasets"]["d"]["methods"]["iterkey"]["vs_baseline"]["f1"]["ci"] == [lo, hi]
 
     md = (out / "summary.md").read_text()
-    header = next(line for line in md.splitlines() if line.startswith("| method"))
-    for column in ("n", "EM", "F1", "Acc", "Support recall", "ΔF1 vs standard_rag", "LLM calls",
-                   "prompt tok", "completion tok", "retrievals", "iterations", "wall s", "errors"):  # fmt: skip
-        assert f"| {column} |" in header
+    metrics, costs = [line for line in md.splitlines() if line.startswith("| method |")][:2]
+    for column in ("n", "EM", "F1", "Acc", "Support recall", "Retrieval recall",
+                   "ΔF1 vs standard_rag", "errors"):  # fmt: skip
+        assert f"| {column} |" in metrics
+    for column in ("retrieval", "passages/prompt", "LLM calls", "prompt tok",
+                   "instructions / passages / other", "cached", "completion tok", "retrievals",
+                   "shown", "retrieved", "iterations", "s/question"):  # fmt: skip
+        assert f"| {column} |" in costs
     assert "**Best F1: `iterkey`" in md and "on 3 shared questions" in md
     assert "miss rate 1.000" in md
     for plot in summary["plots"]["d"]:
@@ -429,6 +859,55 @@ def test_report_paired_difference_on_shared_questions(tmp_path: Path) -> None:
         json.loads((out / "summary.json").read_text())["datasets"]["d"]["methods"]["iterkey"]["n"]
         == 5
     )
+
+
+def test_rows_from_older_runs_still_report(tmp_path: Path) -> None:
+    """Committed rows from before the two recalls: their recall becomes retrieval recall."""
+    old = Path(__file__).resolve().parents[2] / "docs" / "results" / "musique.results.jsonl"
+    rows = read_results(old)
+    assert rows and all("retrieval_recall" not in r and "decisions" not in r for r in rows)
+    d = _write_rows(tmp_path / "old", rows)
+    summary = write_report([d], tmp_path / "rep", n_boot=200)
+    ds = summary["datasets"]["musique"]
+    for method, entry in ds["methods"].items():
+        ok = [r for r in rows if r["method"] == method and not r.get("error")]
+        values = [r["support_recall"] for r in ok if r.get("support_recall") is not None]
+        assert entry["retrieval_recall"]["mean"] == pytest.approx(sum(values) / len(values))
+        assert entry["support_recall"]["mean"] is None and entry["legacy_recall"]
+        assert entry["decisions"] == {} and entry["cost"]["instruction_tokens"] is None
+        assert entry["settings"]["method"] == method
+    md = (tmp_path / "rep" / "summary.md").read_text()
+    assert "support recall is unknown" in md
+
+
+def test_calibration_may_not_touch_the_reported_questions() -> None:
+    from gaprag.eval.datasets import calibration_slice, check_no_overlap
+
+    examples = list(range(100))
+    assert calibration_slice(examples) == list(range(60, 100))
+    assert calibration_slice(examples, 70, 5) == [70, 71, 72, 73, 74]
+    with pytest.raises(InputError, match="may not start at question 50"):
+        calibration_slice(examples, 50)
+    with pytest.raises(InputError, match=r"2 reserved question\(s\) \(index 3, 49\)"):
+        check_no_overlap([3, 49, 60, 61])
+    check_no_overlap([60, 99])
+    with pytest.raises(InputError, match="no questions from index 60"):
+        calibration_slice(list(range(40)))
+
+
+def test_calibration_script_refuses_an_overlap(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "calibrate_migres_filter.py"
+    spec = importlib.util.spec_from_file_location("calibrate_migres_filter", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--start", "0", "--embedder", "hashing"]) == 2
+    assert "questions 0-59 are reserved" in capsys.readouterr().err
+    rows = module.held_out(module.DATA / "hotpotqa.dev.jsonl", 60, 3)
+    ids = [e.id for e in load_dataset("hotpotqa").examples]
+    assert [r["id"] for r in rows] == ids[60:63]
 
 
 def test_report_needs_results(tmp_path: Path) -> None:
@@ -464,6 +943,22 @@ def test_cli_eval_and_report(
     assert "| **standard_rag** | 2 |" in capsys.readouterr().out
     assert main(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
     assert (tmp_path / "rep" / "summary.md").is_file()
+    assert (tmp_path / "rep" / "report.html").is_file()
+    assert "report.html" in capsys.readouterr().out
+    # a named variant from the command line, without --methods
+    with FakeOpenAI(reply="Paris") as server:
+        code = main([
+            "eval", "--variant", "k1=standard_rag:top_k=1,retrieval_mode=bm25", "--dataset",
+            str(dataset), "--limit", "1", "--out", str(tmp_path / "var"), "--store",
+            str(store.root), "--base-url", server.base_url, "--quiet",
+        ])  # fmt: skip
+        assert code == 0
+    (row,) = read_results(tmp_path / "var")
+    assert row["method"] == "k1" and row["base_method"] == "standard_rag"
+    assert row["options"] == {"top_k": 1, "retrieval_mode": "bm25"}
+    assert len(row["retrieved_ids"]) == 1
+    assert main(["eval", "--dataset", str(dataset), "--quiet"]) == 2
+    assert "no methods given" in capsys.readouterr().err
     assert main(["eval", "--methods", "standard_rag", "--dataset", "nope", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "no bundled dataset or file named 'nope'" in err and "Traceback" not in err

@@ -1,8 +1,9 @@
 """missing_knowledge (MisK-RAG): wiring, routing, the one judge call, md5 merge and budget,
-prompt layout, knowledge-base setups, and the `gaprag kb qa-pairs` job (spec §11)."""
+prompt layout, knowledge-base setups, and the `gaprag kb qa-pairs` job."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Collection
 from pathlib import Path
@@ -13,25 +14,16 @@ import pytest
 from gaprag import build_graph
 from gaprag.cli import main
 from gaprag.errors import GapragError
-from gaprag.graphs.missing_knowledge import (
-    KnowledgeBaseRetriever,
-    build_missing_knowledge,
-    format_options,
-)
+from gaprag.graphs.missing_knowledge import KnowledgeBaseRetriever, format_options
 from gaprag.graphs.missing_knowledge import cli as kb_cli
-from gaprag.graphs.missing_knowledge.graph import (
-    Judgement,
-    budget,
-    format_chunks,
-    md5_text,
-    merge_round_robin,
-    mk_queries,
-    split_question,
-)
+from gaprag.graphs.missing_knowledge.judge import Judgement, mk_queries
+from gaprag.graphs.missing_knowledge.knowledge_base import budget, md5_text, merge_round_robin
+from gaprag.graphs.missing_knowledge.nodes import format_chunks
+from gaprag.graphs.missing_knowledge.question import split_question
+from gaprag.graphs.missing_knowledge.state import Chunk, State
 from gaprag.llm.client import LLM
 from gaprag.llm.parse import parse_model
 from gaprag.state.base import Evidence
-from gaprag.state.missing_knowledge import Chunk
 from gaprag.stores import HashingEmbedder, Retriever, Store
 from gaprag.stores.documents import Document
 from gaprag.stores.pairs import PairStore
@@ -129,11 +121,12 @@ def user_msg(fake: ScriptedChatModel, needle: str) -> str:
 
 
 def full_state(graph: Any, question: str, **context: Any) -> dict[str, Any]:
-    last: dict[str, Any] = {}
+    """The state after the run: every field, those no node wrote at their defaults."""
+    last: dict[str, Any] = dataclasses.asdict(State(question=question))
     for values in graph.stream(
         {"question": question}, context=context or None, stream_mode="values"
     ):
-        last = values
+        last = {**last, **values}
     return last
 
 
@@ -167,7 +160,7 @@ def test_graph_nodes_and_edges() -> None:
 def test_nothing_missing_skips_mk_retrieval(store: Store) -> None:
     rec = Recorder(store)
     fake = fake_llm(verdict(False, ["ignored query"], ["ignored"], thought="all there"))
-    state = full_state(build_missing_knowledge(llm=fake, retriever=rec), QUESTION)
+    state = full_state(build_graph("missing_knowledge", llm=fake, retriever=rec), QUESTION)
     assert rec.calls == [(QUESTION, 2)]  # the user question once, on KB A
     assert state["mk_contexts"] == [] and state["mk_queries"] == [] and state["missing"] is False
     assert state["stop_reason"] == "nothing_missing" and state["iterations"] == 1
@@ -178,8 +171,8 @@ def test_nothing_missing_skips_mk_retrieval(store: Store) -> None:
 
 def test_reuse_draft_saves_the_final_call(store: Store) -> None:
     fake = fake_llm(verdict(False))
-    out = build_missing_knowledge(
-        llm=fake, retriever=store, final_when_not_missing="reuse_draft"
+    out = build_graph(
+        "missing_knowledge", llm=fake, retriever=store, final_when_not_missing="reuse_draft"
     ).invoke({"question": QUESTION})
     assert len(fake.calls) == 2 and out["answer"] == out["draft_answer"] == "Todd Lodwick"
     assert out["usage"]["llm_calls"] == 2
@@ -188,7 +181,7 @@ def test_reuse_draft_saves_the_final_call(store: Store) -> None:
 def test_missing_runs_one_judge_and_each_query_once(store: Store) -> None:
     rec = Recorder(store)
     fake = fake_llm(verdict(True, ["q1", "q2"], ["opening bearer", "closing bearer"]))
-    state = full_state(build_missing_knowledge(llm=fake, retriever=rec), QUESTION)
+    state = full_state(build_graph("missing_knowledge", llm=fake, retriever=rec), QUESTION)
     assert rec.calls == [(QUESTION, 2), ("q1", 2), ("q2", 2)]  # exact strings, no prefix
     assert len(calls_of(fake, JUDGE)) == 1 and len(fake.calls) == 3
     assert (
@@ -203,8 +196,13 @@ def test_missing_runs_one_judge_and_each_query_once(store: Store) -> None:
 def test_misk_a_plus_b_routes_queries_to_the_chosen_stores(store: Store, pairs: PairStore) -> None:
     docs, qa = Recorder(store), Recorder(pairs.as_retriever(gamma=1.0, source_label="qa_pairs"))
     fake = fake_llm(verdict(True, ["2014 Olympics closing ceremony US flag bearer"]))
-    graph = build_missing_knowledge(
-        llm=fake, retriever=docs, pairs=qa, kb_primary="qa_pairs", kb_secondary="passages"
+    graph = build_graph(
+        "missing_knowledge",
+        llm=fake,
+        retriever=docs,
+        kb_pairs=qa,
+        kb_primary="qa_pairs",
+        kb_secondary="passages",
     )
     state = full_state(graph, QUESTION)
     assert [q for q, _ in qa.calls] == [QUESTION] and [q for q, _ in docs.calls] == [
@@ -228,12 +226,13 @@ def test_misk_a_plus_b_routes_queries_to_the_chosen_stores(store: Store, pairs: 
 def test_empty_query_list_falls_back_to_missing_knowledge(store: Store) -> None:
     rec = Recorder(store)
     full_state(
-        build_missing_knowledge(llm=fake_llm(verdict(True, [], ["x"])), retriever=rec), QUESTION
+        build_graph("missing_knowledge", llm=fake_llm(verdict(True, [], ["x"])), retriever=rec),
+        QUESTION,
     )
     assert [q for q, _ in rec.calls] == [QUESTION, "x"]
     rec2 = Recorder(store)
     fake = fake_llm(verdict(True, [], []))
-    state = full_state(build_missing_knowledge(llm=fake, retriever=rec2), QUESTION)
+    state = full_state(build_graph("missing_knowledge", llm=fake, retriever=rec2), QUESTION)
     assert [q for q, _ in rec2.calls] == [QUESTION] and state["mk_round"] == 0
     assert len(calls_of(fake, FINAL)) == 1 and state["answer"]
 
@@ -282,7 +281,7 @@ def test_query_normalisation() -> None:
 def test_malformed_judge_twice_defaults_to_nothing_missing(store: Store) -> None:
     rec = Recorder(store)
     fake = fake_llm("not json")
-    state = full_state(build_missing_knowledge(llm=fake, retriever=rec), QUESTION)
+    state = full_state(build_graph("missing_knowledge", llm=fake, retriever=rec), QUESTION)
     assert len(calls_of(fake, JUDGE)) == 2  # the call and one repair retry
     assert state["judge_parse_ok"] is False and state["missing"] is False
     assert len(rec.calls) == 1 and state["answer"] and state["stop_reason"] == "nothing_missing"
@@ -295,7 +294,7 @@ def test_malformed_once_then_valid(store: Store) -> None:
     replies = iter(["not json", verdict(True, ["closing ceremony flag"])])
     rec = Recorder(store)
     fake = fake_llm(lambda _messages: next(replies))
-    state = full_state(build_missing_knowledge(llm=fake, retriever=rec), QUESTION)
+    state = full_state(build_graph("missing_knowledge", llm=fake, retriever=rec), QUESTION)
     assert state["judge_parse_ok"] is True and state["missing"] is True
     assert [q for q, _ in rec.calls] == [QUESTION, "closing ceremony flag"]
 
@@ -309,7 +308,7 @@ def test_md5_dedup_against_initial_and_across_queries() -> None:
             "q2": [ev("n1b", "New one"), ev("n2", "New two")],
         }
     )
-    rec = build_missing_knowledge(llm=fake_llm(verdict(True, ["q1", "q2"])), retriever=first, pairs=second,
+    rec = build_graph("missing_knowledge", llm=fake_llm(verdict(True, ["q1", "q2"])), retriever=first, kb_pairs=second,
                                   kb_secondary="qa_pairs", top_k=8)  # fmt: skip
     state = full_state(rec, QUESTION)
     assert [c["text"].strip() for c in state["mk_contexts"]] == ["New one", "New two"]
@@ -325,7 +324,8 @@ def test_budget(store: Store, top_k: int, mode: Any, k_orig: int, k_mk: int) -> 
     assert budget(top_k, mode)[0::2] == (k_orig, k_mk)
     fake = fake_llm(verdict(True, ["Olympics flag", "Google founded", "Hamlet tragedy"]))
     state = full_state(
-        build_missing_knowledge(llm=fake, retriever=store, top_k=top_k, budget_mode=mode), QUESTION
+        build_graph("missing_knowledge", llm=fake, retriever=store, top_k=top_k, budget_mode=mode),
+        QUESTION,
     )
     assert len(state["initial_contexts"]) == k_orig and 0 < len(state["mk_contexts"]) <= k_mk
 
@@ -333,7 +333,7 @@ def test_budget(store: Store, top_k: int, mode: Any, k_orig: int, k_mk: int) -> 
 def test_per_query_budget_keeps_every_query_top_k(store: Store) -> None:
     fake = fake_llm(verdict(True, ["Google founded", "Hamlet tragedy", "Paris capital"]))
     state = full_state(
-        build_missing_knowledge(llm=fake, retriever=store, mk_budget="per_query"), QUESTION
+        build_graph("missing_knowledge", llm=fake, retriever=store, mk_budget="per_query"), QUESTION
     )
     assert len(state["mk_contexts"]) > 2
 
@@ -356,7 +356,9 @@ def test_final_prompt_layout(store: Store) -> None:
         verdict(True, ["closing ceremony US flag"], ["SECRET-LIST-ITEM"], thought="THOUGHT-XYZ"),
         draft="DRAFT-ABC",
     )
-    build_missing_knowledge(llm=fake, retriever=store, top_k=2).invoke({"question": Q_OPEN})
+    build_graph("missing_knowledge", llm=fake, retriever=store, top_k=2).invoke(
+        {"question": Q_OPEN}
+    )
     prompt = user_msg(fake, FINAL)
     marks = [
         "## Context",
@@ -372,9 +374,9 @@ def test_final_prompt_layout(store: Store) -> None:
     assert "DRAFT-ABC" not in prompt and "SECRET-LIST-ITEM" not in prompt
     assert prompt.rstrip().endswith("## Answer")
     fake2 = fake_llm(verdict(True, ["closing ceremony US flag"], ["SECRET-LIST-ITEM"]))
-    build_missing_knowledge(llm=fake2, retriever=store, top_k=2, include_missing_list=True).invoke(
-        {"question": Q_OPEN}
-    )
+    build_graph(
+        "missing_knowledge", llm=fake2, retriever=store, top_k=2, include_missing_list=True
+    ).invoke({"question": Q_OPEN})
     assert "SECRET-LIST-ITEM" in user_msg(fake2, FINAL)
 
 
@@ -395,14 +397,16 @@ def test_chunk_formatting_groups_and_numbers() -> None:
 
 def test_mk_section_numbering_restarts(store: Store) -> None:
     fake = fake_llm(verdict(True, ["closing ceremony US flag"]))
-    build_missing_knowledge(llm=fake, retriever=store, top_k=2).invoke({"question": Q_OPEN})
+    build_graph("missing_knowledge", llm=fake, retriever=store, top_k=2).invoke(
+        {"question": Q_OPEN}
+    )
     prompt = user_msg(fake, FINAL)
     assert prompt.count("Document[1]:") == 2  # once in Context, again in the MK section
 
 
 def test_judge_prompt_contents(store: Store) -> None:
     fake = fake_llm(verdict(False), draft="DRAFT-ABC")
-    state = full_state(build_missing_knowledge(llm=fake, retriever=store), QUESTION)
+    state = full_state(build_graph("missing_knowledge", llm=fake, retriever=store), QUESTION)
     judge = calls_of(fake, JUDGE)[0]
     user = user_msg(fake, JUDGE)
     assert user.rstrip().endswith("## Output")
@@ -424,7 +428,7 @@ def test_chinese_prompts_and_options(store: Store) -> None:
     options = format_options({"A": "抗雄激素疗法", "B": "促排卵治疗"})
     rec = Recorder(store)
     q = "多囊卵巢综合征首选治疗方法是什么？"
-    out = build_missing_knowledge(llm=fake, retriever=rec, options_text=options).invoke(
+    out = build_graph("missing_knowledge", llm=fake, retriever=rec, options_text=options).invoke(
         {"question": q}
     )
     judge = calls_of(fake, JUDGE)[0]
@@ -443,7 +447,7 @@ def test_options_appended_to_the_question_are_not_retrieved(store: Store) -> Non
     fake = fake_llm(verdict(False), final="Paris")
     rec = Recorder(store)
     asked = "What is the capital of France?\nOptions:\nA. Paris\nB. Berlin\nAnswer with the correct option."
-    out = build_missing_knowledge(llm=fake, retriever=rec).invoke({"question": asked})
+    out = build_graph("missing_knowledge", llm=fake, retriever=rec).invoke({"question": asked})
     assert rec.calls == [("What is the capital of France?", 2)] and out["queries"] == [
         "What is the capital of France?"
     ]
@@ -454,7 +458,7 @@ def test_options_appended_to_the_question_are_not_retrieved(store: Store) -> Non
 
 def test_draft_prompt_has_no_mk_section(store: Store) -> None:
     fake = fake_llm(verdict(False))
-    build_missing_knowledge(llm=fake, retriever=store).invoke({"question": QUESTION})
+    build_graph("missing_knowledge", llm=fake, retriever=store).invoke({"question": QUESTION})
     draft = fake.prompts()[0]
     assert JUDGE not in draft and FINAL not in draft and "## Context" in draft
 
@@ -486,15 +490,19 @@ def test_two_way_and_merged_knowledge_bases(store: Store, pairs: PairStore) -> N
 
 def test_qa_store_by_path(store: Store, pairs: PairStore) -> None:
     fake = fake_llm(verdict(False))
-    out = build_missing_knowledge(
-        llm=fake, retriever=store, qa_store=str(pairs.path), kb_primary="qa_pairs"
+    out = build_graph(
+        "missing_knowledge",
+        llm=fake,
+        retriever=store,
+        qa_store=str(pairs.path),
+        kb_primary="qa_pairs",
     ).invoke({"question": "who founded google"})
     assert out["evidence"][0]["text"] == "Q: who founded google\nA: Larry Page and Sergey Brin"
 
 
 def test_qa_kb_without_pair_store_is_a_clear_error(store: Store) -> None:
-    graph = build_missing_knowledge(
-        llm=fake_llm(verdict(False)), retriever=store, kb_primary="merged"
+    graph = build_graph(
+        "missing_knowledge", llm=fake_llm(verdict(False)), retriever=store, kb_primary="merged"
     )
     with pytest.raises(GapragError) as err:
         graph.invoke({"question": QUESTION})
@@ -506,7 +514,7 @@ def test_miss_rate_from_missing_flag(store: Store) -> None:
         [verdict(True, ["Sochi"]), verdict(False), verdict(False), verdict(True, ["Hamlet"])]
     )
     fake = fake_llm(lambda _m: next(verdicts))
-    graph = build_missing_knowledge(llm=fake, retriever=store)
+    graph = build_graph("missing_knowledge", llm=fake, retriever=store)
     flags = [graph.invoke({"question": q})["missing"] for q in ["a", "b", "c", "d"]]
     assert flags == [True, False, False, True] and sum(flags) / len(flags) == 0.5
 
@@ -632,3 +640,125 @@ def test_kb_qa_pairs_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "bad.jsonl:1: field 'answer'" in capsys.readouterr().err
     assert main(["kb", "qa-pairs", str(bad), "--out", str(tmp_path)]) == 2
     assert "is a folder" in capsys.readouterr().err
+
+
+# -- the module-level layout: fresh state per question, async, nodes alone, records ---------
+Q2 = "who founded google"
+
+
+def two_question_model() -> ScriptedChatModel:
+    """Knowledge is missing for QUESTION (two queries), not for Q2; answers differ."""
+
+    def judge(messages: Any) -> str:
+        if QUESTION in str(messages[-1].content):
+            return verdict(True, ["closing ceremony US flag", "Sochi"])
+        return verdict(False, thought="enough")
+
+    def final(messages: Any) -> str:
+        return "Julie Chu" if QUESTION in str(messages[-1].content) else "Larry Page"
+
+    return scripted(rules=[(JUDGE, judge), (FINAL, final)], default="draft")
+
+
+def test_a_second_question_on_a_thread_starts_clean(store: Store) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    graph = build_graph(
+        "missing_knowledge", llm=two_question_model(), retriever=store, checkpointer=InMemorySaver()
+    )
+    config = {"configurable": {"thread_id": "t1"}}
+    first = graph.invoke({"question": QUESTION}, config)
+    second = graph.invoke({"question": Q2}, config)
+    assert first["answer"] == "Julie Chu" and second["answer"] == "Larry Page"
+    assert first["iterations"] == 2 and first["stop_reason"] == "single_pass"
+    assert second["queries"] == [Q2] and second["mk_queries"] == [] and second["missing"] is False
+    assert second["usage"]["llm_calls"] == 3 and second["usage"]["retrieval_calls"] == 1
+    assert second["iterations"] == 1 and second["stop_reason"] == "nothing_missing"
+    assert {e["round"] for e in second["evidence"]} == {1} and len(second["evidence"]) == 2
+    assert [d["decision"] for d in second["decisions"]] == ["not_missing"]
+    values = graph.get_state(config).values
+    assert values["mk_contexts"] == [] and values["mk_candidates"] == []
+    assert values["mk_round"] == 0
+
+
+def test_ainvoke_gives_the_same_output_as_invoke(store: Store) -> None:
+    import asyncio
+
+    graph = build_graph("missing_knowledge", llm=two_question_model(), retriever=store)
+    sync = graph.invoke({"question": QUESTION})
+    asyn = asyncio.run(graph.ainvoke({"question": QUESTION}))
+    for out in (sync, asyn):
+        out["usage"].pop("wall_s")
+    assert sync == asyn and sync["answer"] == "Julie Chu" and sync["missing"] is True
+
+
+def test_judge_node_alone() -> None:
+    import asyncio
+
+    from langgraph.runtime import Runtime
+
+    from gaprag.deps import Deps
+    from gaprag.graphs.missing_knowledge.context import Context
+    from gaprag.graphs.missing_knowledge.nodes import judge_missing, retrieve_missing
+
+    fake = fake_llm(verdict(True, ["q1", "Q1 ", "q2"], ["a"], thought="lacks it"))
+    state = State(question=QUESTION, initial_contexts=[chunk("i1", "Sochi hosted it.")])
+    deps = Deps.of(llm=fake, retriever=Fixed({"q1": [ev("a1", "A")], "q2": [ev("b1", "B")]}))
+    runtime = Runtime(context=Context(max_mk_queries=5))
+    update = asyncio.run(judge_missing(state, runtime, deps))
+    assert update["missing"] is True and update["mk_queries"] == ["q1", "q2"]
+    assert update["thought"] == "lacks it" and update["judge_parse_ok"] is True
+    assert "Document[1]: Sochi hosted it." in user_msg(fake, JUDGE)
+    state = dataclasses.replace(state, **update)
+    found = asyncio.run(retrieve_missing(state, runtime, deps))
+    assert [[c["id"] for c in cs] for cs in found["mk_candidates"]] == [["a1"], ["b1"]]
+    assert found["queries"] == ["q1", "q2"] and found["iterations"] == 2
+
+
+@pytest.mark.parametrize(
+    ("replies", "decision", "path"),
+    [
+        ([verdict(True, ["q1"])], "missing", "parsed"),
+        ([verdict(False)], "not_missing", "parsed"),
+        (["not json", verdict(True, ["q1"])], "missing", "repaired"),
+        (["not json", "still not"], "not_missing", "default"),
+    ],
+)
+def test_the_judge_decision_is_recorded(
+    store: Store, replies: list[str], decision: str, path: str
+) -> None:
+    answers = iter(replies)
+    fake = fake_llm(lambda _m: next(answers))
+    out = build_graph("missing_knowledge", llm=fake, retriever=store).invoke({"question": QUESTION})
+    assert out["decisions"] == [
+        {
+            "node": "judge_missing",
+            "round": 1,
+            "decision": decision,
+            "p": None,
+            "path": path,
+            "threshold": None,
+        }
+    ]
+
+
+def test_shown_ids_are_the_chunks_in_prompts_not_all_retrieved() -> None:
+    docs = Fixed(
+        {
+            QUESTION: [ev("i1", "Opening text")],
+            "q1": [ev("a1", "First new")],
+            "q2": [ev("b1", "Second new")],
+        }
+    )
+    pairs = Fixed({"*": [ev("p1", "Q: who carried it?\nA: Todd Lodwick")]})
+    fake = fake_llm(verdict(True, ["q1", "q2"]))
+    out = build_graph(
+        "missing_knowledge", llm=fake, retriever=docs, kb_pairs=pairs, kb_primary="merged",
+        merged_order="interleave", top_k=2,
+    ).invoke({"question": QUESTION})  # fmt: skip
+    # KB A (merged) gives i1 and p1, cut to k_orig=1: p1 is retrieved but never shown;
+    # the budget keeps one of the two missing-knowledge chunks: b1 is never shown
+    assert out["retrieved_ids"] == ["i1", "p1", "a1", "b1"]
+    assert out["shown_ids"] == ["i1", "a1"]
+    assert "Opening text" in user_msg(fake, FINAL) and "First new" in user_msg(fake, FINAL)
+    assert "Second new" not in "\n".join(fake.prompts())

@@ -3,28 +3,37 @@ the S/E/O ladder and the CLI. Fake LLM (ScriptedChatModel) and HashingEmbedder o
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired
 
 import pytest
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+from langgraph.runtime import Runtime
 from langgraph.types import Command
+from typing_extensions import TypedDict
 
-from gaprag import build_graph
+from gaprag import as_tool, build_graph
 from gaprag.cli import main as cli_main
+from gaprag.deps import Deps
+from gaprag.errors import InputError
 from gaprag.eval.datasets import load_dataset
 from gaprag.eval.metrics import normalize_answer
-from gaprag.graphs.rag_ef import build_with_store
-from gaprag.graphs.rag_ef.graph import parse_feedback
+from gaprag.graphs.rag_ef import nodes as rag_ef_nodes
+from gaprag.graphs.rag_ef.context import Context
+from gaprag.graphs.rag_ef.feedback import parse_feedback
 from gaprag.graphs.rag_ef.ladder import (
     build_expert,
     build_oracle,
     evaluate_ladder,
     golden_chunk,
 )
+from gaprag.graphs.rag_ef.state import State
 from gaprag.graphs.rag_ef.synth import chunk_text, parse_qa, synthesize
 from gaprag.llm.client import LLM
 from gaprag.stores import HashingEmbedder, Store
@@ -32,6 +41,12 @@ from gaprag.stores.bm25 import tokenize
 from gaprag.stores.documents import Document
 from gaprag.stores.pairs import PairStore
 from gaprag.testing import ScriptedChatModel
+
+
+class ParentState(TypedDict):
+    question: str
+    answer: NotRequired[str]
+
 
 ANSWER_MARK = "using the question-answer pairs"
 JUDGE_MARK = "Verdict (correct or incorrect)"
@@ -110,7 +125,7 @@ def fill(store: PairStore, source: str = "synthetic") -> list[str]:
 def test_prompt_layout_and_exactly_one_llm_call(store: PairStore) -> None:
     fill(store)
     llm = fake()
-    out = build_with_store(store, llm=llm).invoke({"question": "Who wrote Hamlet?"})
+    out = build_graph("rag_ef", pair_store=store, llm=llm).invoke({"question": "Who wrote Hamlet?"})
     assert out["answer"] == "William Shakespeare" and out["stop_reason"] == "answered"
     assert len(llm.calls) == 1 and llm.calls[0]["messages"][0][0] == "human"  # no system message
     assert out["usage"]["llm_calls"] == 1 and out["usage"]["retrieval_calls"] == 1
@@ -137,7 +152,9 @@ def test_duplicate_chunks_are_shown_once_in_first_appearance_order(store: PairSt
     store.add("Who is the prince in Hamlet?", "Hamlet", "Prince Hamlet of Denmark is the hero.")
     store.add("Where is Hamlet set?", "Denmark", "Hamlet is set in Elsinore, Denmark.")
     llm = fake()
-    out = build_with_store(store, llm=llm).invoke({"question": "Hamlet tragedy written"})
+    out = build_graph("rag_ef", pair_store=store, llm=llm).invoke(
+        {"question": "Hamlet tragedy written"}
+    )
     prompt = llm.prompts()[0]
     assert len(re.findall(r"^Question: .* Answer: ", prompt, re.M)) == 5
     numbers = re.findall(r"^Context(\d+): ", prompt, re.M)
@@ -156,16 +173,18 @@ def test_ablation_render_modes(store: PairStore) -> None:
         store.add(f"filler question {i}?", f"filler answer {i}", f"filler chunk {i}")
     q = {"question": "Who wrote the tragedy Hamlet?"}
     llm = fake()
-    build_with_store(store, llm=llm, qa_render_mode="none").invoke(q)
+    build_graph("rag_ef", pair_store=store, llm=llm, qa_render_mode="none").invoke(q)
     assert "Answer:" not in llm.prompts()[0] and "Context1:" in llm.prompts()[0]
     llm = fake()
-    build_with_store(store, llm=llm, qa_render_mode="q_only").invoke(q)
+    build_graph("rag_ef", pair_store=store, llm=llm, qa_render_mode="q_only").invoke(q)
     prompt = llm.prompts()[0]
     assert len(re.findall(r"^Question: ", prompt, re.M)) == 6 and "Answer:" not in prompt
     runs = []
     for _ in range(2):
         llm = fake()
-        out = build_with_store(store, llm=llm, qa_render_mode="wrong_answer").invoke(q)
+        out = build_graph(
+            "rag_ef", pair_store=store, llm=llm, qa_render_mode="wrong_answer"
+        ).invoke(q)
         runs.append(re.findall(r"^Question: .* Answer: (.*)$", llm.prompts()[0], re.M))
     originals = [p["answer"] for p in out["retrieved_pairs"]]
     assert len(runs[0]) == 5 and runs[0] == runs[1]  # reproducible for a fixed seed
@@ -173,13 +192,17 @@ def test_ablation_render_modes(store: PairStore) -> None:
         normalize_answer(w) != normalize_answer(o) for w, o in zip(runs[0], originals, strict=True)
     )
     llm = fake()
-    build_with_store(store, llm=llm, qa_render_mode="wrong_answer", wrong_answer_seed=7).invoke(q)
+    build_graph(
+        "rag_ef", pair_store=store, llm=llm, qa_render_mode="wrong_answer", wrong_answer_seed=7
+    ).invoke(q)
     assert re.findall(r"^Question: .* Answer: (.*)$", llm.prompts()[0], re.M) != runs[0]
 
 
 def test_empty_store_still_answers_with_an_empty_prompt(store: PairStore) -> None:
     llm = fake()
-    out = build_with_store(store, llm=llm, empty_store_fallback=False).invoke({"question": "Who?"})
+    out = build_graph("rag_ef", pair_store=store, llm=llm, empty_store_fallback=False).invoke(
+        {"question": "Who?"}
+    )
     prompt = llm.prompts()[0]
     assert prompt.splitlines()[-1] == "Question: Who?"
     assert "Answer:" not in prompt and "Context1" not in prompt
@@ -191,7 +214,7 @@ def test_empty_store_falls_back_to_the_document_retriever(
 ) -> None:
     docs = Store.build(tmp_path / "docs", tiny_docs, embedder=HashingEmbedder(), progress=False)
     llm = fake()
-    out = build_with_store(store, llm=llm, retriever=docs, top_k=2).invoke(
+    out = build_graph("rag_ef", pair_store=store, llm=llm, retriever=docs, top_k=2).invoke(
         {"question": "Who wrote Hamlet?"}
     )
     assert "Context1: Hamlet: Hamlet is a tragedy" in llm.prompts()[0]
@@ -203,7 +226,7 @@ def test_standard_mode_ranks_unique_chunks_without_qa_lines(store: PairStore) ->
     fill(store)
     store.add("Another Hamlet question?", "x", TOPICS[0][2])
     llm = fake()
-    out = build_with_store(store, llm=llm, retrieval_mode="standard").invoke(
+    out = build_graph("rag_ef", pair_store=store, llm=llm, retrieval_mode="standard").invoke(
         {"question": "Hamlet tragedy Shakespeare"}
     )
     prompt = llm.prompts()[0]
@@ -215,7 +238,7 @@ def test_standard_mode_ranks_unique_chunks_without_qa_lines(store: PairStore) ->
 def test_gate_drops_low_pairs_and_their_chunks(store: PairStore) -> None:
     fill(store)
     llm = fake()
-    graph = build_with_store(store, llm=llm, min_pair_score=0.3)
+    graph = build_graph("rag_ef", pair_store=store, llm=llm, min_pair_score=0.3)
     out = graph.invoke({"question": "Who wrote the tragedy Hamlet?"})
     kept = {p["id"] for p in out["retrieved_pairs"]}
     assert kept and len(out["gated_out"]) == 5 - len(kept)
@@ -227,7 +250,7 @@ def test_gate_drops_low_pairs_and_their_chunks(store: PairStore) -> None:
     assert len(re.findall(r"^Context\d+: ", llm.prompts()[0], re.M)) == len(kept)
     nodes = [next(iter(u)) for u in graph.stream({"question": "Who wrote the tragedy Hamlet?"})]
     assert nodes[:2] == ["retrieve", "rerank_filter"]
-    plain = build_with_store(store, llm=fake())
+    plain = build_graph("rag_ef", pair_store=store, llm=fake())
     nodes = [next(iter(u)) for u in plain.stream({"question": "Who wrote the tragedy Hamlet?"})]
     assert nodes == ["retrieve", "assemble_evidence", "generate_answer"]
 
@@ -240,7 +263,7 @@ ALADIN_C = "Eanasul Fateh, known by his stage name Aladin, is a magician and man
 
 def test_insert_takes_effect_at_once_and_touches_nothing_else(store: PairStore) -> None:
     fill(store)
-    graph = build_with_store(store, llm=fake())
+    graph = build_graph("rag_ef", pair_store=store, llm=fake())
     before = graph.invoke({"question": ALADIN_Q})
     assert before["answer"] != ALADIN_A
     snapshot = {p["id"]: p for p in store.list()}
@@ -255,7 +278,7 @@ def test_insert_takes_effect_at_once_and_touches_nothing_else(store: PairStore) 
 def test_paraphrase_transfers_feedback(store: PairStore) -> None:
     fill(store)
     store.add(ALADIN_Q, ALADIN_A, ALADIN_C, source="expert")
-    out = build_with_store(store, llm=fake()).invoke(
+    out = build_graph("rag_ef", pair_store=store, llm=fake()).invoke(
         {"question": "Which consultant performed under the stage name Aladin?"}
     )
     assert out["retrieved_pairs"][0]["question"] == ALADIN_Q
@@ -265,7 +288,9 @@ def test_paraphrase_transfers_feedback(store: PairStore) -> None:
 def test_llm_judge_interrupt_resume_upserts_and_reanswers_once(store: PairStore) -> None:
     fill(store)
     llm = fake(judge="incorrect")
-    graph = build_with_store(store, llm=llm, checkpointer=InMemorySaver(), judge="llm")
+    graph = build_graph(
+        "rag_ef", pair_store=store, llm=llm, checkpointer=InMemorySaver(), judge="llm"
+    )
     cfg: Any = {"configurable": {"thread_id": "t1"}}
     paused = graph.invoke({"question": ALADIN_Q}, cfg)
     assert paused["stop_reason"] == "awaiting_feedback" and paused["verdict"] == "incorrect"
@@ -286,7 +311,9 @@ def test_llm_judge_interrupt_resume_upserts_and_reanswers_once(store: PairStore)
 def test_gold_judge_correct_answer_ends_with_store_unchanged(store: PairStore) -> None:
     fill(store)
     llm = fake()
-    graph = build_with_store(store, llm=llm, checkpointer=InMemorySaver(), judge="gold")
+    graph = build_graph(
+        "rag_ef", pair_store=store, llm=llm, checkpointer=InMemorySaver(), judge="gold"
+    )
     cfg: Any = {"configurable": {"thread_id": "g1"}}
     out = graph.invoke(
         {
@@ -305,7 +332,7 @@ def test_gold_judge_correct_answer_ends_with_store_unchanged(store: PairStore) -
 def test_review_flag_pauses_and_skip_leaves_store_alone(store: PairStore) -> None:
     fill(store)
     llm = fake()
-    graph = build_with_store(store, llm=llm, checkpointer=InMemorySaver())
+    graph = build_graph("rag_ef", pair_store=store, llm=llm, checkpointer=InMemorySaver())
     cfg: Any = {"configurable": {"thread_id": "r1"}}
     assert "__interrupt__" not in graph.invoke({"question": "Who wrote Hamlet?"}, cfg)
     cfg = {"configurable": {"thread_id": "r2"}}
@@ -341,7 +368,7 @@ def test_store_found_by_context_path_and_by_retriever(tmp_path: Path) -> None:
 def test_sources_context_restricts_the_pool(store: PairStore) -> None:
     store.add(ALADIN_Q, ALADIN_A, ALADIN_C, source="oracle")
     fill(store)
-    graph = build_with_store(store, llm=fake())
+    graph = build_graph("rag_ef", pair_store=store, llm=fake())
     assert graph.invoke({"question": ALADIN_Q})["answer"] == ALADIN_A
     out = graph.invoke({"question": ALADIN_Q}, context={"sources": "synthetic,expert"})
     assert out["answer"] != ALADIN_A
@@ -462,7 +489,7 @@ def test_one_expert_triple_fixes_a_paraphrase_and_leaves_unrelated_answers(
 ) -> None:
     fill(store)
     store.add("What is described in the Aladin passage?", "a description", ALADIN_C)
-    graph = build_with_store(store, llm=fake())
+    graph = build_graph("rag_ef", pair_store=store, llm=fake())
     unrelated = ["Which river flows through Cairo?", "What is the capital city of France?",
                  "Who painted the Mona Lisa portrait?"]  # fmt: skip
     before = {q: graph.invoke({"question": q})["answer"] for q in unrelated}
@@ -524,3 +551,171 @@ def test_cli_add_list_import_remove(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "bad.jsonl:1: field 'answer' is missing or empty" in err and "Traceback" not in err
     assert cli_main(["feedback", "add", "-q", "Q", "-a", "A", "--store", str(path)]) == 2
     assert "chunk is missing" in capsys.readouterr().err
+
+
+# -- the module-level node layout (issue 17): threads, async, nodes alone, records ----------
+def _drop_wall(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_wall(v) for k, v in value.items() if k != "wall_s"}
+    if isinstance(value, list):
+        return [_drop_wall(v) for v in value]
+    return value
+
+
+def test_two_questions_on_one_thread_each_start_clean(store: PairStore) -> None:
+    fill(store)
+    graph = build_graph("rag_ef", pair_store=store, llm=fake(), checkpointer=InMemorySaver())
+    cfg: Any = {"configurable": {"thread_id": "same"}}
+    first = graph.invoke({"question": "Who wrote the tragedy Hamlet?"}, cfg)
+    second = graph.invoke({"question": "Which river flows through Cairo?"}, cfg)
+    assert (first["answer"], second["answer"]) == ("William Shakespeare", "Nile")
+    assert second["queries"] == ["Which river flows through Cairo?"]
+    assert second["iterations"] == 1 and second["stop_reason"] == "answered"
+    assert second["usage"]["llm_calls"] == 1 and second["usage"]["retrieval_calls"] == 1
+    assert second["evidence"][0]["title"] == "Which river flows through Cairo?"
+    assert len(second["evidence"]) == 10 and second["retrieved_pairs"][0]["answer"] == "Nile"
+
+
+def test_review_pauses_again_on_the_second_question_of_a_thread(store: PairStore) -> None:
+    fill(store)
+    llm = fake()
+    graph = build_graph(
+        "rag_ef", pair_store=store, llm=llm, checkpointer=InMemorySaver(), review=True
+    )
+    cfg: Any = {"configurable": {"thread_id": "expert"}}
+    paused = graph.invoke({"question": ALADIN_Q}, cfg)
+    assert paused["__interrupt__"] and paused["stop_reason"] == "awaiting_feedback"
+    done = graph.invoke(Command(resume={"answer": ALADIN_A, "chunk": ALADIN_C}), cfg)
+    assert done["stop_reason"] == "reanswered" and done["inserted_pair_id"]
+    assert done["iterations"] == 2 and done["queries"] == [ALADIN_Q, ALADIN_Q]
+    again = graph.invoke({"question": "Which river flows through Cairo?"}, cfg)
+    assert again["__interrupt__"][0].value["question"] == "Which river flows through Cairo?"
+    assert again["answer"] == "Nile" != done["answer"]
+    assert again["stop_reason"] == "awaiting_feedback" and again["iterations"] == 1
+    assert again["queries"] == ["Which river flows through Cairo?"]
+    assert again["usage"]["llm_calls"] == 1 and again["usage"]["retrieval_calls"] == 1
+    assert again.get("inserted_pair_id") is None and again["first_answer"] == "Nile"
+    assert [d["decision"] for d in again["decisions"]] == ["continue"]
+    assert all(ev["round"] == 1 for ev in again["evidence"])
+    skipped = graph.invoke(Command(resume={"skip": True}), cfg)
+    assert skipped["stop_reason"] == "feedback_skipped" and skipped["answer"] == "Nile"
+
+
+@pytest.mark.parametrize(
+    ("build", "run"),
+    [({"review": True}, {}), ({}, {"review": True}), ({"judge": "gold"}, {})],
+)
+def test_a_pause_without_a_checkpointer_is_refused_at_the_first_run(
+    store: PairStore, build: dict[str, Any], run: dict[str, Any]
+) -> None:
+    fill(store)
+    llm = fake()
+    graph = build_graph("rag_ef", pair_store=store, llm=llm, **build)
+    with pytest.raises(InputError, match="needs a checkpointer") as err:
+        graph.invoke({"question": "Who wrote Hamlet?"}, context=run)
+    assert "checkpointer=InMemorySaver()" in (err.value.hint or "")
+    assert llm.calls == [] and len(store) == 6
+    # the same graph without a pause answers
+    assert build_graph("rag_ef", pair_store=store, llm=llm).invoke({"question": "Who?"})
+    tool = as_tool("rag_ef", pair_store=store, llm=fake(), review=True)
+    with pytest.raises(InputError, match="review=True pauses"):
+        tool.invoke({"question": "Who wrote Hamlet?"})
+
+
+def test_ainvoke_gives_the_same_output_as_invoke(store: PairStore) -> None:
+    fill(store)
+    graph = build_graph("rag_ef", pair_store=store, llm=fake(), min_pair_score=0.2)
+    sync = graph.invoke({"question": "Who painted the Mona Lisa portrait?"})
+    asyn = asyncio.run(graph.ainvoke({"question": "Who painted the Mona Lisa portrait?"}))
+    assert sync["answer"] == "Leonardo da Vinci"
+    assert _drop_wall(dict(asyn)) == _drop_wall(dict(sync))
+
+
+def test_nodes_run_alone(store: PairStore) -> None:
+    fill(store)
+    llm = fake()
+    deps = Deps.of(llm=llm, pair_store=store)
+    runtime = Runtime(context=Context())
+    state = State(question="Who wrote the tragedy Hamlet?")
+    update = asyncio.run(rag_ef_nodes.retrieve(state, runtime, deps))
+    assert update["iterations"] == 1 and update["queries"] == [state.question]
+    assert update["retrieved_pairs"][0]["answer"] == "William Shakespeare"
+    state = State(question=state.question, iterations=1, retrieved_pairs=update["retrieved_pairs"])
+    update = asyncio.run(rag_ef_nodes.assemble_evidence(state, runtime, deps))
+    assert len(update["qa_block"]) == 5 and len(update["contexts"]) == 5
+    state = State(question=state.question, iterations=1, retrieved_pairs=state.retrieved_pairs,
+                  qa_block=update["qa_block"], contexts=update["contexts"])  # fmt: skip
+    update = asyncio.run(rag_ef_nodes.generate_answer(state, runtime, deps))
+    assert update == {
+        "answer": "William Shakespeare",
+        "first_answer": "William Shakespeare",
+        "stop_reason": "answered",
+    }
+    assert len(llm.calls) == 1 and llm.prompts()[0].splitlines()[0].startswith("Question: Who")
+
+
+def test_the_feedback_decision_is_recorded(store: PairStore) -> None:
+    fill(store)
+    chat = ScriptedChatModel(
+        rules=[(JUDGE_MARK, "incorrect"), (ANSWER_MARK, copy_mode)],
+        logprobs={"incorrect": -0.2, "correct": -1.8},
+    )
+    graph = build_graph("rag_ef", pair_store=store, llm=LLM(chat, supports_logprobs=True),
+                        checkpointer=InMemorySaver(), judge="llm")  # fmt: skip
+    out = graph.invoke({"question": ALADIN_Q}, {"configurable": {"thread_id": "d1"}})
+    p = math.exp(-0.2) / (math.exp(-0.2) + math.exp(-1.8))
+    assert out["decisions"] == [
+        {"node": "feedback_classifier", "round": 1, "decision": "continue",
+         "p": pytest.approx(p, abs=1e-5), "path": "logprobs", "threshold": None}
+    ]  # fmt: skip
+    graph = build_graph("rag_ef", pair_store=store, llm=fake(), checkpointer=InMemorySaver())
+    cfg: Any = {"configurable": {"thread_id": "d2"}}
+    out = graph.invoke(
+        {"question": "Who wrote the tragedy Hamlet?", "gold_answers": ["William Shakespeare"]},
+        cfg,
+        context={"judge": "gold"},
+    )
+    assert [(d["decision"], d["path"], d["p"]) for d in out["decisions"]] == [
+        ("stop", "rule", None)
+    ]
+    out = graph.invoke({"question": "Who wrote Hamlet?"}, cfg, context={"review": True})
+    assert [(d["decision"], d["path"], d["p"]) for d in out["decisions"]] == [
+        ("continue", "rule", None)
+    ]
+
+
+def test_shown_ids_are_what_the_prompt_shows(store: PairStore) -> None:
+    ids = fill(store)
+    chunk_of = {p["id"]: p["chunk_id"] for p in store.list()}
+    llm = fake()
+    out = build_graph("rag_ef", pair_store=store, llm=llm, min_pair_score=0.3).invoke(
+        {"question": "Who wrote the tragedy Hamlet?"}
+    )
+    kept = [p["id"] for p in out["retrieved_pairs"]]
+    assert kept and out["gated_out"]
+    retrieved = [*kept, *out["gated_out"]]
+    assert set(out["retrieved_ids"]) == set(retrieved) | {chunk_of[i] for i in retrieved}
+    assert set(out["shown_ids"]) == set(kept) | {chunk_of[i] for i in kept}
+    for pid in out["gated_out"]:
+        assert pid not in out["shown_ids"] and chunk_of[pid] not in out["shown_ids"]
+    assert set(ids) >= set(retrieved)
+    out = build_graph(
+        "rag_ef", pair_store=store, llm=fake(), qa_render_mode="none", max_contexts=1
+    ).invoke({"question": "Who wrote the tragedy Hamlet?"})
+    first = out["retrieved_pairs"][0]
+    assert out["shown_ids"] == [first["chunk_id"]]  # no Q&A lines, one context
+    assert len(out["retrieved_ids"]) == 10
+
+
+def test_a_reviewed_subgraph_uses_its_parents_checkpointer(store: PairStore) -> None:
+    fill(store)
+    child = build_graph("rag_ef", pair_store=store, llm=fake(), review=True)
+    parent = StateGraph(ParentState)
+    parent.add_node("rag_ef", child)
+    parent.add_edge(START, "rag_ef")
+    graph = parent.compile(checkpointer=InMemorySaver())
+    cfg: Any = {"configurable": {"thread_id": "parent"}}
+    paused = graph.invoke({"question": "Who wrote Hamlet?"}, cfg)
+    assert paused["__interrupt__"][0].value["answer"] == "William Shakespeare"
+    done = graph.invoke(Command(resume={"skip": True}), cfg)
+    assert done["answer"] == "William Shakespeare" and "__interrupt__" not in done

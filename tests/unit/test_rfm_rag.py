@@ -1,7 +1,9 @@
-"""rfm_rag (RFM-RAG): loop control, evidence pool, coverage, parsers, R-Feedback model (spec §12)."""
+"""rfm_rag (RFM-RAG): loop control, evidence pool, coverage, parsers, R-Feedback model, threads,
+decisions, shown passages, and the training guard."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -11,12 +13,14 @@ import numpy as np
 import pytest
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.runtime import Runtime
 
 from gaprag import build_graph
 from gaprag.cli import main
-from gaprag.errors import GapragError
-from gaprag.graphs.common import Resources
-from gaprag.graphs.rfm_rag import graph as rfm
+from gaprag.deps import Deps
+from gaprag.errors import GapragError, InputError
+from gaprag.graphs.rfm_rag import evidence_pool, nodes, parsing
+from gaprag.graphs.rfm_rag.context import Context
 from gaprag.graphs.rfm_rag.features import (
     FeatureExtractor,
     coverage_map,
@@ -30,14 +34,18 @@ from gaprag.graphs.rfm_rag.model import (
     expected_embedder,
     shipped_weights_path,
 )
+from gaprag.graphs.rfm_rag.state import EvidenceItem, State
 from gaprag.graphs.rfm_rag.train import (
+    EVAL_RESERVED,
     auc,
     build_dataset,
     load_records,
     question_material,
+    refuse_evaluation_questions,
+    run_training,
     train_mlp,
 )
-from gaprag.state.rfm_rag import EvidenceItem
+from gaprag.llm.accounting import metered
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.documents import Document
 from gaprag.testing import ScriptedChatModel
@@ -141,7 +149,14 @@ def make_graph(
     **options: Any,
 ) -> Any:
     options.setdefault("top_k", 2)
-    return rfm.build(Resources(llm=fake, retriever=store), rfm.Context(**options), checkpointer, judge=judge)  # fmt: skip
+    return build_graph(
+        "rfm_rag",
+        llm=fake,
+        retriever=store,
+        sufficiency_model=judge,
+        checkpointer=checkpointer,
+        **options,
+    )
 
 
 # -- 1. graph ------------------------------------------------------------------------------------
@@ -221,7 +236,7 @@ def test_first_query_is_the_question_and_structure_runs_once(store: Store) -> No
 def test_empty_evidence_leaves_pool_unchanged(store: Store, reply: str) -> None:
     out = make_graph(fake_llm(extract=reply), store, SeqJudge(False)).invoke({"question": QUESTION})
     assert out["evidence_pool"] == [] and out["evidence"] == []
-    assert rfm.parse_evidence(reply) == []
+    assert parsing.parse_evidence(reply) == []
 
 
 def test_pool_persists_with_provenance(store: Store) -> None:
@@ -242,13 +257,15 @@ def test_pool_persists_with_provenance(store: Store) -> None:
 
 def test_pool_dedupe_exact_and_containment() -> None:
     kw: dict[str, Any] = {"query": "q", "question": "q", "source_passage_ids": ["a"]}
-    pool, added = rfm.add_to_pool([], ["Nipper is a dog."], round=1, **kw)
-    pool, added = rfm.add_to_pool(pool, ["nipper is a  DOG", "Nipper is a dog"], round=2, **kw)
+    pool, added = evidence_pool.add_to_pool([], ["Nipper is a dog."], round=1, **kw)
+    pool, added = evidence_pool.add_to_pool(
+        pool, ["nipper is a  DOG", "Nipper is a dog"], round=2, **kw
+    )
     assert added == 0 and len(pool) == 1 and pool[0]["round"] == 1
     longer = "Nipper is a dog painted by Francis Barraud for the Victor Talking Machine Company."
-    pool, added = rfm.add_to_pool(pool, [longer], round=2, **kw)
+    pool, added = evidence_pool.add_to_pool(pool, [longer], round=2, **kw)
     assert added == 1 and [e["text"] for e in pool] == [longer] and pool[0]["round"] == 2
-    pool, added = rfm.add_to_pool(pool, ["Nipper is a dog painted by Francis Barraud"], round=3, **kw)  # fmt: skip
+    pool, added = evidence_pool.add_to_pool(pool, ["Nipper is a dog painted by Francis Barraud"], round=3, **kw)  # fmt: skip
     assert added == 0 and len(pool) == 1
 
 
@@ -300,19 +317,21 @@ def test_structure_parser() -> None:
         "entities": ["Move", "Méditerranée"],
         "triples": [["Move", "director", "<X>"], ["Méditerranée", "director", "<X>"], ["<X>", "country", "end"]],
     }  # fmt: skip
-    entities, triples = rfm.finalize_structure(rfm.QuestionStructure.model_validate(paper))
+    entities, triples = parsing.finalize_structure(parsing.QuestionStructure.model_validate(paper))
     assert entities == ["Move", "Méditerranée"] and len(triples) == 3
     assert triples[2] == {"head": "<X>", "relation": "country", "tail": "end"}
-    entities, triples = rfm.finalize_structure(rfm.parse_structure_text("(Move, director, <X>)"))
+    entities, triples = parsing.finalize_structure(
+        parsing.parse_structure_text("(Move, director, <X>)")
+    )
     assert triples == [{"head": "Move", "relation": "director", "tail": "<X>"}]
     assert entities == ["Move"]  # derived from the concrete heads
-    parsed = rfm.parse_structure_text("Entities: Move, Méditerranée\n(Move, director, <X1>)")
-    assert rfm.finalize_structure(parsed)[0] == ["Move", "Méditerranée"]
-    objs = rfm.QuestionStructure.model_validate(
+    parsed = parsing.parse_structure_text("Entities: Move, Méditerranée\n(Move, director, <X1>)")
+    assert parsing.finalize_structure(parsed)[0] == ["Move", "Méditerranée"]
+    objs = parsing.QuestionStructure.model_validate(
         {"entities": "Move", "triples": [{"head": "Move", "relation": "director", "tail": "<X1>"}]}
     )
     assert objs.entities == ["Move"] and objs.triples == [["Move", "director", "<X1>"]]
-    assert rfm.is_placeholder("< X1 >") and not rfm.is_placeholder("X1")
+    assert parsing.is_placeholder("< X1 >") and not parsing.is_placeholder("X1")
 
 
 def test_structure_tuple_fallback_in_graph(store: Store) -> None:
@@ -324,29 +343,29 @@ def test_structure_tuple_fallback_in_graph(store: Store) -> None:
 
 def test_fills_parser() -> None:
     raw = ["Xawery Żuławski", "<X1>", "end", "", "xawery żuławski"]
-    assert rfm.clean_fills(raw) == ["Xawery Żuławski"]
+    assert parsing.clean_fills(raw) == ["Xawery Żuławski"]
     text = '1. Xawery Żuławski\n2) <X1>\n3. end\n4. "xawery żuławski".'
-    assert rfm.clean_fills(rfm.parse_fills_text(text)) == ["Xawery Żuławski"]
-    assert rfm.clean_fills(["None", "unknown", "Berliner."]) == ["Berliner"]
+    assert parsing.clean_fills(parsing.parse_fills_text(text)) == ["Xawery Żuławski"]
+    assert parsing.clean_fills(["None", "unknown", "Berliner."]) == ["Berliner"]
 
 
 def test_query_construction() -> None:
-    assert rfm.build_query([], ["Xawery Żuławski"], QUESTION) == (["Xawery Żuławski"], "Xawery Żuławski")  # fmt: skip
-    gaps, query = rfm.build_query(["Méditerranée"], ["Jean-Daniel Pollet"], QUESTION)
+    assert parsing.build_query([], ["Xawery Żuławski"], QUESTION) == (["Xawery Żuławski"], "Xawery Żuławski")  # fmt: skip
+    gaps, query = parsing.build_query(["Méditerranée"], ["Jean-Daniel Pollet"], QUESTION)
     assert query == "Méditerranée Jean-Daniel Pollet" and gaps == ["Méditerranée", "Jean-Daniel Pollet"]  # fmt: skip
-    assert rfm.build_query([], [], QUESTION) == ([], QUESTION)
-    assert rfm.build_query(["Move"], ["move"], QUESTION)[1] == "Move"
+    assert parsing.build_query([], [], QUESTION) == ([], QUESTION)
+    assert parsing.build_query(["Move"], ["move"], QUESTION)[1] == "Move"
 
 
 def test_answer_extraction() -> None:
-    assert rfm.extract_answer("Victor's dog. So the answer is Nipper.") == "Nipper"
-    assert rfm.extract_answer("Both are Polish.\nSo the answer is yes.", "yes_no") == "yes"
-    assert rfm.extract_answer("So the answer is: No, they differ.", "yes_no") == "no"
-    assert rfm.extract_answer("I think\n\nMałgorzata Braunek\n") == "Małgorzata Braunek"
-    assert rfm.extract_answer("So the answer is J. R. R. Tolkien.") == "J. R. R. Tolkien"
-    assert rfm.detect_task_type("Are both films from the same country?") == "yes_no"
-    assert rfm.detect_task_type("Who directed Move?") == "short_answer"
-    assert rfm.detect_task_type("Is it?", "short_answer") == "short_answer"
+    assert parsing.extract_answer("Victor's dog. So the answer is Nipper.") == "Nipper"
+    assert parsing.extract_answer("Both are Polish.\nSo the answer is yes.", "yes_no") == "yes"
+    assert parsing.extract_answer("So the answer is: No, they differ.", "yes_no") == "no"
+    assert parsing.extract_answer("I think\n\nMałgorzata Braunek\n") == "Małgorzata Braunek"
+    assert parsing.extract_answer("So the answer is J. R. R. Tolkien.") == "J. R. R. Tolkien"
+    assert parsing.detect_task_type("Are both films from the same country?") == "yes_no"
+    assert parsing.detect_task_type("Who directed Move?") == "short_answer"
+    assert parsing.detect_task_type("Is it?", "short_answer") == "short_answer"
 
 
 # -- 18. the paper's case study, replayed ----------------------------------------------------
@@ -571,7 +590,167 @@ def test_build_graph_registry_and_options() -> None:
 
 
 def test_pool_item_schema() -> None:
-    pool, _ = rfm.add_to_pool([], ["A fact."], round=1, query="q", question="Q", source_passage_ids=["p"])  # fmt: skip
+    pool, _ = evidence_pool.add_to_pool([], ["A fact."], round=1, query="q", question="Q", source_passage_ids=["p"])  # fmt: skip
     item: EvidenceItem = pool[0]
     assert set(item) == {"id", "text", "round", "query", "question", "source_passage_ids"}
-    assert item["id"] == rfm.fact_id("a fact")
+    assert item["id"] == evidence_pool.fact_id("a fact")
+
+
+# -- the module-level node layout: threads, async, nodes alone, decisions, shown ids ----------
+FOLLOW = "Who directed Mowa ptaków?"
+
+
+def answer_reply(messages: list[BaseMessage]) -> str:
+    text = str(messages[-1].content)
+    if FOLLOW in text:
+        return "Mowa ptaków is by Xawery Żuławski. So the answer is Xawery Żuławski."
+    return "Żuławski's mother is Małgorzata Braunek. So the answer is Małgorzata Braunek."
+
+
+def mowa_extract(messages: list[BaseMessage]) -> str:
+    if "Mowa ptaków is a 2019" in str(messages[-1].content):
+        return "EVIDENCE:\nMowa ptaków is a 2019 drama by Xawery Żuławski."
+    return extract_reply(messages)
+
+
+def test_second_question_on_a_thread_reports_only_itself(store: Store) -> None:
+    fake = ScriptedChatModel(rules=[
+        (KINDS["structure"], STRUCTURE), (KINDS["extract"], mowa_extract),
+        (KINDS["fills"], '{"fills": ["Xawery Żuławski", "<X2>"]}'), (KINDS["answer"], answer_reply),
+    ])  # fmt: skip
+    graph = make_graph(fake, store, checkpointer=InMemorySaver())
+    cfg: Any = {"configurable": {"thread_id": "t"}}
+    first = graph.invoke({"question": QUESTION}, cfg, context={"feedback_mode": "never_sufficient"})
+    calls_first = len(fake.calls)
+    second = graph.invoke({"question": FOLLOW}, cfg, context={"feedback_mode": "always_sufficient"})
+    assert first["answer"] == "Małgorzata Braunek" and second["answer"] == "Xawery Żuławski"
+    assert first["iterations"] == 3 and first["stop_reason"] == "max_iterations"
+    assert second["queries"] == [FOLLOW] and second["iterations"] == 1
+    assert second["stop_reason"] == "sufficient"
+    assert second["usage"]["llm_calls"] == len(fake.calls) - calls_first == 3
+    assert second["usage"]["retrieval_calls"] == 1
+    assert [e["text"] for e in second["evidence"]] == ["Mowa ptaków is a 2019 drama by Xawery Żuławski."]  # fmt: skip
+    # the pool is the thread's memory: the Mowa fact was found by the first question's third
+    # round, and found again by the second question, whose evidence it is
+    assert [e["question"] for e in second["evidence_pool"]] == [QUESTION] * 3
+    assert [d["decision"] for d in second["decisions"]] == ["stop"]
+    assert set(second["retrieved_ids"]) == {p["id"] for p in second["retrieved_passages"]}
+
+
+def test_ainvoke_gives_the_same_output_as_invoke(store: Store) -> None:
+    sync_out = make_graph(fake_llm(), store, SeqJudge(False, True)).invoke({"question": QUESTION})
+    graph = make_graph(fake_llm(), store, SeqJudge(False, True))
+    async_out = asyncio.run(graph.ainvoke({"question": QUESTION}))
+
+    def strip(out: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in out.items() if k != "usage"} | {
+            "usage": {k: v for k, v in out["usage"].items() if k != "wall_s"}
+        }
+
+    assert strip(dict(async_out)) == strip(dict(sync_out))
+    assert async_out["answer"] == "Małgorzata Braunek" and async_out["iterations"] == 2
+
+
+def test_nodes_run_alone() -> None:
+    pool, _ = evidence_pool.add_to_pool(
+        [], [FACT_FILM], round=1, query=QUESTION, question=QUESTION, source_passage_ids=["prw"]
+    )
+    state = State(question=QUESTION, entities=["Polish-Russian War", "Xawery Żuławski"],
+                  evidence_pool=pool, iterations=1, sufficient=True)  # fmt: skip
+    runtime = Runtime(context=Context())
+    fake = fake_llm()
+    with metered() as meter:
+        update = asyncio.run(nodes.generate_answer(state, runtime, Deps.of(llm=fake)))
+    assert update["answer"] == "Małgorzata Braunek" and update["stop_reason"] == "sufficient"
+    assert FACT_FILM in fake.prompts()[0] and meter.llm_calls == 1
+    assert meter.shown == ["prw"]  # the fact counts for the passage it was cut from
+    gaps = nodes.judge_missing(
+        State(question=QUESTION, entities=["A", "B"], entity_coverage={"A": 0.5, "B": 0.1}),
+        Runtime(context=Context(coverage_threshold=0.2)),
+    )
+    assert gaps == {"gap_entities": ["B"]}
+
+
+def test_decisions_are_recorded(store: Store, tmp_path: Path) -> None:
+    out = make_graph(fake_llm(), store, SeqJudge(False, True)).invoke({"question": QUESTION})
+    assert out["decisions"] == [
+        {"node": "feedback_classifier", "round": 1, "decision": "continue", "p": 0.0,
+         "path": "model", "threshold": None},
+        {"node": "feedback_classifier", "round": 2, "decision": "stop", "p": 1.0,
+         "path": "model", "threshold": None},
+    ]  # fmt: skip
+    out = make_graph(fake_llm(), store, feedback_mode="heuristic").invoke({"question": QUESTION})
+    assert out["decisions"] == [{"node": "feedback_classifier", "round": 1, "decision": "stop",
+                                 "p": None, "path": "rule", "threshold": 0.5}]  # fmt: skip
+    fake = fake_llm(judge='{"sufficient": true, "missing": []}')
+    out = make_graph(fake, store, feedback_mode="llm_judge").invoke({"question": QUESTION})
+    assert [(d["decision"], d["path"], d["p"]) for d in out["decisions"]] == [("stop", "parsed", None)]  # fmt: skip
+    out = make_graph(fake_llm(), store, feedback_mode="never_sufficient").invoke({"question": QUESTION})  # fmt: skip
+    assert [(d["round"], d["decision"], d["path"]) for d in out["decisions"]] == [
+        (1, "continue", "rule"),
+        (2, "continue", "rule"),
+    ]  # no decision at the cap: the router answers without asking the judge
+    # the trained model: p is its probability, with its threshold
+    rng = np.random.default_rng(0)
+    x, y = _separable(200, rng)
+    x[:, 1] = np.where(y == 1, 0.6, 0.05)
+    path = tmp_path / "w.json"
+    train_mlp(x, y, x, y, epochs=30, embedder=HashingEmbedder().name).model.save(path)
+    out = make_graph(fake_llm(), store, rf_weights=str(path), rf_threshold=0.4).invoke({"question": QUESTION})  # fmt: skip
+    first = out["decisions"][0]
+    assert first["path"] == "model" and first["threshold"] == 0.4
+    record = next(t for t in out["trace"] if t["node"] == "feedback_classifier")
+    assert first["p"] == pytest.approx(record["prob"]) and first["p"] is not None
+    assert first["decision"] == ("stop" if record["sufficient"] else "continue")
+
+
+def test_shown_ids_are_the_passages_in_prompts(store: Store) -> None:
+    fake = fake_llm()
+    out = make_graph(fake, store, SeqJudge(False, True)).invoke({"question": QUESTION})
+    extract_prompts = [p for p in fake.prompts() if kind_of(p) == "extract"]
+    in_prompts = [d["id"] for d in DOCS if any(d["text"][:40] in p for p in extract_prompts)]
+    assert out["shown_ids"] and set(out["shown_ids"]) == set(in_prompts)
+    assert out["retrieved_ids"] == [p["id"] for p in out["retrieved_passages"]]
+    assert set(out["shown_ids"]) <= set(out["retrieved_ids"])
+    never_retrieved = {d["id"] for d in DOCS} - set(out["retrieved_ids"])
+    assert never_retrieved and not never_retrieved & set(out["shown_ids"])
+
+
+def test_a_passage_retrieved_but_not_shown_is_not_in_shown_ids() -> None:
+    pool, _ = evidence_pool.add_to_pool(
+        [], [FACT_MOTHER], round=2, query="q", question=QUESTION, source_passage_ids=["xz"]
+    )
+    passages = [{"id": i, "title": "", "text": "t", "source": "bm25", "score": 1.0, "round": 1}
+                for i in ("prw", "war1654", "xz")]  # fmt: skip
+    state = State(question=QUESTION, entities=["Polish-Russian War"], evidence_pool=pool,
+                  retrieved_passages=passages, triples=[{"head": "a", "relation": "r", "tail": "<X1>"}],
+                  iterations=2)  # fmt: skip
+    with metered() as meter:
+        asyncio.run(nodes.regenerate_keywords(state, Runtime(context=Context()), Deps.of(llm=fake_llm())))  # fmt: skip
+    assert meter.shown == ["xz"]  # the pool's fact, not the other retrieved passages
+
+
+def test_invalid_settings_fail_with_a_clear_message() -> None:
+    with pytest.raises(InputError, match="max_iterations must be at least 1"):
+        build_graph("rfm_rag", llm=fake_llm(), max_iterations=0)
+    with pytest.raises(InputError, match="feedback_mode='sometimes' is not valid"):
+        build_graph("rfm_rag", llm=fake_llm(), feedback_mode="sometimes")
+
+
+# -- training never sees evaluation questions ---------------------------------------------------
+def test_training_refuses_evaluation_questions(tmp_path: Path) -> None:
+    assert EVAL_RESERVED == 60
+    with pytest.raises(InputError, match="refusing to train on 1 evaluation question"):
+        refuse_evaluation_questions([load_records("hotpotqa", skip_first=0)[59]])
+    refuse_evaluation_questions(load_records("hotpotqa", skip_first=60))  # index 60 on is fine
+    with pytest.raises(InputError, match="evaluation question"):
+        run_training(tmp_path / "w", HashingEmbedder(), datasets=["musique"], skip_first=10,
+                     progress=False)  # fmt: skip
+    copy = tmp_path / "copy.jsonl"  # a renamed copy is caught by the question text
+    record = {**load_records("2wikimultihopqa", skip_first=0)[3], "id": "renamed"}
+    copy.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match="evaluation question"):
+        run_training(tmp_path / "w", HashingEmbedder(), datasets=[str(copy)], skip_first=0,
+                     progress=False)  # fmt: skip
+    assert not (tmp_path / "w").exists()
+    assert main(["rfm", "train", "--skip-first", "10", "--quiet", "--embedder", "hashing-256"]) == 2

@@ -1,20 +1,12 @@
 """missing_knowledge (MisK-RAG): one judge call finds missing knowledge and writes KB-aligned
-queries; one extra retrieval round fills it. See docs/methods/missing_knowledge.md."""
+queries; one extra retrieval round fills it. See docs/methods/missing_knowledge.md.
 
-from gaprag.graphs.missing_knowledge.graph import (
-    Context,
-    Judgement,
-    KnowledgeBaseRetriever,
-    build,
-    build_missing_knowledge,
-    format_options,
-)
+Build it with ``build_graph("missing_knowledge", llm=..., retriever=..., kb_pairs=...)``.
+"""
 
-__all__ = [
-    "Context",
-    "Judgement",
-    "KnowledgeBaseRetriever",
-    "build",
-    "build_missing_knowledge",
-    "format_options",
-]
+from gaprag.graphs.missing_knowledge.context import Context
+from gaprag.graphs.missing_knowledge.judge import Judgement
+from gaprag.graphs.missing_knowledge.knowledge_base import KnowledgeBaseRetriever
+from gaprag.graphs.missing_knowledge.question import format_options
+
+__all__ = ["Context", "Judgement", "KnowledgeBaseRetriever", "format_options"]

@@ -1,5 +1,7 @@
-"""RAG-EF: answers from a store of (question, answer, chunk) pairs that experts can correct."""
+"""RAG-EF: answers from a store of (question, answer, chunk) pairs that experts can correct.
 
-from gaprag.graphs.rag_ef.graph import Context, build, build_with_store, open_pair_store
-
-__all__ = ["Context", "build", "build_with_store", "open_pair_store"]
+``build_graph("rag_ef", pair_store=...)``; the pieces: ``graph.py`` (wiring and routing),
+``nodes.py``, ``state.py``, ``context.py``, ``prompts.toml``, ``blocks.py`` (the Q&A and
+context blocks), ``feedback.py`` (stores, the expert's pause), ``synth.py`` and ``ladder.py``
+(the S/E/O pair sets), ``cli.py`` (``gaprag feedback``).
+"""

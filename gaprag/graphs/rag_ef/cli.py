@@ -15,7 +15,7 @@ STORE_HELP = "pair store file (default: GAPRAG_HOME/feedback.sqlite)"
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from gaprag.graphs.rag_ef.graph import default_store_path
+    from gaprag.graphs.rag_ef.feedback import default_store_path
     from gaprag.stores.pairs import PairStore
 
     return PairStore.open(args.store or default_store_path())
@@ -126,12 +126,13 @@ def _corpus(sources: list[str], chunk_size: int, overlap: int) -> list[Any]:
 
 
 def cmd_synthesize(args: argparse.Namespace) -> int:
-    from gaprag.graphs.common import BaseContext, Resources
+    from gaprag.context import BaseContext
+    from gaprag.deps import Deps
     from gaprag.graphs.rag_ef.synth import synthesize
 
     docs = _corpus(args.corpus, args.chunk_size, args.overlap)
     store = _store(args)
-    llm = Resources().llm(BaseContext(base_url=args.base_url or "", model=args.model or ""))
+    llm = Deps().chat(BaseContext(base_url=args.base_url or "", model=args.model or ""))
     report = synthesize(
         store, docs, llm, source=args.source, limit=args.limit, progress=not args.quiet
     )

@@ -1,4 +1,4 @@
-"""The paper's evaluation ladder: S, S ∪ E, S ∪ E ∪ O over one dataset (spec §7).
+"""The paper's evaluation ladder: S, S ∪ E, S ∪ E ∪ O over one dataset.
 
 All three sets live in **one** pair store, told apart by their source label; a tier is a
 ``sources`` filter on the same store, so the ladder costs one build:
@@ -53,7 +53,7 @@ TIER_LABELS: dict[str, str] = {
 
 def golden_chunk(ex: Example) -> Document | None:
     """The supporting paragraph that contains a gold answer, else the first supporting one,
-    else any paragraph containing the answer, else None (spec §7.2)."""
+    else any paragraph containing the answer, else None."""
     by_id = {p["id"]: p for p in ex.paragraphs}
     supporting = [by_id[s] for s in ex.supporting if s in by_id]
 
@@ -93,7 +93,8 @@ def build_oracle(store: PairStore, examples: Sequence[Example]) -> int:
 
 
 def paraphrase(llm: LLM, question: str) -> str:
-    """The expert's rewrite; asked once more if it comes back unchanged (spec §2.5)."""
+    """The expert's rewrite; asked once more if it comes back unchanged (a paraphrase that
+    repeats the question would make E an oracle)."""
     messages = PROMPTS["paraphrase"].render(question=question)
     out = clean_answer(llm.generate(messages, max_tokens=96)).removeprefix("Question:").strip()
     if normalize_answer(out) == normalize_answer(question) or not out:
@@ -204,14 +205,16 @@ def evaluate_ladder(
     ``options`` are rag_ef Context fields (e.g. ``similarity="bm25"``). With ``out``, one JSON
     line per (tier, question) is written there.
     """
-    from gaprag.graphs.rag_ef.graph import build_with_store
+    from gaprag.graphs import build_graph
 
     data = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
     examples = data.select(limit)
     unknown = [t for t in tiers if t not in TIERS]
     if unknown:
         raise InputError(f"unknown tier(s) {unknown}", hint="use S, S+E, S+E+O")
-    graph = build_with_store(store, llm=resolve_llm(llm), empty_store_fallback=False, **options)
+    graph = build_graph(
+        "rag_ef", llm=resolve_llm(llm), pair_store=store, empty_store_fallback=False, **options
+    )
     results: dict[str, dict[str, Any]] = {}
     with ExitStack() as stack:
         fh = stack.enter_context(Path(out).open("w", encoding="utf-8")) if out else None

@@ -1,4 +1,4 @@
-"""The synthetic set S: the LLM writes Q&A pairs for every corpus chunk (spec §2.4, §4.1).
+"""The synthetic set S: the LLM writes Q&A pairs for every corpus chunk (paper's Appendix A).
 
 ``synthesize`` is resumable: each chunk's pairs are committed with the chunk marked done in the
 store, so a rerun after an interruption skips finished chunks (chunks that yielded no pairs

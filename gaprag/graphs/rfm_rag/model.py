@@ -1,6 +1,7 @@
 """The R-Feedback Model: a tiny feed-forward network over (S_f, G_f), in numpy.
 
-Architecture (paper: "two hidden layers with activations"; sizes UNSPECIFIED, spec §11 #9):
+Architecture (paper: "two hidden layers with activations"; layer sizes not given, so ours;
+see docs/methods/rfm_rag.md):
 z-scored input (2) -> Linear(2, 32) -> ReLU -> Linear(32, 16) -> ReLU -> Linear(16, 1) -> logit.
 ``sigmoid(logit) >= threshold`` means "the pool is sufficient". Weights are JSON, and record
 the embedder the G_f feature was computed with: loading them for another embedder is refused.
@@ -223,7 +224,7 @@ class MLPJudge:
 
 
 class HeuristicJudge:
-    """Offline rule (spec §5.2 #4): sufficient when S_f >= tau_s (and sigmoid(G_f) >= tau_g)."""
+    """Offline rule, no trained model: sufficient when S_f >= tau_s (and sigmoid(G_f) >= tau_g)."""
 
     def __init__(self, relevance: Any = None, tau_s: float = 0.5, tau_g: float = 0.5) -> None:
         self.relevance = relevance

@@ -1,4 +1,5 @@
-"""Training data and training for the R-Feedback Model (spec §5.3, adapted to gaprag's data).
+"""Training data and training for the R-Feedback Model (adapted to gaprag's data;
+see docs/methods/rfm_rag.md).
 
 The bundled multi-hop sets (``gaprag/data/eval``) give each question its paragraphs and the
 ids of the supporting ones. From them we build labelled ``(question, pool)`` examples:
@@ -11,6 +12,8 @@ ids of the supporting ones. From them we build labelled ``(question, pool)`` exa
 Half the examples are positive, a quarter of each negative kind. Questions are split into
 train / validation (early stopping) / test (the reported held-out metrics), disjoint.
 The first ``skip_first`` questions of every set are never used: evaluation reports on them.
+Training refuses outright any record that is one of the first :data:`EVAL_RESERVED` questions
+of a bundled set (matched by id or question text, so a copied JSONL is caught too).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gaprag.errors import GapragError
+from gaprag.errors import GapragError, InputError
 from gaprag.graphs.rfm_rag.features import (
     LengthUnit,
     coverage_map,
@@ -41,7 +44,9 @@ from gaprag.stores.embeddings import Embedder
 
 Kind = Literal["sufficient", "partial", "irrelevant"]
 DEFAULT_DATASETS: tuple[str, ...] = ("hotpotqa", "2wikimultihopqa", "musique")
-DEFAULT_SKIP_FIRST = 60
+EVAL_RESERVED = 60
+"""Questions 0-59 of every bundled set are reserved for evaluation: never trained on."""
+DEFAULT_SKIP_FIRST = EVAL_RESERVED
 
 
 @dataclass
@@ -123,6 +128,44 @@ def question_material(
         support=support,
         distractors=[s for para in others for s in para],
     )
+
+
+def _question_key(text: str) -> str:
+    return " ".join(str(text).split()).casefold()
+
+
+def reserved_questions() -> tuple[set[str], set[str]]:
+    """(ids, normalised question texts) of the evaluation questions: the first
+    :data:`EVAL_RESERVED` records of every bundled set.
+
+    A local check: ``gaprag.eval.datasets`` has no shared guard for this yet.
+    """
+    from gaprag.eval.datasets import SUFFIX, bundled, data_dir
+
+    ids: set[str] = set()
+    texts: set[str] = set()
+    for name in bundled():
+        lines = (data_dir() / f"{name}{SUFFIX}").read_text(encoding="utf-8").splitlines()
+        records = [json.loads(line) for line in lines if line.strip()][:EVAL_RESERVED]
+        ids.update(str(r.get("id", "")) for r in records if r.get("id"))
+        texts.update(_question_key(r["question"]) for r in records if r.get("question"))
+    return ids, texts
+
+
+def refuse_evaluation_questions(records: Sequence[dict[str, Any]]) -> None:
+    """Raise if any record is an evaluation question (index < 60 of a bundled set)."""
+    ids, texts = reserved_questions()
+    hits = [
+        r for r in records
+        if str(r.get("id", "")) in ids or _question_key(r.get("question", "")) in texts
+    ]  # fmt: skip
+    if hits:
+        raise InputError(
+            f"refusing to train on {len(hits)} evaluation question(s) "
+            f"(e.g. {str(hits[0].get('id') or hits[0].get('question'))[:60]!r}): questions 0-"
+            f"{EVAL_RESERVED - 1} of every bundled set are reserved for evaluation",
+            hint=f"use --skip-first {EVAL_RESERVED} or more, and no copy of those questions",
+        )
 
 
 # -- building samples ---------------------------------------------------------------------
@@ -368,6 +411,7 @@ def run_training(
         recs = load_records(name, skip_first=skip_first)
         per_set[name] = len(recs)
         records.extend(recs)
+    refuse_evaluation_questions(records)
     data = build_dataset(records, n_train=n_train, n_val=n_val, n_test=n_test, seed=seed)
     x_tr, y_tr = _xy(data.train, embedder, progress)
     x_va, y_va = _xy(data.val, embedder, progress)

@@ -1,4 +1,4 @@
-"""State of the missing_knowledge (MisK-RAG) graph.
+"""missing_knowledge's state: what one pass keeps between its nodes, and its output schema.
 
 One pass: retrieve with the user question from knowledge base A, draft an answer, one judge
 call (thought / knowledge missing? / missing knowledge / KB-aligned queries), retrieve with
@@ -13,7 +13,8 @@ from typing import Annotated, Literal
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
-from gaprag.state.base import BaseState, OutputState
+from gaprag.state import base
+from gaprag.state.base import BaseState, InputState
 
 KnowledgeBase = Literal["passages", "qa_pairs", "merged"]
 ChunkKind = Literal["doc", "qa"]
@@ -36,7 +37,7 @@ class Chunk(TypedDict):
 
 
 @dataclass(kw_only=True)
-class MissingKnowledgeOutput(OutputState):
+class OutputState(base.OutputState):
     """Common outputs plus the judge's verdict (``missing`` gives the evaluation's miss rate)."""
 
     missing: Annotated[
@@ -54,8 +55,15 @@ class MissingKnowledgeOutput(OutputState):
 
 
 @dataclass(kw_only=True)
-class MissingKnowledgeState(BaseState, MissingKnowledgeOutput):
+class State(BaseState, OutputState):
     initial_contexts: list[Chunk] = field(default_factory=list)
+    """KB A's chunks for the user question."""
     mk_candidates: list[list[Chunk]] = field(default_factory=list)
+    """KB B's ranked chunks, one list per missing-knowledge query (before the merge)."""
     mk_contexts: list[Chunk] = field(default_factory=list)
+    """The missing-knowledge chunks kept by the merge (md5-deduplicated, within the budget)."""
     mk_round: int = 0
+    """1 once the missing-knowledge chunks were merged into the evidence."""
+
+
+__all__ = ["Chunk", "ChunkKind", "InputState", "KnowledgeBase", "OutputState", "State"]

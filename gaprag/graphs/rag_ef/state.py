@@ -12,7 +12,8 @@ from typing import Annotated, Literal
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
-from gaprag.state.base import BaseState, Evidence, InputState, OutputState
+from gaprag.state import base
+from gaprag.state.base import PERSISTENT, BaseState, Evidence
 from gaprag.stores.pairs import ScoredPair
 
 Verdict = Literal["correct", "incorrect", "unknown", ""]
@@ -45,17 +46,22 @@ class Feedback(TypedDict):
 
 
 @dataclass(kw_only=True)
-class RagEfInput(InputState):
+class InputState(base.InputState):
     gold_answers: Annotated[
         list[str] | None,
         Field(
             description="Optional gold answers; with judge='gold' a wrong answer asks for feedback."
         ),
+        PERSISTENT,
     ] = None
+    """An input, so it must survive the start-of-question reset that clears per-question
+    fields (the reset would otherwise wipe the value just passed in). Like every input field,
+    LangGraph keeps it on a thread until an invoke gives a new value: pass ``gold_answers``
+    with every question of a thread that is judged with ``judge="gold"``."""
 
 
 @dataclass(kw_only=True)
-class RagEfOutput(OutputState):
+class OutputState(base.OutputState):
     """The common output plus what the feedback loop decided."""
 
     first_answer: Annotated[
@@ -73,11 +79,11 @@ class RagEfOutput(OutputState):
 
 
 @dataclass(kw_only=True)
-class RagEfState(BaseState, RagEfInput, RagEfOutput):
-    round: int = 0  # retrieval passes so far (1, or 2 after a re-answer)
-    feedback_rounds: int = 0  # expert pairs inserted by this run
+class State(BaseState, InputState, OutputState):
+    feedback_rounds: int = 0  # expert pairs inserted for this question
     passages: list[Evidence] = field(default_factory=list)  # standard mode / empty-store fallback
     qa_block: list[QAItem] = field(default_factory=list)
-    prompt: str = ""
-    raw_generation: str = ""
     feedback: Feedback | None = None
+
+
+__all__ = ["ContextItem", "Feedback", "InputState", "OutputState", "QAItem", "State", "Verdict"]

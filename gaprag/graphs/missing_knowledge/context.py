@@ -1,0 +1,89 @@
+"""missing_knowledge's settings (Studio's form)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from gaprag.context import BaseContext, describe
+from gaprag.graphs.missing_knowledge.state import KnowledgeBase
+from gaprag.stores.store import RetrievalMode
+
+Language = Literal["auto", "en", "zh"]
+BudgetMode = Literal["matched", "additive"]
+MkBudget = Literal["round_robin", "per_query"]
+MergedOrder = Literal["score", "interleave"]
+FinalWhenNotMissing = Literal["regenerate", "reuse_draft"]
+
+
+@dataclass(kw_only=True)
+class Context(BaseContext):
+    top_k: int = describe(
+        4, "TopK: chunks in the final prompt. Paper: 4 (split between KB A and KB B).", minimum=1
+    )
+    budget_mode: BudgetMode = describe(
+        "matched",
+        "matched: top_k//2 user-question chunks + at most top_k - top_k//2 missing-knowledge "
+        "chunks (paper, inferred); additive: top_k user-question chunks + top_k//2 on top.",
+    )
+    k_mk_per_query: int = describe(
+        0,
+        "Chunks retrieved per missing-knowledge query; 0 = the missing-knowledge budget.",
+        minimum=0,
+    )
+    mk_budget: MkBudget = describe(
+        "round_robin",
+        "round_robin: merge the queries' results rank by rank and stop at the budget; "
+        "per_query: keep every query's top k_mk_per_query (after md5 dedup).",
+    )
+    max_mk_queries: int = describe(
+        5, "Cap on the judge's queries (the paper sets none; its examples use 2).", minimum=0
+    )
+    kb_primary: KnowledgeBase = describe(
+        "passages",
+        "KB A, searched with the user question: passages, qa_pairs or merged. "
+        "Paper's best: merged (EM) or qa_pairs with kb_secondary=passages (F1).",
+    )
+    kb_secondary: KnowledgeBase = describe(
+        "passages", "KB B, searched with the missing-knowledge queries: passages, qa_pairs, merged."
+    )
+    qa_store: str = describe(
+        "",
+        "Path of a question-answer pair store (`gaprag kb qa-pairs`); needed when a KB is "
+        "qa_pairs or merged, unless a pair store was passed to the graph (kb_pairs).",
+    )
+    qa_gamma: float = describe(
+        1.0,
+        "Pair ranking sim(q, question)^gamma * sim(q, chunk)^(1-gamma): 1 = match the pairs' "
+        "questions (the paper indexes the pair text); 0.5 = RAG-EF's mix with the source chunk.",
+        minimum=0,
+    )
+    merged_order: MergedOrder = describe(
+        "score",
+        "How a merged KB ranks passages and pairs: score (one ranking, as one index; dense "
+        "scores are cosine on both sides) or interleave (alternate the two stores' ranks).",
+    )
+    retrieval_mode: RetrievalMode = describe(
+        "dense", "Passage retrieval: dense (paper), bm25 or hybrid (library extensions)."
+    )
+    language: Language = describe(
+        "auto",
+        "Prompt set: en, zh (the paper's Chinese medical setting), auto = from the question.",
+    )
+    options_text: str = describe(
+        "",
+        "Answer options of a multiple-choice question, one per line (e.g. 'A. ...'); shown "
+        "under the question in every prompt but never used as a retrieval query. An "
+        "'Options:' block appended to the question is recognised the same way.",
+    )
+    judge_max_tokens: int = describe(
+        512, "Output cap for the judge call (thought + verdict + lists + queries).", minimum=1
+    )
+    final_when_not_missing: FinalWhenNotMissing = describe(
+        "regenerate",
+        "When nothing is missing: regenerate (final call with the judge's thought) or "
+        "reuse_draft (return the draft, one call fewer).",
+    )
+    include_missing_list: bool = describe(
+        False, "Also list the judge's missing knowledge in the final prompt (not in the paper)."
+    )

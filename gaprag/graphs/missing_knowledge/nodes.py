@@ -1,0 +1,185 @@
+"""missing_knowledge's nodes: retrieve (KB A) -> generate_draft -> judge_missing -> (if
+knowledge is missing) retrieve_missing (KB B) -> update_evidence_pool -> generate_answer."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from gaprag import nodes
+from gaprag.deps import Deps
+from gaprag.graphs.missing_knowledge.context import Context
+from gaprag.graphs.missing_knowledge.judge import NOTHING_MISSING, Judgement, mk_queries
+from gaprag.graphs.missing_knowledge.knowledge_base import (
+    KnowledgeBaseRetriever,
+    budget,
+    evidence_md5,
+    merge_round_robin,
+    open_pair_store,
+    pair_retriever,
+    to_evidence,
+)
+from gaprag.graphs.missing_knowledge.question import language, question_block, split_question
+from gaprag.graphs.missing_knowledge.state import Chunk, KnowledgeBase, State
+from gaprag.progress import emit
+from gaprag.prompts import Passages, load_prompts
+from gaprag.stores.retriever import Retriever
+
+PROMPTS = load_prompts(__package__)
+FORMATS = nodes.load_formats(__package__)
+NONE = {"en": "(none)", "zh": "（无）"}  # an empty context section; the thought's fallback
+
+
+def pair_text(chunk: Chunk) -> str:
+    """A pair as ``Q: ...\\nA: ...`` (a retriever's plain text gets its title as the question)."""
+    text = chunk["text"].strip()
+    if not text.startswith("Q:"):
+        text = f"Q: {chunk['title']}\nA: {text}" if chunk["title"] else text
+    return text
+
+
+def format_chunks(chunks: Sequence[Chunk], *, max_words: int = 150, lang: str = "en") -> Passages:
+    """Documents first (``Document[i]: ...``), then question-answer pairs (``Q:`` / ``A:``);
+    numbering starts at 1 in each call (each prompt section)."""
+    docs = [c for c in chunks if c["kind"] == "doc"]
+    pairs = [{**c, "text": pair_text(c)} for c in chunks if c["kind"] == "qa"]
+    parts = [
+        nodes.render_passages(docs, FORMATS["documents"], max_words=max_words),
+        nodes.render_passages(pairs, FORMATS["qa_pairs"], max_words=max_words),
+    ]
+    return nodes.join_passages(parts) or Passages(NONE.get(lang, NONE["en"]))
+
+
+def knowledge_base(ctx: Context, deps: Deps, which: KnowledgeBase) -> KnowledgeBaseRetriever:
+    """KB ``which`` over the run's passage store and pair store (each as it is needed)."""
+    return KnowledgeBaseRetriever(
+        which,
+        deps.search(ctx) if which in ("passages", "merged") else None,
+        pair_source(ctx, deps) if which in ("qa_pairs", "merged") else None,
+        merged_order=ctx.merged_order,
+    )
+
+
+def pair_source(ctx: Context, deps: Deps) -> Retriever | None:
+    """The injected pair store (``kb_pairs``) or the one at ``qa_store``, ranked with
+    ``qa_gamma``; None when there is neither."""
+    if deps.kb_pairs is None and not ctx.qa_store:
+        return None
+    make = functools.partial(open_pairs, deps.kb_pairs, ctx.qa_store, ctx.qa_gamma)
+    return deps.cached(("missing_knowledge.pairs", ctx.qa_store, ctx.qa_gamma), make)
+
+
+def open_pairs(given: Any, path: str, gamma: float) -> Retriever:
+    """The given pair store, else the one at ``path``, as a retriever ranked with ``gamma``."""
+    return pair_retriever(given if given is not None else open_pair_store(path), gamma=gamma)
+
+
+async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    ctx = runtime.context
+    k_orig, _, _ = budget(ctx.top_k, ctx.budget_mode, ctx.k_mk_per_query)
+    query, _ = split_question(state.question)
+    found = await knowledge_base(ctx, deps, ctx.kb_primary).achunks(
+        query, k_orig, mode=ctx.retrieval_mode, retrieved_by="orig", round=1
+    )
+    emit(round=1, query=query, kb=ctx.kb_primary, added=len(found))
+    return {
+        "initial_contexts": found,
+        "evidence": [to_evidence(c, 1) for c in found],
+        "queries": [query],
+        "iterations": 1,
+    }
+
+
+async def generate_draft(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    ctx = runtime.context
+    lang = language(ctx.language, state.question)
+    messages = PROMPTS[f"draft_{lang}"].render(
+        context=format_chunks(state.initial_contexts, max_words=ctx.max_passage_words, lang=lang),
+        question=question_block(state.question, ctx.options_text, lang),
+    )  # fmt: skip
+    reply = await deps.chat(ctx).agenerate(messages, max_tokens=ctx.answer_max_tokens)
+    return {"draft_answer": nodes.clean_answer(reply)}
+
+
+async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The one judge call. Its verdict is the loop decision (no probability: a JSON reply);
+    an unparsable reply becomes 'nothing missing' (path ``default``)."""
+    ctx = runtime.context
+    lang = language(ctx.language, state.question)
+    messages = PROMPTS[f"judge_{lang}"].render(
+        question=question_block(state.question, ctx.options_text, lang),
+        context=format_chunks(state.initial_contexts, max_words=ctx.max_passage_words, lang=lang),
+        draft=state.draft_answer or "(empty)",
+    )  # fmt: skip
+    judged = await deps.chat(ctx).astructured(
+        messages, Judgement, default=NOTHING_MISSING, max_tokens=ctx.judge_max_tokens,
+        call="judge_missing",
+    )  # fmt: skip
+    verdict = judged.value
+    queries = mk_queries(verdict, ctx.max_mk_queries)
+    decision = "missing" if verdict.judge else "not_missing"
+    nodes.log_decision("judge_missing", 1, decision, p=None, path=judged.path)
+    emit(judge=verdict.judge, queries=queries, parse_ok=judged.path != "default")
+    return {
+        "missing": verdict.judge,
+        "thought": verdict.thought,
+        "missing_knowledge": verdict.missing_knowledge,
+        "mk_queries": queries,
+        "judge_parse_ok": judged.path != "default",
+    }
+
+
+async def retrieve_missing(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    ctx = runtime.context
+    _, per_query, _ = budget(ctx.top_k, ctx.budget_mode, ctx.k_mk_per_query)
+    base = knowledge_base(ctx, deps, ctx.kb_secondary)
+    candidates = []
+    for q in state.mk_queries:
+        found = await base.achunks(
+            q, per_query, mode=ctx.retrieval_mode, retrieved_by="mk", round=2
+        )
+        emit(round=2, query=q, kb=ctx.kb_secondary, found=len(found))
+        candidates.append(found)
+    return {"mk_candidates": candidates, "queries": list(state.mk_queries), "iterations": 2}
+
+
+def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Merge the queries' chunks rank by rank (md5 dedup against the first chunks and each
+    other), within the budget; the evidence is the first chunks (round 1) plus these (2)."""
+    ctx = runtime.context
+    _, _, total = budget(ctx.top_k, ctx.budget_mode, ctx.k_mk_per_query)
+    seen = [c["md5"] for c in state.initial_contexts]
+    limit = total if ctx.mk_budget == "round_robin" else None
+    added = merge_round_robin(state.mk_candidates, seen, limit)
+    emit(round=2, added=len(added))
+    pool, _ = nodes.update_evidence_pool(
+        [to_evidence(c, 1) for c in state.initial_contexts],
+        [to_evidence(c, 2) for c in added],
+        key=evidence_md5,
+    )
+    return {"mk_contexts": added, "evidence": pool, "mk_round": state.mk_round + 1}
+
+
+async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    ctx = runtime.context
+    stop = "single_pass" if state.missing else "nothing_missing"
+    if not state.missing and ctx.final_when_not_missing == "reuse_draft":
+        return {"answer": state.draft_answer, "stop_reason": stop}
+    lang = language(ctx.language, state.question)
+    mk_context: str = ""
+    if state.mk_contexts:
+        mk_context = format_chunks(state.mk_contexts, max_words=ctx.max_passage_words, lang=lang)
+    thought = state.thought
+    if ctx.include_missing_list and state.missing_knowledge:
+        thought = "\n".join([thought, *(f"- {m}" for m in state.missing_knowledge)]).strip()
+    messages = PROMPTS[f"answer_{lang}"].render(
+        context=format_chunks(state.initial_contexts, max_words=ctx.max_passage_words, lang=lang),
+        thought=thought or NONE[lang],
+        mk_context=mk_context,
+        question=question_block(state.question, ctx.options_text, lang),
+    )  # fmt: skip
+    reply = await deps.chat(ctx).agenerate(messages, max_tokens=ctx.answer_max_tokens)
+    return {"answer": nodes.clean_answer(reply) or state.draft_answer, "stop_reason": stop}

@@ -1,0 +1,77 @@
+"""rfm_rag's settings (Studio's form). The paper leaves most values unspecified; the choices
+are explained in docs/methods/rfm_rag.md."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from gaprag.context import BaseContext, describe
+from gaprag.graphs.rfm_rag.features import LengthUnit
+from gaprag.stores.store import RetrievalMode
+
+FeedbackMode = Literal["mlp", "llm_judge", "heuristic", "never_sufficient", "always_sufficient"]
+QuestionMode = Literal["both", "query", "original"]
+TaskType = Literal["auto", "short_answer", "yes_no"]
+PoolScope = Literal["thread", "question"]
+
+
+@dataclass(kw_only=True)
+class Context(BaseContext):
+    max_iterations: int = describe(
+        3,
+        "Maximum retrievals per question (paper: 3). The loop also stops when the pool is sufficient.",
+        minimum=1,
+    )
+    top_k: int = describe(3, "Passages per retrieval (not given in the paper; 3 here).", minimum=1)
+    retrieval_mode: RetrievalMode = describe(
+        "bm25", "bm25 (paper), dense or hybrid. Passages already seen for the question are skipped."
+    )
+    feedback_mode: FeedbackMode = describe(
+        "mlp",
+        "Sufficiency judge: mlp (the trained R-Feedback Model, paper), llm_judge, heuristic "
+        "(S_f >= 0.5), never_sufficient (the wo-RFM ablation: always max_iterations rounds), "
+        "always_sufficient (one round).",
+    )
+    rf_weights: str = describe(
+        "",
+        "R-Feedback weights JSON (`gaprag rfm train`); empty uses the weights shipped with gaprag.",
+    )
+    rf_threshold: float = describe(
+        0.5,
+        "Pool is sufficient when sigmoid(logit) >= this (not given in the paper; 0.5 here).",
+        minimum=0,
+    )
+    coverage_threshold: float = describe(
+        0.2,
+        "θ: an entity whose pool coverage is below this is a knowledge gap (not given; 0.2 here).",
+        minimum=0,
+    )
+    coverage_length_unit: LengthUnit = describe(
+        "sentences", "L_E in coverage = occurrences / L_E: pool sentences (default) or tokens."
+    )
+    prompt1_question_mode: QuestionMode = describe(
+        "both",
+        "What the evidence prompt is asked about: both (question + current search focus), "
+        "query (the round's query only, literal Eq. 1) or original (the question only).",
+    )
+    task_type: TaskType = describe(
+        "auto",
+        "short_answer, yes_no, or auto (yes/no when the question starts with is/are/did...).",
+    )
+    pool_scope: PoolScope = describe(
+        "thread",
+        "thread: with a checkpointer the evidence pool persists across the turns of a thread; "
+        "question: every question starts from an empty pool.",
+    )
+    answer_max_tokens: int = describe(
+        128, "Output cap for the final (chain-of-thought) answer.", minimum=1
+    )
+    structure_max_tokens: int = describe(
+        256, "Output cap for the entities/triples call.", minimum=1
+    )
+    extract_max_tokens: int = describe(
+        320, "Output cap for the evidence-condensing call.", minimum=1
+    )
+    fills_max_tokens: int = describe(128, "Output cap for the placeholder-filling call.", minimum=1)
+    judge_max_tokens: int = describe(96, "Output cap for the llm_judge call.", minimum=1)

@@ -1,0 +1,69 @@
+"""rfm_rag's sufficiency judges: which one a run uses, and the optional LLM judge.
+
+The R-Feedback MLP (the paper's judge) and the rule judges live in
+:mod:`gaprag.graphs.rfm_rag.model`; an injected ``Deps.sufficiency_model`` replaces them all.
+"""
+
+from __future__ import annotations
+
+from gaprag.deps import Deps
+from gaprag.graphs.rfm_rag.context import Context
+from gaprag.graphs.rfm_rag.features import FeatureExtractor
+from gaprag.graphs.rfm_rag.model import (
+    FixedJudge,
+    HeuristicJudge,
+    MLPJudge,
+    RFeedbackMLP,
+    SufficiencyJudge,
+    expected_embedder,
+    shipped_weights_path,
+)
+from gaprag.stores.embeddings import Embedder, embedder_by_name
+
+
+def mlp_judge(ctx: Context, deps: Deps) -> SufficiencyJudge:
+    """The R-Feedback MLP with the embedder its weights were trained with (the store's own
+    embedder when it is that one, so a loaded MiniLM is shared), built once per settings."""
+    path = ctx.rf_weights or str(shipped_weights_path())
+    name = expected_embedder(path)
+    store_embedder = getattr(deps.search(ctx), "embedder", None)
+
+    def make() -> SufficiencyJudge:
+        embedder: Embedder = (
+            store_embedder
+            if store_embedder is not None and getattr(store_embedder, "name", "") == name
+            else embedder_by_name(name)
+        )
+        model = RFeedbackMLP.load(path, expect_embedder=embedder.name)
+        extractor = FeatureExtractor(embedder, ctx.coverage_length_unit)
+        return MLPJudge(model, extractor, threshold=ctx.rf_threshold)
+
+    key = ("rfm_judge", path, name, ctx.rf_threshold, ctx.coverage_length_unit, id(store_embedder))
+    return deps.cached(key, make)
+
+
+def choose_judge(ctx: Context, deps: Deps) -> SufficiencyJudge | None:
+    """The judge for this run; None means the LLM judge (an async model call)."""
+    if deps.sufficiency_model is not None:
+        return deps.sufficiency_model
+    if ctx.feedback_mode == "never_sufficient":
+        return FixedJudge(False)
+    if ctx.feedback_mode == "always_sufficient":
+        return FixedJudge(True)
+    if ctx.feedback_mode == "heuristic":
+        return HeuristicJudge()
+    if ctx.feedback_mode == "llm_judge":
+        return None
+    return mlp_judge(ctx, deps)
+
+
+def decision_path(judge: SufficiencyJudge) -> tuple[str, float | None, bool]:
+    """How a judge decides: (path, threshold, whether its ``prob`` is the probability the
+    decision was taken on) for the decision record."""
+    if isinstance(judge, MLPJudge):
+        return "model", judge.threshold, True
+    if isinstance(judge, HeuristicJudge):
+        return "rule", judge.tau_s, False
+    if isinstance(judge, FixedJudge):
+        return "rule", None, False
+    return "model", getattr(judge, "threshold", None), True

@@ -1,0 +1,233 @@
+"""rfm_rag's nodes, one per graph node, in the order a question runs through them.
+
+Once per question the LLM writes the question's entities and relational triples with
+placeholders. Each round retrieves unseen passages, condenses them into fact sentences that
+join the evidence pool, and the sufficiency judge (the R-Feedback MLP over entity coverage S_f
+and question-pool relevance G_f) decides whether the pool is enough. If not, the next query is
+the low-coverage entities plus the entities that fill the triples' placeholders. The answer is
+generated once, from the whole pool.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from gaprag import nodes
+from gaprag.aio import to_thread
+from gaprag.deps import Deps
+from gaprag.graphs.rfm_rag.context import Context
+from gaprag.graphs.rfm_rag.evidence_pool import (
+    add_to_pool,
+    facts_for_prompt,
+    facts_of,
+    matching_ids,
+    pool_as_evidence,
+)
+from gaprag.graphs.rfm_rag.features import coverage_map, syntactic_coverage
+from gaprag.graphs.rfm_rag.judges import choose_judge, decision_path
+from gaprag.graphs.rfm_rag.model import FeedbackResult
+from gaprag.graphs.rfm_rag.parsing import (
+    FillsReply,
+    JudgeReply,
+    QuestionStructure,
+    build_query,
+    clean_fills,
+    detect_task_type,
+    extract_answer,
+    finalize_structure,
+    parse_evidence,
+    parse_fills_text,
+    parse_structure_text,
+)
+from gaprag.graphs.rfm_rag.state import State
+from gaprag.llm.accounting import record_decision
+from gaprag.progress import emit
+from gaprag.prompts import load_prompts
+
+PROMPTS = load_prompts(__package__)
+FORMATS = nodes.load_formats(__package__)
+FACT_WORDS = 1_000_000  # pool facts are short sentences, shown whole
+
+
+async def extract_question_structure(
+    state: State, runtime: Runtime[Context], deps: Deps
+) -> dict[str, Any]:
+    """Prompt 2, once per question: entities and triples. Starts the question: the pool is
+    kept from earlier questions of the thread unless ``pool_scope="question"``."""
+    ctx = runtime.context
+    reply = await deps.chat(ctx).astructured(
+        PROMPTS["structure"].render(question=state.question), QuestionStructure,
+        default=QuestionStructure(), max_tokens=ctx.structure_max_tokens, call="structure",
+    )  # fmt: skip
+    parsed = parse_structure_text(reply.raw) if reply.path == "default" else reply.value
+    entities, triples = finalize_structure(parsed)
+    keep = ctx.pool_scope == "thread"
+    # a trace record after the structured call's own (the run trace keeps the call order)
+    record_decision(entities=entities, triples=len(triples),
+                    pool_kept=len(state.evidence_pool) if keep else 0)  # fmt: skip
+    update: dict[str, Any] = {
+        "entities": entities,
+        "triples": triples,
+        "task_type": detect_task_type(state.question, ctx.task_type),
+        "current_query": state.question,
+    }
+    if not keep:
+        update["evidence_pool"] = []
+    return update
+
+
+async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """Top-k passages for the current query, skipping those already retrieved this question."""
+    ctx = runtime.context
+    round_no = state.iterations + 1
+    query = state.current_query or state.question
+    hits = await nodes.retrieve(
+        deps.search(ctx), [query], k=ctx.top_k, mode=ctx.retrieval_mode, round=round_no,
+        exclude=[p["id"] for p in state.retrieved_passages],
+    )  # fmt: skip
+    emit(method="rfm_rag", round=round_no, query=query, retrieved=len(hits))
+    return {
+        "retrieved": hits,
+        "retrieved_passages": [*state.retrieved_passages, *hits],
+        "iterations": round_no,
+        "queries": [query],
+    }
+
+
+async def extract_evidence(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """Prompt 1: condense the round's passages into short fact sentences."""
+    ctx = runtime.context
+    if not state.retrieved:
+        return {"round_evidence": []}
+    query = state.current_query or state.question
+    mode = ctx.prompt1_question_mode
+    focus = "" if mode != "both" or query == state.question else f"\nCurrent search focus: {query}"
+    messages = PROMPTS["extract"].render(
+        question=query if mode == "query" else state.question,
+        focus=focus,
+        focus_note=" (and the search focus)" if focus else "",
+        passages=nodes.render_passages(
+            state.retrieved, FORMATS["passages"], max_words=ctx.max_passage_words
+        ),
+    )
+    raw = await deps.chat(ctx).agenerate(messages, max_tokens=ctx.extract_max_tokens)
+    return {"round_evidence": parse_evidence(raw)}
+
+
+def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Add the round's facts to the pool (with provenance) and recompute entity coverage."""
+    ctx = runtime.context
+    pool, added = add_to_pool(
+        state.evidence_pool, state.round_evidence, round=state.iterations,
+        query=state.current_query or state.question, question=state.question,
+        source_passage_ids=[p["id"] for p in state.retrieved],
+    )  # fmt: skip
+    coverage = coverage_map(state.entities, [e["text"] for e in pool], ctx.coverage_length_unit)
+    s_f = syntactic_coverage(coverage)
+    found = [*state.found_fact_ids, *matching_ids(pool, state.round_evidence)]
+    emit(method="rfm_rag", round=state.iterations, added=added, pool=len(pool),
+         coverage=round(s_f, 3))  # fmt: skip
+    return {
+        "evidence_pool": pool,
+        "found_fact_ids": found,
+        "evidence": pool_as_evidence(facts_of(pool, found)),
+        "entity_coverage": {k: round(v, 4) for k, v in coverage.items()},
+        "syntactic_coverage": round(s_f, 4),
+    }
+
+
+async def feedback_classifier(
+    state: State, runtime: Runtime[Context], deps: Deps
+) -> dict[str, Any]:
+    """Is the pool sufficient? The R-Feedback model (or the configured judge) decides."""
+    ctx = runtime.context
+    judge = await to_thread(choose_judge, ctx, deps)  # may load the weights and embedder
+    path: str
+    threshold: float | None
+    p: float | None
+    if judge is None:  # the optional LLM judge; an unparseable reply means "not sufficient"
+        reply = await deps.chat(ctx).astructured(
+            PROMPTS["judge"].render(question=state.question, pool=nodes.render_passages(
+                facts_for_prompt(state.evidence_pool), FORMATS["pool_judge"], max_words=FACT_WORDS,
+            )),
+            JudgeReply, default=JudgeReply(), max_tokens=ctx.judge_max_tokens, call="judge",
+        )  # fmt: skip
+        ok = reply.value.sufficient
+        result = FeedbackResult(ok, 1.0 if ok else 0.0)
+        path, threshold, p = reply.path, None, None
+    else:
+        result = await to_thread(
+            judge.judge, state.question, list(state.entities),
+            [e["text"] for e in state.evidence_pool], state.syntactic_coverage,
+        )  # fmt: skip
+        path, threshold, has_p = decision_path(judge)
+        p = result.prob if has_p else None
+    nodes.log_decision(
+        "feedback_classifier", state.iterations, "stop" if result.sufficient else "continue",
+        p=p, path=path, threshold=threshold,
+    )  # fmt: skip
+    emit(method="rfm_rag", round=state.iterations, sufficient=result.sufficient,
+         prob=result.prob)  # fmt: skip
+    mode = ctx.feedback_mode if deps.sufficiency_model is None else type(judge).__name__
+    return {
+        "sufficient": result.sufficient,
+        "feedback_prob": result.prob,
+        "trace": [{"node": "feedback_classifier", "mode": mode, "round": state.iterations,
+                   "s_f": state.syntactic_coverage, "g_f": result.g_f, "prob": result.prob,
+                   "sufficient": result.sufficient}],
+    }  # fmt: skip
+
+
+def judge_missing(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """G: the question's entities whose pool coverage is below θ (recomputed every round)."""
+    threshold = runtime.context.coverage_threshold
+    return {
+        "gap_entities": [e for e in state.entities if state.entity_coverage.get(e, 0.0) < threshold]
+    }
+
+
+async def regenerate_keywords(
+    state: State, runtime: Runtime[Context], deps: Deps
+) -> dict[str, Any]:
+    """Prompt 3: fill the triples' placeholders from the pool (z); the next query is G + z."""
+    ctx = runtime.context
+    fills: list[str] = []
+    if state.triples:
+        listing = "\n".join(
+            f"{i}. ({t['head']}, {t['relation']}, {t['tail']})"
+            for i, t in enumerate(state.triples, 1)
+        )
+        pool = nodes.render_passages(
+            facts_for_prompt(state.evidence_pool), FORMATS["pool"], max_words=FACT_WORDS
+        )
+        reply = await deps.chat(ctx).astructured(
+            PROMPTS["fills"].render(pool=pool, triples=listing), FillsReply,
+            default=FillsReply(), max_tokens=ctx.fills_max_tokens, call="fills",
+        )  # fmt: skip
+        fills = clean_fills(
+            reply.value.fills if reply.path != "default" else parse_fills_text(reply.raw)
+        )
+    _, query = build_query(state.gap_entities, fills, state.question)
+    emit(method="rfm_rag", round=state.iterations + 1, fills=fills, next_query=query)
+    return {"current_query": query}
+
+
+async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The answer, once, from the whole pool: a short chain of thought ending in the span."""
+    ctx = runtime.context
+    pool = nodes.render_passages(
+        facts_for_prompt(state.evidence_pool), FORMATS["pool_answer"], max_words=FACT_WORDS
+    )
+    messages = PROMPTS["answer"].render(pool=pool, question=state.question)
+    raw = await deps.chat(ctx).agenerate(messages, max_tokens=ctx.answer_max_tokens)
+    stop = "sufficient" if state.sufficient else "max_iterations"
+    return {
+        "raw_answer": raw,
+        "answer": extract_answer(raw, state.task_type),
+        "stop_reason": stop,
+        "evidence": pool_as_evidence(facts_of(state.evidence_pool, state.found_fact_ids)),
+        "trace": [{"node": "generate_answer", "stop_reason": stop,
+                   "retrievals": state.iterations, "pool": len(state.evidence_pool)}],
+    }  # fmt: skip

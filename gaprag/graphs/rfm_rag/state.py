@@ -1,0 +1,82 @@
+"""rfm_rag's state: the shared fields, the evidence pool with provenance, and the loop's
+working fields.
+
+The evidence pool is the method's memory. Within a question it only grows (a longer sentence
+may replace one it contains); across the questions of a checkpointed thread it is kept (it is
+the one field marked :data:`~gaprag.state.base.PERSISTENT`), unless ``pool_scope="question"``.
+Every other field is reset when a question starts, and every list is written whole by the node
+that owns it (plain replace semantics), so nothing accumulates by surprise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import Field
+from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
+
+from gaprag.state import base
+from gaprag.state.base import PERSISTENT, BaseState, Evidence, InputState
+
+
+class Triple(TypedDict):
+    """A relational triple from the question; unknowns are placeholders like ``<X1>``."""
+
+    head: str
+    relation: str
+    tail: str
+
+
+class EvidenceItem(TypedDict):
+    """One curated fact sentence in the evidence pool, with its provenance."""
+
+    id: str  # sha1 of the normalised text
+    text: str
+    round: int  # retrieval round (1-based) that produced it
+    query: str  # the query of that round
+    question: str  # the question (turn) it was gathered for
+    source_passage_ids: list[str]  # the passages shown to the extraction prompt that round
+
+
+@dataclass(kw_only=True)
+class OutputState(base.OutputState):
+    """The common output plus what RFM-RAG adds. ``evidence`` holds the pool's facts this
+    question's rounds produced or found again; ``evidence_pool`` is the whole pool the answer
+    was built from (on a thread it also holds earlier questions' facts, each with the
+    ``question`` it was gathered for)."""
+
+    evidence_pool: Annotated[
+        list[EvidenceItem],
+        Field(description="The curated fact pool the answer was built from."),
+        PERSISTENT,
+    ] = field(default_factory=list)
+    """Kept across a thread's questions: the pool is RFM-RAG's memory, so a follow-up question
+    can be answered from facts gathered earlier (``pool_scope="thread"``, the default; the
+    first node empties it with ``pool_scope="question"``)."""
+    entities: list[str] = field(default_factory=list)
+    triples: list[Triple] = field(default_factory=list)
+    retrieved_passages: Annotated[
+        list[Evidence], Field(description="Every passage retrieved for this question, in order.")
+    ] = field(default_factory=list)
+    feedback_prob: float | None = None
+    sufficient: bool = False
+    raw_answer: str = ""
+
+
+@dataclass(kw_only=True)
+class State(BaseState, OutputState):
+    """Internal state of the rfm_rag graph."""
+
+    task_type: str = "short_answer"  # "short_answer" | "yes_no"
+    current_query: str = ""  # the next retrieval's query (q_i)
+    retrieved: list[Evidence] = field(default_factory=list)  # K_i of the latest round
+    round_evidence: list[str] = field(default_factory=list)  # E_i: the round's fact sentences
+    entity_coverage: dict[str, float] = field(default_factory=dict)
+    syntactic_coverage: float = 0.0  # S_f
+    gap_entities: list[str] = field(default_factory=list)  # G
+    found_fact_ids: list[str] = field(default_factory=list)
+    """Pool facts this question's rounds produced or found again: its ``evidence``."""
+
+
+__all__ = ["EvidenceItem", "InputState", "OutputState", "State", "Triple"]
