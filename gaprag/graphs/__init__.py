@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import inspect
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -70,20 +69,4 @@ def build_graph(
             deps, **{k: v for k, v in chosen.items() if v is not None and k in Deps.names()}
         )
     context = with_defaults(module.Context, options)
-    first = next(iter(inspect.signature(module.build).parameters))
-    if first == "deps":
-        return module.build(given, context, checkpointer)  # type: ignore[no-any-return]
-    # a method not yet moved to the module-level node layout (issue 17 transition)
-    from gaprag.graphs.common import Resources, make_context
-
-    resources = Resources(llm=given.llm, retriever=given.retriever)
-    legacy = {"fact_verifier": "verifier"}  # old build() keyword names
-    extra = {
-        legacy.get(name, name): getattr(given, name)
-        for name in Deps.names()
-        if legacy.get(name, name) in inspect.signature(module.build).parameters
-        and getattr(given, name) is not None
-    }
-    return module.build(  # type: ignore[no-any-return]
-        resources, make_context(module.Context, options), checkpointer, **extra
-    )
+    return module.build(given, context, checkpointer)  # type: ignore[no-any-return]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import threading
 import time
@@ -15,21 +14,16 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage, HumanMessage
 
+from gaprag.context import BaseContext
 from gaprag.errors import GapragError, InputError
 from gaprag.eval import evaluate, load_dataset, read_results, write_report
 from gaprag.eval.datasets import bundled
 from gaprag.eval.runner import RESULT_FIELDS, TooManyErrors, parse_variant
-from gaprag.graphs import METHODS, build_graph
+from gaprag.graphs import METHODS
 from gaprag.llm.client import LLM
 from gaprag.stores import HashingEmbedder
 from gaprag.stores.store import RetrievalMode
 from gaprag.testing import ScriptedChatModel
-
-NEW_LAYOUT = "deps" in inspect.signature(build_graph).parameters  # build(deps, context, ...)
-if NEW_LAYOUT:
-    from gaprag.context import BaseContext
-else:
-    from gaprag.graphs.common import BaseContext  # type: ignore[assignment,no-redef]
 
 PARAS = {
     "fr": ("France", "Paris is the capital and largest city of France."),
@@ -139,15 +133,9 @@ class ContractGraph:
         }
 
 
-if NEW_LAYOUT:  # the per-method layout: build(deps, context, checkpointer)
-
-    def build(deps: Any, ctx: Context, checkpointer: Any = None) -> ContractGraph:
-        return ContractGraph(lambda: deps.chat(ctx), lambda: deps.search(ctx), ctx)
-
-else:
-
-    def build(res: Any, ctx: Context, checkpointer: Any = None) -> ContractGraph:  # type: ignore[misc]
-        return ContractGraph(lambda: res.llm(ctx), lambda: res.given_retriever, ctx)
+def build(deps: Any, context: type[Context], checkpointer: Any = None) -> ContractGraph:
+    ctx = context()
+    return ContractGraph(lambda: deps.chat(ctx), lambda: deps.search(ctx), ctx)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""MIGRES: the acceptance tests of the method spec (§11) that need no GPU and no real model.
+"""MIGRES: behaviour tests that need no GPU and no real model (see docs/methods/migres.md).
 
 Replies come from a ScriptedChatModel routed by prompt content; retrieval runs on a real Store
 built with the HashingEmbedder; the knowledge filter's scores come from a fake scorer.
@@ -6,17 +6,22 @@ built with the HashingEmbedder; the knowledge filter's scores come from a fake s
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.runtime import Runtime
 
-from gaprag.graphs.common import Resources
-from gaprag.graphs.migres import graph as mg
+from gaprag import build_graph
+from gaprag.deps import Deps
+from gaprag.graphs.migres.context import Context, budget, threshold
 from gaprag.graphs.migres.filter import (
     DEFAULT_EMBEDDING_DELTA,
     CrossEncoderScorer,
@@ -25,6 +30,7 @@ from gaprag.graphs.migres.filter import (
     knowledge_filter,
     split_sentences,
 )
+from gaprag.graphs.migres.nodes import SEED_FACTS, extract, judge_missing, verify_nli
 from gaprag.graphs.migres.parsing import (
     LeafReply,
     MainReply,
@@ -33,6 +39,8 @@ from gaprag.graphs.migres.parsing import (
     salvage_leaf,
     salvage_main,
 )
+from gaprag.graphs.migres.state import Snippet, State
+from gaprag.llm.accounting import metered
 from gaprag.llm.client import LLM
 from gaprag.state.base import Evidence
 from gaprag.stores import HashingEmbedder, Store
@@ -155,12 +163,10 @@ def run(
 ) -> tuple[dict[str, Any], ScriptedChatModel]:
     chat = ScriptedChatModel(rules=rules)
     ctx.setdefault("verifier", "off")
-    graph = mg.build(
-        Resources(llm=chat, retriever=store),
-        mg.Context(**ctx),
-        scorer=scorer if scorer is not None else FakeScorer(1.0),
-        verifier=verify_with,
-    )
+    graph = build_graph(
+        "migres", llm=chat, retriever=store,
+        scorer=scorer if scorer is not None else FakeScorer(1.0), fact_verifier=verify_with, **ctx,
+    )  # fmt: skip
     return graph.invoke({"question": question}), chat
 
 
@@ -174,8 +180,8 @@ def counter_reply(make: Callable[[int], str]) -> Callable[[list[BaseMessage]], s
 
 
 # -- 1. topology -----------------------------------------------------------------------------
-def test_graph_has_the_spec_nodes_and_edges(levity: Store) -> None:
-    graph = mg.build(Resources(llm=ScriptedChatModel(), retriever=levity), mg.Context())
+def test_graph_has_the_method_nodes_and_edges(levity: Store) -> None:
+    graph = build_graph("migres", llm=ScriptedChatModel(), retriever=levity)
     drawn = graph.get_graph()
     assert set(drawn.nodes) - {"__start__", "__end__"} == {
         "init", "retrieve", "rerank_filter", "llm_knowledge", "extract", "verify_nli",
@@ -760,13 +766,13 @@ def test_judge_parse_failure_keeps_looping_on_the_question(levity: Store) -> Non
 def test_task_presets() -> None:
     ce = CrossEncoderScorer("/nonexistent/bge-reranker-base")  # loads lazily: never here
     for task, t, delta in [("multihop", 5, 3.0), ("odqa", 3, 5.0), ("strategyqa", 5, 0.0)]:
-        ctx = mg.Context(task_type=task)
-        assert mg.budget(ctx) == t and mg.threshold(ctx, ce) == delta
+        ctx = Context(task_type=task)
+        assert budget(ctx) == t and threshold(ctx, ce) == delta
         assert ctx.top_k == 5 and ctx.n_retrieve == 50 and ctx.max_queries == 3
-        assert mg.threshold(ctx, EmbeddingScorer(HashingEmbedder())) == DEFAULT_EMBEDDING_DELTA
-    assert mg.budget(mg.Context(task_type="odqa", max_iterations=2)) == 2
-    assert mg.threshold(mg.Context(delta="0.25"), ce) == 0.25
-    assert mg.threshold(mg.Context(delta=1.5), ce) == 1.5
+        assert threshold(ctx, EmbeddingScorer(HashingEmbedder())) == DEFAULT_EMBEDDING_DELTA
+    assert budget(Context(task_type="odqa", max_iterations=2)) == 2
+    assert threshold(Context(delta="0.25"), ce) == 0.25
+    assert threshold(Context(delta=1.5), ce) == 1.5
 
 
 def test_strategyqa_uses_the_yes_no_prompts(levity: Store) -> None:
@@ -786,7 +792,7 @@ def test_seed_facts_for_grandparent_questions(levity: Store) -> None:
         levity, [(LEAF, leaf_json()), (MAIN, answer)], seed_facts=True,
         question="Who is the paternal grandmother of Ed Solomon?",
     )  # fmt: skip
-    assert out["known_info"] == [mg.SEED_FACTS["paternal grandmother"]]
+    assert out["known_info"] == [SEED_FACTS["paternal grandmother"]]
     assert "mother of that person's father" in prompts_with(chat, MAIN)[0]
 
 
@@ -833,9 +839,7 @@ def test_retrieval_asks_bm25_for_n_candidates_and_retries_short_lists(levity: St
     answer = main_json("x", 5)
     spy = RecordingRetriever(levity)
     chat = ScriptedChatModel(rules=[(LEAF, leaf_json(("Levity is a film.", [0]))), (MAIN, answer)])
-    graph = mg.build(
-        Resources(llm=chat, retriever=spy), mg.Context(verifier="off"), scorer=FakeScorer(1.0)
-    )
+    graph = build_graph("migres", llm=chat, retriever=spy, verifier="off", scorer=FakeScorer(1.0))
     out = graph.invoke({"question": "Who directed Levity?"})
     assert spy.calls == [
         ("Who directed Levity?", 50, "bm25"),
@@ -852,7 +856,7 @@ def test_default_scorer_uses_the_store_embedder(levity: Store) -> None:
     chat = ScriptedChatModel(
         rules=[(LEAF, leaf_json(("Levity was directed by Ed Solomon.", [0]))), (MAIN, answer)]
     )
-    graph = mg.build(Resources(llm=chat, retriever=levity), mg.Context(verifier="off", delta=0.2))
+    graph = build_graph("migres", llm=chat, retriever=levity, verifier="off", delta=0.2)
     out = graph.invoke({"question": "Who directed the film Levity?"})
     assert out["answer"] == "Ed Solomon"
     log = next(e for e in out["trace"] if e.get("node") == "rerank_filter")
@@ -874,10 +878,169 @@ def test_progress_events_are_streamed(levity: Store) -> None:
             (MAIN, main_json("x")),
         ]
     )
-    graph = mg.build(
-        Resources(llm=chat, retriever=levity), mg.Context(verifier="off"), scorer=FakeScorer(1.0)
+    graph = build_graph(
+        "migres", llm=chat, retriever=levity, verifier="off", scorer=FakeScorer(1.0)
     )
     events = [e for e in graph.stream({"question": Q0}, stream_mode="custom")]
     assert {"round": 1, "added": 1, "known": 1} in events
     assert any(e.get("queries") == [Q0] for e in events)
     assert events[-1] == {"done": True, "stop_reason": "answered", "iterations": 1}
+
+
+# -- the module-level node layout: threads, async, nodes alone, decisions, shown ids ----------
+RAIN_Q = "Who directed I Come with the Rain?"
+LEVITY_Q = "Who directed Levity?"
+
+
+def by_question(messages: list[BaseMessage]) -> str:
+    """Replies that depend on the question (and, for Levity, on the judge round)."""
+    text = "\n".join(str(m.content) for m in messages)
+    if VERIFY in text:
+        return "Yes"
+    rain = "Rain" in text.rsplit("Question:", 1)[-1]
+    if LEAF in text:
+        fact = (
+            "Tran Anh Hung directed I Come with the Rain." if rain else "Ed Solomon wrote Levity."
+        )
+        return leaf_json((fact, [0]))
+    if MAIN in text:
+        if rain:
+            return main_json("Tran Anh Hung")
+        # Levity: not enough until the second fact (from the query's round) is known
+        return main_json("Ed Solomon") if "Levity was made" in text else UNANSWERABLE
+    if QUERY in text:
+        return "Which year was Levity made?"
+    return FINAL_REPLY
+
+
+def levity_then_rain(messages: list[BaseMessage]) -> str:
+    text = "\n".join(str(m.content) for m in messages)
+    if LEAF in text and "Question: Which year was Levity made?" in text:
+        return leaf_json(("Levity was made in 2003.", [0]))
+    return by_question(messages)
+
+
+def no_wall(out: dict[str, Any]) -> dict[str, Any]:
+    return {**out, "usage": {k: v for k, v in out["usage"].items() if k != "wall_s"}}
+
+
+def test_a_second_question_on_a_thread_starts_clean(levity: Store) -> None:
+    def graph(checkpointer: Any = None) -> Any:
+        return build_graph(
+            "migres", llm=ScriptedChatModel(default=levity_then_rain), retriever=levity,
+            scorer=FakeScorer(1.0), verifier="off", checkpointer=checkpointer,
+        )  # fmt: skip
+
+    threaded = graph(InMemorySaver())
+    config = {"configurable": {"thread_id": "t1"}}
+    first = threaded.invoke({"question": LEVITY_Q}, config)
+    second = threaded.invoke({"question": RAIN_Q}, config)
+    assert first["answer"] == "Ed Solomon" and second["answer"] == "Tran Anh Hung"
+    assert first["iterations"] == 2 and len(first["queries"]) == 2
+    assert second["queries"] == [RAIN_Q] and second["iterations"] == 1
+    assert second["stop_reason"] == "answered" and second["judge_rounds"] == 1
+    assert second["known_info"] == ["Tran Anh Hung directed I Come with the Rain."]
+    assert {e["round"] for e in second["evidence"]} == {1}
+    assert second["usage"]["llm_calls"] == 2
+    # everything equals the same question asked on a fresh graph
+    alone = graph().invoke({"question": RAIN_Q})
+    for key in ("queries", "evidence", "iterations", "stop_reason", "known_info", "trace"):
+        assert second[key] == alone[key], key
+    assert no_wall(second)["usage"] == no_wall(alone)["usage"]
+
+
+def test_ainvoke_gives_the_same_output_as_invoke(levity: Store) -> None:
+    def graph() -> Any:
+        return build_graph(
+            "migres", llm=ScriptedChatModel(default=levity_then_rain), retriever=levity,
+            scorer=FakeScorer(1.0), verifier="llm",
+        )  # fmt: skip
+
+    sync = graph().invoke({"question": LEVITY_Q})
+    asyn = asyncio.run(graph().ainvoke({"question": LEVITY_Q}))
+    assert sync["iterations"] == 2 and sync["llm_calls_by_kind"]["verify"] == 2
+    assert no_wall(sync) == no_wall(asyn)
+
+
+def test_a_node_runs_alone_on_a_hand_made_state() -> None:
+    snippet = Snippet(
+        id="lev", title="Levity (film)", text=LEVITY[0]["text"], origin_text=LEVITY[0]["text"],
+        score=2.0, query=Q0, source="corpus",
+    )  # fmt: skip
+    state = State(question=Q0, pending_queries=[Q0], filtered_snippets=[snippet])
+    chat = ScriptedChatModel(rules=[(LEAF, leaf_json(("Levity was directed by Ed Solomon.", [0])))])
+    update = asyncio.run(extract(state, Runtime(context=Context()), Deps.of(llm=chat)))
+    assert update["extracted_info"] == [
+        {"info": "Levity was directed by Ed Solomon.", "support_passages": [0]}
+    ]
+    assert update["leaf_passages"] == [snippet]
+    assert update["seen_counts"] == {LEVITY[0]["text"]: 1}
+    assert f"Passage 0: (Title: Levity (film)) {LEVITY[0]['text']}" in chat.prompts()[0]
+
+
+def test_loop_decisions_are_recorded(levity: Store) -> None:
+    leaf = counter_reply(
+        lambda n: leaf_json(("Levity was directed by Ed Solomon.", [0])) if n == 1 else leaf_json()
+    )
+    chat = ScriptedChatModel(
+        rules=[(VERIFY, "Yes"), (LEAF, leaf), (MAIN, UNANSWERABLE), (QUERY, "Who made Levity?"),
+               (FINAL, FINAL_REPLY)],
+        logprobs={"Yes": -0.1, "No": -2.4},
+    )  # fmt: skip
+    graph = build_graph(
+        "migres", llm=LLM(chat, supports_logprobs=True), retriever=levity,
+        scorer=FakeScorer(1.0), verifier="llm", max_iterations=2,
+    )  # fmt: skip
+    out = graph.invoke({"question": Q0})
+    yes, no = math.exp(-0.1), math.exp(-2.4)
+    assert [(d["node"], d["round"], d["decision"], d["path"]) for d in out["decisions"]] == [
+        ("verify_nli", 1, "accept", "logprobs"),
+        ("judge_missing", 1, "continue", "parsed"),
+        ("judge_missing", 2, "continue", "rule"),
+    ]
+    assert out["decisions"][0]["p"] == pytest.approx(yes / (yes + no), rel=1e-5)
+    assert [d["p"] for d in out["decisions"][1:]] == [None, None]
+    assert all(d["threshold"] is None for d in out["decisions"])
+
+
+def test_a_custom_verifier_decision_has_no_probability() -> None:
+    snippet = Snippet(
+        id="lev", title="Levity (film)", text=LEVITY[0]["text"], origin_text=LEVITY[0]["text"],
+        score=2.0, query=Q0, source="corpus",
+    )  # fmt: skip
+    item = {"info": "Levity won an Oscar.", "support_passages": [0]}
+    state = State(question=Q0, leaf_passages=[snippet], extracted_info=[item], iterations=3)
+    deps = Deps(fact_verifier=FakeVerifier(lambda _p, _s: False))
+    with metered() as meter:
+        update = asyncio.run(verify_nli(state, Runtime(context=Context()), deps))
+    assert update["verified_info"] == []
+    assert meter.loop_decisions == [
+        {"node": "verify_nli", "round": 3, "decision": "reject", "p": None, "path": "model",
+         "threshold": None}
+    ]  # fmt: skip
+
+
+def test_shown_ids_hold_the_passages_in_prompts_only(levity: Store) -> None:
+    def only_levity(_q: str, d: ScoreDoc) -> float:
+        return 1.0 if d["title"] == "Levity (film)" else 0.0
+
+    rules = [(LEAF, leaf_json(("Levity was directed by Ed Solomon.", [0]))), (MAIN, main_json("x"))]
+    out, chat = run(levity, rules, scorer=FakeScorer(only_levity), delta=0.5, sentence_filter=False)
+    assert out["shown_ids"] == ["lev"]
+    assert "(Title: Levity (film))" in prompts_with(chat, LEAF)[0]
+    never_shown = set(out["retrieved_ids"]) - {"lev"}
+    assert "lev" in out["retrieved_ids"] and never_shown  # retrieved, filtered out
+    assert not never_shown & set(out["shown_ids"])
+
+
+def test_a_fact_in_a_prompt_counts_for_its_passages() -> None:
+    state = State(
+        question=Q0, judge_rounds=0, known_info=["Ed Solomon is American.", "A seed fact."],
+        known_sources=[["sol", "lev"], []],
+    )  # fmt: skip
+    chat = ScriptedChatModel(rules=[(MAIN, main_json("No"))])
+    with metered() as meter:
+        update = asyncio.run(judge_missing(state, Runtime(context=Context()), Deps.of(llm=chat)))
+    assert update["answer"] == "No"
+    assert "Information: Ed Solomon is American.; A seed fact.\n" in chat.prompts()[0]
+    assert meter.shown == ["sol", "lev"]

@@ -22,8 +22,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
+from gaprag.graphs.migres.state import Snippet
 from gaprag.state.base import Evidence
-from gaprag.state.migres import Snippet
 from gaprag.stores.embeddings import Embedder, Vectors
 
 # Default threshold delta of the embedding scorer (cosine similarity, packaged MiniLM).
@@ -164,18 +164,6 @@ class CrossEncoderScorer:
         pairs = [(query, f"{d['title']} [SEP] {d['text']}") for d in docs]
         scores = self._load().predict(pairs, batch_size=self.batch_size, show_progress_bar=False)
         return [round(float(s), 6) for s in np.asarray(scores).reshape(-1)]
-
-
-_cross_encoders: dict[str, CrossEncoderScorer] = {}
-_ce_lock = threading.Lock()
-
-
-def cross_encoder(path: str) -> CrossEncoderScorer:
-    """One shared scorer per model path (the model loads on first use)."""
-    with _ce_lock:
-        if path not in _cross_encoders:
-            _cross_encoders[path] = CrossEncoderScorer(path)
-        return _cross_encoders[path]
 
 
 # -- sentences -------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from gaprag.state.migres import InfoItem, Judgement
+from gaprag.graphs.migres.state import InfoItem, Judgement
 
 # -- schemas (validated by llm.structured) ---------------------------------------------------
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gaprag.llm.client import LLM
+from gaprag.aio import run_sync
+from gaprag.llm.client import LLM, Choice
 from gaprag.prompts import Prompt, load_prompts
 
 PROMPTS = load_prompts("gaprag.graphs.migres")
@@ -23,11 +24,14 @@ class LLMVerifier:
         self.llm = llm
         self.prompt = prompt
 
-    def entails(self, premise: str, statement: str) -> bool:
-        choice = self.llm.choose(
+    async def acheck(self, premise: str, statement: str) -> Choice:
+        """The model's Yes/No choice, with the path and option probabilities it was made on."""
+        return await self.llm.achoose(
             self.prompt.render(premise=premise, statement=statement),
             ["Yes", "No"],
             default="Yes",
             call="verify",
         )
-        return choice.value == "Yes"
+
+    def entails(self, premise: str, statement: str) -> bool:
+        return run_sync(self.acheck(premise, statement)).value == "Yes"

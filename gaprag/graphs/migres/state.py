@@ -2,7 +2,8 @@
 
 Item types are TypedDicts (plain dicts at run time); the containers are dataclasses. Lists
 that a node rebuilds as a whole (``known_info``, ``query_history``, ``seen_counts``) replace the
-previous value; per-round logs (``passages_per_round``) and call counters accumulate.
+previous value; per-round logs (``passages_per_round``) and call counters accumulate. Every
+field is per question: the first node resets it (see :mod:`gaprag.nodes.wiring`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
-from gaprag.state.base import BaseState, Evidence, OutputState
+from gaprag.state.base import BaseState, Evidence, InputState, OutputState
 
 SnippetSource = Literal["corpus", "llm"]
 Status = Literal["running", "answered", "forced", "failed"]
@@ -59,14 +60,14 @@ def add_counts(left: dict[str, int] | None, right: dict[str, int] | None) -> dic
 
 
 @dataclass(kw_only=True)
-class MigresOutput(OutputState):
+class Output(OutputState):
     """The common output fields plus what MIGRES reports (Tables 4 and 5 of the paper)."""
 
     known_info: list[str] = field(default_factory=list)
     query_history: list[str] = field(default_factory=list)
     missing_info: str = ""
     judge_rounds: int = 0
-    status: str = "running"
+    status: Annotated[str, Field(description="running | answered | forced | failed")] = "running"
     confidence: int = 0
     explanation: str = ""
     llm_calls_by_kind: Annotated[dict[str, int], add_counts] = field(default_factory=dict)
@@ -75,34 +76,34 @@ class MigresOutput(OutputState):
 
 
 @dataclass(kw_only=True)
-class MigresState(BaseState):
+class State(BaseState, Output):
     """Internal state. ``evidence`` (from the base) holds the passages that supported facts."""
 
-    # loop control
-    judge_rounds: int = 0
-    status: Annotated[str, Field(description="running | answered | forced | failed")] = "running"
     # queries and memory
     pending_queries: list[str] = field(default_factory=list)
-    query_history: list[str] = field(default_factory=list)
     seen_counts: dict[str, int] = field(default_factory=dict)
     # per-round artefacts (overwritten each round)
     raw_candidates: list[Evidence] = field(default_factory=list)
     filtered_snippets: list[Snippet] = field(default_factory=list)
     llm_knowledge_used: bool = False
     leaf_passages: list[Snippet] = field(default_factory=list)
-    leaf_question: str = ""
     extracted_info: list[InfoItem] = field(default_factory=list)
     verified_info: list[InfoItem] = field(default_factory=list)
-    # the evidence pool (the paper's information set I)
-    known_info: list[str] = field(default_factory=list)
+    # the evidence pool (the paper's information set I) is ``known_info``; ``known_sources[i]``
+    # holds the passage ids behind ``known_info[i]`` (empty for seeds and LLM knowledge), so a
+    # prompt that shows a fact counts its passages as shown
+    known_sources: list[list[str]] = field(default_factory=list)
     known_info_len_at_round_start: int = 0
     new_info_this_round: int = 0
-    # judge outputs
-    missing_info: str = ""
-    last_judgement: Judgement | None = None
-    confidence: int = 0
-    explanation: str = ""
-    # accounting
-    llm_calls_by_kind: Annotated[dict[str, int], add_counts] = field(default_factory=dict)
-    passages_per_round: Annotated[list[int], operator.add] = field(default_factory=list)
-    knowledge_tokens: Annotated[int, operator.add] = 0
+
+
+__all__ = [
+    "InfoItem",
+    "InputState",
+    "Judgement",
+    "Output",
+    "Snippet",
+    "State",
+    "Status",
+    "add_counts",
+]

@@ -1,0 +1,421 @@
+"""MIGRES's nodes, one function per graph node (see docs/methods/migres.md).
+
+Each round: retrieve candidates for the pending queries; the knowledge filter keeps the
+passages (and, inside them, the sentences) that clear delta; the leaf call extracts facts
+citing the snippets they come from; each fact is verified against a cited snippet; new facts
+join the known information. The judge sees only that pool and answers or says what is missing;
+the query generator turns the missing information into new queries. When nothing clears the
+filter, the LLM writes background from its own knowledge instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import sys
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from gaprag import nodes
+from gaprag.aio import to_thread
+from gaprag.deps import Deps
+from gaprag.graphs.migres.context import Context, threshold
+from gaprag.graphs.migres.filter import (
+    CrossEncoderScorer,
+    EmbeddingScorer,
+    Scorer,
+    knowledge_filter,
+)
+from gaprag.graphs.migres.parsing import (
+    AnswerField,
+    FinalReply,
+    LeafReply,
+    MainReply,
+    clean_answer_text,
+    clean_queries,
+    judgement,
+    norm_fact,
+    salvage_leaf,
+    salvage_main,
+    usable_knowledge,
+    valid_facts,
+)
+from gaprag.graphs.migres.state import InfoItem, Snippet, State
+from gaprag.graphs.migres.verify import LLMVerifier, Verifier
+from gaprag.progress import emit
+from gaprag.prompts import Passages, load_prompts
+from gaprag.state.base import Evidence
+from gaprag.stores.embeddings import default_embedder
+from gaprag.stores.retriever import Retriever
+from gaprag.stores.store import Store
+
+PROMPTS = load_prompts(__package__)
+FORMATS = nodes.load_formats(__package__)
+RETRY_PREFIX = "Find information about "
+SEED_FACTS: dict[str, str] = {  # the released code's 2Wiki "inference" helpers (seed_facts)
+    "maternal grandmother": "The maternal grandmother of a person is the mother of that person's mother.",
+    "maternal grandfather": "The maternal grandfather of a person is the father of that person's mother.",
+    "paternal grandmother": "The paternal grandmother of a person is the mother of that person's father.",
+    "paternal grandfather": "The paternal grandfather of a person is the father of that person's father.",
+}
+WHOLE = sys.maxsize  # facts and verifier premises are shown whole, never cut
+_HTML = re.compile(r"</?b>|<br\s*/?>", re.I)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def scorer_for(ctx: Context, deps: Deps) -> Scorer:
+    """The knowledge filter's scorer: injected, a cross-encoder at ``ctx.reranker``, or cosine
+    similarity with the store's own embedder (the packaged one for other retrievers)."""
+    if deps.scorer is not None:
+        return deps.scorer
+    if ctx.reranker:
+        path = ctx.reranker
+        return deps.cached(("migres.cross_encoder", path), lambda: CrossEncoderScorer(path))
+    retriever = deps.search(ctx)
+
+    def make() -> Scorer:
+        if isinstance(retriever, Store):
+            return EmbeddingScorer(retriever.embedder, store=retriever)
+        return EmbeddingScorer(default_embedder())
+
+    return deps.cached(("migres.embedding_scorer", id(retriever)), make)
+
+
+def known_passages(state: State) -> Passages:
+    """The known information as prompt text; each fact counts for the passages behind it."""
+    sources = state.known_sources
+    facts = [
+        {"id": "", "text": fact, "source_ids": sources[i] if i < len(sources) else []}
+        for i, fact in enumerate(state.known_info)
+    ]
+    return nodes.render_passages(facts, FORMATS["known"], max_words=WHOLE)
+
+
+def _snippet_item(sn: Snippet) -> dict[str, Any]:
+    """A snippet as a render item: LLM knowledge shows no passage."""
+    corpus = sn["source"] != "llm"
+    return {
+        "id": sn["id"] if corpus else "", "title": sn["title"], "text": sn["text"],
+        "source_ids": [sn["id"]] if corpus else [],
+    }  # fmt: skip
+
+
+async def _candidates(
+    retriever: Retriever, query: str, ctx: Context, round_: int
+) -> list[Evidence]:
+    """Every hit of one query, in rank order (de-duplicated by text by the caller)."""
+    return await nodes.retrieve(
+        retriever, [query], k=ctx.n_retrieve, mode=ctx.retrieval_mode, round=round_, dedupe=False
+    )
+
+
+def _tokens(text: str) -> int:
+    return max(1, math.ceil(len(text) / 4))
+
+
+async def _entails(check: Verifier, sn: Snippet, statement: str, round_: int) -> bool:
+    """One verification of ``statement`` against snippet ``sn``, recorded as a decision."""
+    fmt = FORMATS["premise_llm" if sn["source"] == "llm" else "premise"]
+    premise = nodes.render_passages([_snippet_item(sn)], fmt, max_words=WHOLE)
+    p: float | None = None
+    path: str
+    if isinstance(check, LLMVerifier):
+        choice = await check.acheck(premise, statement)
+        ok, path = choice.value == "Yes", choice.path
+        total = sum(choice.probs.values())
+        p = choice.probs.get(choice.value, 0.0) / total if total > 0 else None
+    else:
+        ok, path = await to_thread(check.entails, str(premise), statement), "model"
+    nodes.log_decision("verify_nli", round_, "accept" if ok else "reject", p=p, path=path)
+    return ok
+
+
+# -- nodes -----------------------------------------------------------------------------------
+def init(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    q0 = state.question.strip()
+    seeds = (
+        [fact for phrase, fact in SEED_FACTS.items() if phrase in q0.lower()]
+        if runtime.context.seed_facts
+        else []
+    )
+    return {
+        "pending_queries": [q0], "query_history": [q0], "known_info": seeds,
+        "known_sources": [[] for _ in seeds],
+        "missing_info": "",  # written now so that the output always carries it
+    }  # fmt: skip
+
+
+async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    ctx = runtime.context
+    retriever = deps.search(ctx)
+    queries = [q for q in state.pending_queries if q.strip()] or [state.question]
+    total = len(retriever) if isinstance(retriever, Store) else None
+    round_ = state.iterations + 1
+    seen: set[str] = set()
+    candidates: list[Evidence] = []
+    for query in queries:
+        hits = await _candidates(retriever, query, ctx, round_)
+        if ctx.retry_prefix and len(hits) < ctx.n_retrieve and (total is None or total > len(hits)):
+            hits += await _candidates(retriever, RETRY_PREFIX + query, ctx, round_)
+        for hit in hits:
+            if hit["text"] not in seen:
+                seen.add(hit["text"])
+                candidates.append(hit)
+    emit(round=round_, queries=queries, candidates=len(candidates))
+    return {
+        "raw_candidates": candidates, "iterations": round_, "queries": queries,
+        "known_info_len_at_round_start": len(state.known_info),
+        "filtered_snippets": [], "llm_knowledge_used": False, "leaf_passages": [],
+        "extracted_info": [], "verified_info": [],
+    }  # fmt: skip
+
+
+async def rerank_filter(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    ctx = runtime.context
+    scorer = await to_thread(scorer_for, ctx, deps)
+    candidates = [
+        Evidence(**{**c, "text": _HTML.sub(" ", c["text"]).strip()}) for c in state.raw_candidates
+    ]
+    snippets, log = await to_thread(
+        knowledge_filter, candidates, state.pending_queries or [state.question], scorer,
+        delta=threshold(ctx, scorer), seen_counts=state.seen_counts,
+        sentence_filter=ctx.sentence_filter, max_shown=ctx.max_shown,
+    )  # fmt: skip
+    emit(round=state.iterations, kept=len(snippets))
+    return {"filtered_snippets": snippets, "trace": [{"node": "rerank_filter", **log}]}
+
+
+async def llm_knowledge(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    ctx = runtime.context
+    query = (state.pending_queries or [state.question])[0]
+    text = await deps.chat(ctx).agenerate(
+        PROMPTS["knowledge"].render(question=query), max_tokens=ctx.knowledge_max_tokens
+    )
+    snippets: list[Snippet] = []
+    if usable_knowledge(text):
+        digest = hashlib.sha1(text.encode()).hexdigest()[:16]
+        snippets.append(
+            Snippet(
+                id=f"llm:{digest}", title="LLM knowledge", text=text, origin_text=text,
+                score=None, query=query, source="llm",
+            )
+        )  # fmt: skip
+    return {
+        "filtered_snippets": snippets,
+        "llm_knowledge_used": True,
+        "llm_calls_by_kind": {"knowledge": 1},
+        "trace": [{"node": "llm_knowledge", "query": query, "usable": bool(snippets)}],
+    }
+
+
+async def extract(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    ctx = runtime.context
+    seen = dict(state.seen_counts)
+    shown: list[Snippet] = []
+    for sn in state.filtered_snippets:
+        if len(shown) >= ctx.top_k:
+            break
+        key = sn["origin_text"]
+        if seen.get(key, 0) >= ctx.max_shown:
+            continue
+        seen[key] = seen.get(key, 0) + 1
+        if len(sn["text"].split()) < ctx.min_snippet_tokens:
+            continue
+        shown.append(sn)
+    if state.llm_knowledge_used:
+        question = (state.pending_queries or [state.question])[0]
+    else:  # round 1: the question itself; later: the queries that found these snippets
+        question = " ".join(dict.fromkeys(sn["query"] for sn in shown)) or state.question
+    update: dict[str, Any] = {"leaf_passages": shown, "seen_counts": seen, "extracted_info": []}
+    if not shown:
+        return update
+    passages = nodes.render_passages(
+        [_snippet_item(sn) for sn in shown], FORMATS["leaf"], max_words=ctx.max_passage_words
+    )
+    reply = await deps.chat(ctx).astructured(
+        PROMPTS["leaf"].render(passages=passages, question=question), LeafReply,
+        default=LeafReply(), max_tokens=ctx.leaf_max_tokens, call="leaf",
+    )  # fmt: skip
+    facts = reply.value.useful_information if reply.path != "default" else None
+    items = valid_facts(facts if facts is not None else salvage_leaf(reply.raw), len(shown))
+    texts = [nodes.truncate_words(sn["text"], ctx.max_passage_words) for sn in shown]
+    update.update(
+        extracted_info=items,
+        knowledge_tokens=sum(_tokens(t) for t in texts),
+        llm_calls_by_kind={"leaf": 1},
+    )
+    return update
+
+
+async def verify_nli(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    ctx = runtime.context
+    check: Verifier | None = deps.fact_verifier
+    if check is None and ctx.verifier == "llm":
+        check = LLMVerifier(deps.chat(ctx))
+    known = {norm_fact(k) for k in state.known_info}
+    accepted: list[InfoItem] = []
+    rejected: list[str] = []
+    checks = 0
+    for item in state.extracted_info:
+        key = norm_fact(item["info"])
+        if key in known:  # already known: it would not be added, so do not pay to check it
+            continue
+        ok = check is None
+        if check is not None:  # accepted at the first cited snippet that entails it
+            for idx in item["support_passages"]:
+                checks += 1
+                if await _entails(check, state.leaf_passages[idx], item["info"], state.iterations):
+                    ok = True
+                    break
+        if ok:
+            accepted.append(item)
+            known.add(key)
+        else:
+            rejected.append(item["info"])
+    update: dict[str, Any] = {"verified_info": accepted}
+    if rejected:
+        update["trace"] = [{"node": "verify_nli", "rejected": rejected}]
+    if checks and isinstance(check, LLMVerifier):
+        update["llm_calls_by_kind"] = {"verify": checks}
+    return update
+
+
+def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    known = list(state.known_info)
+    sources = [list(s) for s in state.known_sources[: len(known)]]
+    sources += [[] for _ in range(len(known) - len(sources))]
+    keys = {norm_fact(k) for k in known}
+    cited: set[int] = set()
+    for item in state.verified_info:
+        key = norm_fact(item["info"])
+        if key in keys:
+            continue
+        known.append(item["info"])
+        keys.add(key)
+        cited.update(item["support_passages"])
+        support = [state.leaf_passages[i] for i in item["support_passages"]]
+        sources.append(list(dict.fromkeys(sn["id"] for sn in support if sn["source"] != "llm")))
+    seen = dict(state.seen_counts)
+    new: list[Evidence] = []
+    for idx in sorted(cited):
+        sn = state.leaf_passages[idx]
+        seen[sn["origin_text"]] = seen.get(sn["origin_text"], 0) + 1
+        new.append(
+            Evidence(
+                id=sn["id"], title=sn["title"], text=sn["text"],
+                source="llm" if sn["source"] == "llm" else runtime.context.retrieval_mode,
+                score=float(sn["score"] or 0.0), round=state.iterations,
+            )
+        )  # fmt: skip
+    evidence, _ = nodes.update_evidence_pool(
+        state.evidence, new, key=lambda e: (e["id"], e["text"])
+    )
+    added = len(known) - state.known_info_len_at_round_start
+    emit(round=state.iterations, added=added, known=len(known))
+    return {
+        "known_info": known, "known_sources": sources, "seen_counts": seen, "evidence": evidence,
+        "new_info_this_round": added, "passages_per_round": [len(state.leaf_passages)],
+    }  # fmt: skip
+
+
+async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    ctx = runtime.context
+    rounds = state.judge_rounds + 1
+    if ctx.skip_judge_if_no_new_info and rounds > 1 and state.new_info_this_round == 0:
+        nodes.log_decision("judge_missing", rounds, "continue", path="rule")
+        return {
+            "judge_rounds": rounds,
+            "trace": [{"node": "judge_missing", "event": "skipped", "reason": "no new facts"}],
+        }
+    prompt = PROMPTS["main_yesno" if ctx.task_type == "strategyqa" else "main"]
+    reply = await deps.chat(ctx).astructured(
+        prompt.render(known_info=known_passages(state), question=state.question),
+        MainReply, default=MainReply(answer=AnswerField(text="unanswerable")),
+        max_tokens=ctx.judge_max_tokens, call="main",
+    )  # fmt: skip
+    path: str = reply.path
+    if reply.path != "default":
+        verdict = judgement(reply.value)
+    else:  # the key-scan salvage of the raw reply
+        salvaged = salvage_main(reply.raw)
+        verdict = judgement(salvaged or reply.value, parsed_ok=salvaged is not None)
+        path = "parsed" if salvaged is not None else "default"
+    decision = "answer" if verdict["answered"] else "continue"
+    nodes.log_decision("judge_missing", rounds, decision, path=path)
+    update: dict[str, Any] = {"judge_rounds": rounds, "llm_calls_by_kind": {"main": 1}}
+    if verdict["answered"]:
+        update.update(
+            answer=verdict["answer_text"], confidence=verdict["confidence"],
+            explanation=verdict["explanation"], status="answered", stop_reason="answered",
+        )  # fmt: skip
+    else:
+        missing = verdict["missing_information"]
+        if missing.strip().lower() in ("", "none"):
+            missing = state.missing_info or state.question
+        update["missing_info"] = missing
+    emit(round=state.iterations, answered=verdict["answered"], missing=update.get("missing_info"))
+    return update
+
+
+async def regenerate_keywords(
+    state: State, runtime: Runtime[Context], deps: Deps
+) -> dict[str, Any]:
+    ctx = runtime.context
+    history = state.query_history or [state.question]
+    text = await deps.chat(ctx).agenerate(
+        PROMPTS["query"].render(
+            question=state.question, history=" ".join(history),
+            known_info=known_passages(state), missing_info=state.missing_info or state.question,
+        ),
+        max_tokens=ctx.query_max_tokens,
+    )  # fmt: skip
+    queries = clean_queries(text, history=history, max_queries=ctx.max_queries)
+    if not queries:  # an empty reply: search the missing information; all repeats: q0
+        missing = state.missing_info.strip()
+        queries = [missing] if not text.strip() and len(missing) > 10 else [state.question]
+    new_history = list(history)
+    for q in queries:
+        if q.lower() not in {h.lower() for h in new_history}:
+            new_history.append(q)
+    emit(round=state.iterations, new_queries=queries)
+    return {
+        "pending_queries": queries, "query_history": new_history,
+        "llm_calls_by_kind": {"query": 1},
+    }  # fmt: skip
+
+
+async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    ctx = runtime.context
+    prompt = PROMPTS["final_yesno" if ctx.task_type == "strategyqa" else "final"]
+    reply = await deps.chat(ctx).astructured(
+        prompt.render(known_info=known_passages(state), question=state.question),
+        FinalReply, default=FinalReply(), max_tokens=ctx.judge_max_tokens, call="final",
+    )  # fmt: skip
+    value: FinalReply | MainReply | None = reply.value
+    if reply.path == "default":
+        value = salvage_main(reply.raw)
+    text = clean_answer_text(value.answer.text) if value is not None else ""
+    failed = not text
+    return {
+        "answer": "unanswerable" if failed else text,
+        "confidence": value.answer.confidence if value is not None else -1,
+        "explanation": value.explanation if value is not None else "",
+        "status": "failed" if failed else "forced",
+        "stop_reason": "max_iterations",
+        "llm_calls_by_kind": {"final": 1},
+    }
+
+
+def finalize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    emit(done=True, stop_reason=state.stop_reason, iterations=state.iterations)
+    return {
+        "trace": [
+            {
+                "node": "finalize", "stop_reason": state.stop_reason, "status": state.status,
+                "judge_rounds": state.judge_rounds, "retrieval_rounds": state.iterations,
+                "known_info": len(state.known_info),
+            }
+        ]
+    }  # fmt: skip
