@@ -20,9 +20,8 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
-from gaprag.errors import InputError
 from gaprag.graphs import _module, build_graph, context_class
-from gaprag.validate import check_build, check_question
+from gaprag.validate import check_llm, check_question, check_retriever
 
 #: Evidence passages shown to the calling model, and words kept from each.
 EVIDENCE_ITEMS = 5
@@ -99,27 +98,15 @@ def as_tool(
 
     ``build_kwargs`` go to :func:`gaprag.build_graph` (``llm``, ``retriever``,
     ``checkpointer`` and context options such as ``max_iterations=3``). With a checkpointer,
-    every call runs in a fresh thread. The graph is compiled once, here, and the arguments
-    are checked here too (:mod:`gaprag.validate`); ``review=True`` is refused, since a tool
-    call cannot wait for a person. A question is checked before the graph runs.
+    every call runs in a fresh thread. The graph is compiled once, here, and the injected
+    ``llm`` and ``retriever`` are checked here too (:mod:`gaprag.validate`); a question is
+    checked before the graph runs. A run that pauses (rag_ef's review) is reported as
+    ``stop_reason: paused_for_review``.
     """
-    options = {
-        k: v for k, v in build_kwargs.items() if k not in ("llm", "retriever", "checkpointer")
-    }
-    check_build(
-        method,
-        llm=build_kwargs.get("llm"),
-        retriever=build_kwargs.get("retriever"),
-        checkpointer=build_kwargs.get("checkpointer"),
-        options=options,
-    )
-    if options.get("review"):
-        raise InputError(
-            f"{method} with review=True pauses every run for a person; a tool call cannot wait "
-            "for one",
-            hint=f"use build_graph({method!r}, review=True, checkpointer=...) directly and resume "
-            "the thread after the review, or leave review off for the tool",
-        )
+    # the injected objects are checked now; pause settings (rag_ef's review) are refused by
+    # the graph itself at the first call, with the same message as any other run
+    check_llm(build_kwargs.get("llm"))
+    check_retriever(build_kwargs.get("retriever"))
     graph = build_graph(method, **build_kwargs)
     persistent = build_kwargs.get("checkpointer") is not None
     # An explicit context with the build-time settings: inside an agent graph the parent's

@@ -200,19 +200,13 @@ def test_invoke_refuses_bad_questions_before_any_llm_call(
     assert fake.calls == []
 
 
-def test_as_tool_refuses_review(store: Store) -> None:
-    from langgraph.checkpoint.memory import InMemorySaver
-
+def test_as_tool_checks_its_arguments_and_questions(store: Store) -> None:
     from gaprag import as_tool
 
-    with pytest.raises(InputError, match="checkpointer"):
-        as_tool("rag_ef", llm=scripted("x"), retriever=store, review=True)
-    with pytest.raises(InputError, match="tool call cannot wait"):
-        as_tool(
-            "rag_ef", llm=scripted("x"), retriever=store, review=True, checkpointer=InMemorySaver()
-        )
     with pytest.raises(InputError, match="VectorStore"):
         as_tool("standard_rag", llm=scripted("x"), retriever=InMemoryVectorStore(_HashEmbeddings()))
+    with pytest.raises(InputError, match="string"):
+        as_tool("standard_rag", llm="gpt-4o", retriever=store)
     tool = as_tool("standard_rag", llm=scripted("x"), retriever=store)
     with pytest.raises(InputError, match="the question is empty"):
         tool.invoke({"question": "  "})
