@@ -7,8 +7,11 @@ Subcommands live beside what they drive: a module in ``PLUGINS`` that defines
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import math
+import os
 import signal
 import sys
 import time
@@ -16,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gaprag.errors import GapragError, InputError
+from gaprag.errors import EndpointError, GapragError, InputError, one_line
 
 PLUGINS = (
     "gaprag.eval.cli",
@@ -27,10 +30,54 @@ PLUGINS = (
 
 
 def _fail(err: GapragError) -> int:
-    print(f"gaprag: error: {err.message}", file=sys.stderr)
+    print(f"gaprag: error: {one_line(err.message, 600)}", file=sys.stderr)
     if err.hint:
         print(f"  hint: {err.hint}", file=sys.stderr)
     return 2
+
+
+def _unexpected(exc: Exception) -> int:
+    """Anything that is not a GapragError: still one line (and a hint), never a traceback.
+
+    ``GAPRAG_DEBUG=1`` re-raises it instead, to see the traceback.
+    """
+    from gaprag.config import base_url
+
+    module = type(exc).__module__.split(".")[0]
+    if module in ("openai", "httpx", "httpcore", "langchain_openai"):
+        where = base_url() or "the embedded local server"
+        return _fail(
+            EndpointError(
+                f"the LLM endpoint at {where} failed: {type(exc).__name__}: {exc}",
+                hint="check the endpoint (GAPRAG_BASE_URL, GAPRAG_MODEL, OPENAI_API_KEY)",
+            )
+        )
+    print(f"gaprag: error: {type(exc).__name__}: {one_line(str(exc))}", file=sys.stderr)
+    print(
+        "  hint: this is a bug in gaprag or a dependency; rerun with GAPRAG_DEBUG=1 for the "
+        "traceback and report it",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` with NaN/inf floats as null, so ``--json`` output is always valid JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _progress(message: str) -> None:
+    """gaprag's own progress line on stderr, unless --quiet / GAPRAG_QUIET."""
+    from gaprag.config import quiet
+
+    if not quiet():
+        print(message, file=sys.stderr, flush=True)
 
 
 # -- ask -----------------------------------------------------------------------------------
@@ -54,12 +101,15 @@ def _summary(update: Any) -> str:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    from gaprag.graphs import build_graph
     from gaprag.options import options_for, parse_sets
+    from gaprag.validate import check_question
 
-    question = (args.question or "").strip()
-    if not question:
-        raise InputError("the question is empty", hint='gaprag ask "Who wrote Hamlet?"')
+    try:
+        question = check_question(args.question)
+    except InputError as err:
+        if "empty" in err.message:
+            raise InputError(err.message, hint='gaprag ask "Who wrote Hamlet?"') from None
+        raise
     retriever = None
     if args.store:
         from gaprag.stores.store import Store
@@ -73,6 +123,45 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
         checkpointer = sqlite_checkpointer()
         config = {"configurable": {"thread_id": args.thread}}
+    # nothing but the answer (or the one JSON object) reaches stdout: stray prints from
+    # libraries during the run go to stderr
+    with contextlib.redirect_stdout(sys.stderr):
+        result = _run_ask(args, question, retriever, checkpointer, config, options)
+    if args.json:
+        out = {
+            k: result.get(k)
+            for k in ("answer", "stop_reason", "iterations", "queries", "evidence", "usage")
+        }
+        out.update({k: v for k, v in result.items() if k not in out and k != "trace"})
+        out["trace"] = result.get("trace", [])
+        print(json.dumps(_jsonable(out), ensure_ascii=False, indent=2, default=str))
+    else:
+        print(result.get("answer", ""))
+        usage = result.get("usage", {})
+        print(
+            f"\n[{args.method}] stop_reason={result.get('stop_reason')} iterations={result.get('iterations')} "
+            f"llm_calls={usage.get('llm_calls')} tokens={usage.get('prompt_tokens')}+{usage.get('completion_tokens')} "
+            f"retrievals={usage.get('retrieval_calls')} wall={usage.get('wall_s')}s",
+            file=sys.stderr,
+        )
+        for ev in result.get("evidence", [])[:5]:
+            print(
+                f"  - {ev.get('title') or ev.get('id')} (round {ev.get('round')}, {ev.get('source')})",
+                file=sys.stderr,
+            )
+    return 0
+
+
+def _run_ask(
+    args: argparse.Namespace,
+    question: str,
+    retriever: Any,
+    checkpointer: Any,
+    config: dict[str, Any],
+    options: dict[str, Any],
+) -> dict[str, Any]:
+    from gaprag.graphs import build_graph
+
     graph = build_graph(args.method, retriever=retriever, checkpointer=checkpointer, **options)
     inputs = {"question": question}
     start = time.perf_counter()
@@ -94,30 +183,13 @@ def cmd_ask(args: argparse.Namespace) -> int:
                     print(f"[{node_name}] {_summary(update)}", file=sys.stderr, flush=True)
     else:
         result = graph.invoke(inputs, config=config or None)  # type: ignore[arg-type]
-    result.setdefault("usage", {})["wall_s"] = round(time.perf_counter() - start, 3)
-    if args.json:
-        out = {
-            k: result.get(k)
-            for k in ("answer", "stop_reason", "iterations", "queries", "evidence", "usage")
-        }
-        out.update({k: v for k, v in result.items() if k not in out and k != "trace"})
-        out["trace"] = result.get("trace", [])
-        print(json.dumps(out, ensure_ascii=False, indent=2, default=str))
-    else:
-        print(result.get("answer", ""))
-        usage = result.get("usage", {})
-        print(
-            f"\n[{args.method}] stop_reason={result.get('stop_reason')} iterations={result.get('iterations')} "
-            f"llm_calls={usage.get('llm_calls')} tokens={usage.get('prompt_tokens')}+{usage.get('completion_tokens')} "
-            f"retrievals={usage.get('retrieval_calls')} wall={usage.get('wall_s')}s",
-            file=sys.stderr,
+    if not isinstance(result, dict) or "__interrupt__" in result:
+        raise InputError(
+            f"the {args.method} run paused (interrupt) instead of answering",
+            hint="resume it in Python with the same --thread, or run without review options",
         )
-        for ev in result.get("evidence", [])[:5]:
-            print(
-                f"  - {ev.get('title') or ev.get('id')} (round {ev.get('round')}, {ev.get('source')})",
-                file=sys.stderr,
-            )
-    return 0
+    result.setdefault("usage", {})["wall_s"] = round(time.perf_counter() - start, 3)
+    return result
 
 
 # -- index ---------------------------------------------------------------------------------
@@ -125,8 +197,16 @@ def cmd_index(args: argparse.Namespace) -> int:
     from gaprag.stores.documents import load_documents
     from gaprag.stores.store import Store
 
-    docs = load_documents(args.paths, chunk_size=args.chunk_size, overlap=args.overlap)
-    print(f"gaprag: {len(docs)} documents from {len(args.paths)} source(s)", file=sys.stderr)
+    skipped: list[str] = []
+    docs = load_documents(
+        args.paths, chunk_size=args.chunk_size, overlap=args.overlap, skipped=skipped
+    )
+    if skipped:  # reported even with --quiet: the store lacks these files
+        shown = "; ".join(skipped[:5]) + (
+            f"; and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+        )
+        print(f"gaprag: skipped {len(skipped)} file(s): {shown}", file=sys.stderr)
+    _progress(f"gaprag: {len(docs)} documents from {len(args.paths)} source(s)")
     store = Store.build(args.store, docs, bm25_engine=args.bm25, chroma_url=args.chroma_url)
     t = store.manifest["timings_s"]
     print(
@@ -233,6 +313,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gaprag", description="Iterative RAG methods as LangGraph graphs."
     )
+    parser.add_argument(
+        "--quiet",
+        dest="quiet_all",
+        action="store_true",
+        help="no progress messages or bars (errors and results still print); also GAPRAG_QUIET=1",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("ask", help="answer a question with a method")
@@ -250,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a method option, e.g. top_k=3 (repeatable)",
     )
     p.add_argument("--thread", help="persist the run under this thread id (SQLite in GAPRAG_HOME)")
+    p.add_argument("--quiet", action="store_true", help="no progress messages or bars")
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("index", help="build a BM25 + Chroma store from a corpus")
@@ -263,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--chunk-size", type=int, default=200, help="words per chunk for text files")
     p.add_argument("--overlap", type=int, default=40, help="words of overlap between chunks")
+    p.add_argument("--quiet", action="store_true", help="no progress messages or bars")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("llm", help="the embedded local LLM")
@@ -302,20 +390,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gaprag.config import offline_env
+    from gaprag.config import offline_env, quiet_libraries
 
     offline_env()
+    quiet_libraries()  # dependencies' bars and warnings stay off the terminal
     # a plain `kill` should still run exit hooks (they stop the embedded LLM server)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.quiet_all or getattr(args, "quiet", False):
+            os.environ["GAPRAG_QUIET"] = "1"
+            os.environ["TQDM_DISABLE"] = "1"  # every tqdm bar, gaprag's included
         return int(args.func(args))
     except GapragError as err:
         return _fail(err)
     except KeyboardInterrupt:
         print("gaprag: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # no traceback on the terminal, ever (GAPRAG_DEBUG=1 shows it)
+        if os.environ.get("GAPRAG_DEBUG"):
+            raise
+        return _unexpected(exc)
 
 
 if __name__ == "__main__":

@@ -2,18 +2,70 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 DEFAULT_LOCAL_MODEL = "qwen2.5-coder-1.5b"
 PLACEHOLDER_API_KEY = "sk-local-placeholder"
+#: Longest question accepted (characters); longer ones are refused before any LLM call.
+DEFAULT_MAX_QUESTION_CHARS = 4000
+#: Longest JSONL line read (bytes); longer lines are refused without being held in memory.
+DEFAULT_MAX_LINE_BYTES = 4 * 1024 * 1024
+#: Seconds one HTTP request to the endpoint may take before it counts as failed.
+DEFAULT_TIMEOUT_S = 600.0
+#: Retries of a failed request (connection errors, 408/409/429/5xx), honouring Retry-After.
+DEFAULT_MAX_RETRIES = 3
+
+
+def _int_env(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name) or default)
+    except ValueError:
+        return default
+
+
+def _float_env(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name) or default)
+    except ValueError:
+        return default
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) and make it owner-only (0700); returns it."""
+    path.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):  # a folder we do not own: leave its mode alone
+        path.chmod(0o700)
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """Create ``path`` if missing and make it owner-only (0600): it may hold prompts or keys."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        path.chmod(0o600)
+    return path
 
 
 def gaprag_home() -> Path:
-    """Cache directory for stores, assembled model files and server logs."""
+    """Cache directory for stores, assembled model files, server logs and checkpoints.
+
+    Created owner-only (0700): server logs, checkpoints and traces under it can hold prompts.
+    """
     home = Path(os.environ.get("GAPRAG_HOME") or Path.home() / ".cache" / "gaprag").expanduser()
-    home.mkdir(parents=True, exist_ok=True)
+    if home not in _private_homes:
+        private_dir(home)
+        _private_homes.add(home)
     return home
+
+
+_private_homes: set[Path] = set()
 
 
 def base_url() -> str | None:
@@ -33,8 +85,92 @@ def local_model() -> str:
     return os.environ.get("GAPRAG_LOCAL_MODEL") or DEFAULT_LOCAL_MODEL
 
 
+def max_question_chars() -> int:
+    """``GAPRAG_MAX_QUESTION_CHARS`` (default 4000)."""
+    return max(1, _int_env("GAPRAG_MAX_QUESTION_CHARS", DEFAULT_MAX_QUESTION_CHARS))
+
+
+def max_line_bytes() -> int:
+    """``GAPRAG_MAX_LINE_BYTES``: longest JSONL line read (default 4 MiB)."""
+    return max(1024, _int_env("GAPRAG_MAX_LINE_BYTES", DEFAULT_MAX_LINE_BYTES))
+
+
+def request_timeout() -> float:
+    """``GAPRAG_TIMEOUT`` seconds per endpoint request (default 600)."""
+    return max(0.1, _float_env("GAPRAG_TIMEOUT", DEFAULT_TIMEOUT_S))
+
+
+def max_retries() -> int:
+    """``GAPRAG_MAX_RETRIES`` per endpoint request (default 3)."""
+    return max(0, _int_env("GAPRAG_MAX_RETRIES", DEFAULT_MAX_RETRIES))
+
+
+def context_window() -> int | None:
+    """``GAPRAG_CONTEXT_WINDOW``: the endpoint's context in tokens, if the user states it."""
+    value = _int_env("GAPRAG_CONTEXT_WINDOW", 0)
+    return value if value > 0 else None
+
+
+def quiet() -> bool:
+    """``GAPRAG_QUIET=1`` (or ``gaprag --quiet``): no progress messages or bars from gaprag."""
+    return (os.environ.get("GAPRAG_QUIET") or "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def offline_env() -> None:
     """Never let a library reach for a model hub at run time."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+
+def quiet_libraries() -> None:
+    """Dependencies' progress bars and warnings stay off the user's terminal.
+
+    Process-wide, so the ``gaprag`` command calls it, not ``import gaprag`` (a Python user's
+    own libraries keep their settings; model loading inside gaprag is quieted locally by
+    :func:`quiet_model_loading`). gaprag's own progress (``gaprag: ...`` lines and its bars)
+    is separate and follows :func:`quiet`. ``GAPRAG_VERBOSE_LIBS=1`` shows everything again.
+    """
+    if os.environ.get("GAPRAG_VERBOSE_LIBS"):
+        return
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    for name in (
+        "sentence_transformers",
+        "transformers",
+        "huggingface_hub",
+        "chromadb",
+        "bm25s",
+        "httpx",
+        "openai",
+        "langchain_openai",
+    ):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    for module in ("transformers", "huggingface_hub", "sentence_transformers", "torch", "chromadb"):
+        warnings.filterwarnings("ignore", module=module)
+
+
+@contextlib.contextmanager
+def quiet_model_loading() -> Iterator[None]:
+    """While loading a model: no "Loading weights" bar or load report from transformers."""
+    if os.environ.get("GAPRAG_VERBOSE_LIBS"):
+        yield
+        return
+    try:
+        from transformers.utils import logging as tlog
+    except ImportError:
+        yield
+        return
+    bars, level = tlog.is_progress_bar_enabled(), tlog.get_verbosity()
+    tlog.disable_progress_bar()  # type: ignore[no-untyped-call]
+    tlog.set_verbosity_error()  # type: ignore[no-untyped-call]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        tlog.set_verbosity(level)
+        if bars:
+            tlog.enable_progress_bar()  # type: ignore[no-untyped-call]

@@ -2,17 +2,48 @@
 
 from __future__ import annotations
 
+import os
+import re
+
+#: Environment variables whose values are secrets: never shown in messages, logs or traces.
+SECRET_VARS = ("OPENAI_API_KEY", "GAPRAG_API_KEY")
+# bearer tokens and OpenAI-style keys that appear in error bodies or echoed headers
+_KEY_PATTERNS = (
+    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
+    re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"),
+)
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """``text`` with API keys replaced by ``***``: the configured ones and anything key-shaped."""
+    values = [os.environ.get(v, "") for v in SECRET_VARS] + list(secrets)
+    for value in sorted({v for v in values if len(v) >= 6}, key=len, reverse=True):
+        text = text.replace(value, "***")
+    for pattern in _KEY_PATTERNS:
+        text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + "***", text)
+    return text
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` collapsed to one line of at most ``limit`` characters, secrets redacted."""
+    flat = " ".join(redact(str(text)).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
 
 class GapragError(Exception):
-    """An error the user can fix. ``str(err)`` is the cause; ``err.hint`` says what to do."""
+    """An error the user can fix: ``err.message`` is the cause, ``err.hint`` what to do.
+
+    ``str(err)`` is both (``"cause (hint: what to do)"``), so a Python caller who only prints
+    the exception still sees the hint. API keys are redacted from both.
+    """
 
     def __init__(self, message: str, hint: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
+        self.message = redact(message)
+        self.hint = redact(hint)
+        super().__init__(self.message, self.hint)  # both, so the error survives pickling
 
     def __str__(self) -> str:
-        return self.message
+        return f"{self.message} (hint: {self.hint})" if self.hint else self.message
 
 
 class EndpointError(GapragError):

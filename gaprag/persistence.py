@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from gaprag.config import gaprag_home
+from gaprag.config import gaprag_home, private_file
 from gaprag.errors import GapragError
 
 if TYPE_CHECKING:
@@ -32,11 +32,16 @@ SQLITE_FILE = "checkpoints.sqlite"
 
 
 def sqlite_checkpointer(path: str | Path | None = None) -> SqliteSaver:
-    """A SQLite checkpointer (default: ``GAPRAG_HOME/checkpoints.sqlite``), tables created."""
+    """A SQLite checkpointer (default: ``GAPRAG_HOME/checkpoints.sqlite``), tables created.
+
+    The file is created owner-only (0600). Every finished step is committed to it, so a
+    process killed mid-run (even ``kill -9``) resumes from its last finished step with
+    ``graph.invoke(None, thread_config(thread_id))``.
+    """
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     db = Path(path) if path else gaprag_home() / SQLITE_FILE
-    db.parent.mkdir(parents=True, exist_ok=True)
+    private_file(db)  # checkpoints hold prompts and answers: owner-only (0600)
     conn = sqlite3.connect(str(db), check_same_thread=False)
     saver = SqliteSaver(conn)
     saver.setup()

@@ -21,6 +21,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
 from gaprag.graphs import _module, build_graph, context_class
+from gaprag.validate import check_llm, check_question, check_retriever
 
 #: Evidence passages shown to the calling model, and words kept from each.
 EVIDENCE_ITEMS = 5
@@ -97,8 +98,15 @@ def as_tool(
 
     ``build_kwargs`` go to :func:`gaprag.build_graph` (``llm``, ``retriever``,
     ``checkpointer`` and context options such as ``max_iterations=3``). With a checkpointer,
-    every call runs in a fresh thread. The graph is compiled once, here.
+    every call runs in a fresh thread. The graph is compiled once, here, and the injected
+    ``llm`` and ``retriever`` are checked here too (:mod:`gaprag.validate`); a question is
+    checked before the graph runs. A run that pauses (rag_ef's review) is reported as
+    ``stop_reason: paused_for_review``.
     """
+    # the injected objects are checked now; pause settings (rag_ef's review) are refused by
+    # the graph itself at the first call, with the same message as any other run
+    check_llm(build_kwargs.get("llm"))
+    check_retriever(build_kwargs.get("retriever"))
     graph = build_graph(method, **build_kwargs)
     persistent = build_kwargs.get("checkpointer") is not None
     # An explicit context with the build-time settings: inside an agent graph the parent's
@@ -113,15 +121,25 @@ def as_tool(
             out["configurable"] = {"thread_id": f"tool-{uuid.uuid4().hex}"}
         return out
 
-    def run(question: str, config: RunnableConfig) -> tuple[str, dict[str, Any]]:
-        result = graph.invoke({"question": question}, _config(config), context=run_context)
+    def finish(result: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        if "__interrupt__" in result:  # paused (e.g. rag_ef asking for expert feedback)
+            compact = {**compact_result(result), "stop_reason": "paused_for_review"}
+            return (
+                "answer: (none: the method paused for expert review, which a tool call "
+                "cannot give)\nstop_reason: paused_for_review",
+                compact,
+            )
         compact = compact_result(result)
         return format_result(compact), compact
 
+    def run(question: str, config: RunnableConfig) -> tuple[str, dict[str, Any]]:
+        question = check_question(question)
+        return finish(graph.invoke({"question": question}, _config(config), context=run_context))
+
     async def arun(question: str, config: RunnableConfig) -> tuple[str, dict[str, Any]]:
-        result = await graph.ainvoke({"question": question}, _config(config), context=run_context)
-        compact = compact_result(result)
-        return format_result(compact), compact
+        question = check_question(question)
+        inputs = {"question": question}
+        return finish(await graph.ainvoke(inputs, _config(config), context=run_context))
 
     return StructuredTool.from_function(
         func=run,

@@ -12,26 +12,60 @@ with a canned reply plus token usage, and records every request body it received
 ``finish_reason`` likewise (``"length"`` imitates a reply cut at the output cap).
 ``latency`` (seconds) delays every chat reply, like a real endpoint's generation time;
 requests are served in parallel threads, as by a server with unlimited slots.
+A reply may also be a :class:`RawReply`, to imitate a misbehaving endpoint: any status,
+headers and body bytes, a delay, or a connection reset part-way through the body.
 Only the standard library is used, so a ``langgraph dev`` subprocess can reach it too.
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-Reply = str | Callable[[dict[str, Any]], str]
+
+@dataclass
+class RawReply:
+    """An HTTP response sent as is: ``body`` (bytes, or a str/JSON value to encode)."""
+
+    body: Any = b""
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "application/json"
+    delay_s: float = 0.0  # wait before answering
+    reset_after: int | None = None  # send this many body bytes, then reset the connection
+
+    def payload(self) -> bytes:
+        if isinstance(self.body, bytes):
+            return self.body
+        if isinstance(self.body, str):
+            return self.body.encode("utf-8", "surrogatepass")
+        return json.dumps(self.body).encode()
+
+
+Reply = str | RawReply | Callable[[dict[str, Any]], "str | RawReply"]
 
 MODEL_ID = "fake-model"
 
 
 def _tokens(text: str) -> int:
     return max(1, len(text) // 4)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up (a timeout test) is not an error worth a traceback."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class FakeOpenAI:
@@ -108,6 +142,9 @@ class FakeOpenAI:
                 if fake.latency > 0:
                     time.sleep(fake.latency)
                 text = fake.reply(body) if callable(fake.reply) else fake.reply
+                if isinstance(text, RawReply):
+                    self._raw(text)
+                    return
                 finish = fake.finish_reason
                 finish = finish(body) if callable(finish) else finish
                 prompt = sum(_tokens(str(m.get("content", ""))) for m in body.get("messages", []))
@@ -138,6 +175,28 @@ class FakeOpenAI:
                     },
                 )
 
+            def _raw(self, raw: RawReply) -> None:
+                if raw.delay_s:
+                    time.sleep(raw.delay_s)
+                data = raw.payload()
+                self.send_response(raw.status)
+                self.send_header("Content-Type", raw.content_type)
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in raw.headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                if raw.reset_after is None:
+                    self.wfile.write(data)
+                    return
+                self.wfile.write(data[: raw.reset_after])
+                self.wfile.flush()
+                # SO_LINGER 0: close() sends a TCP RST instead of a clean FIN
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+                self.close_connection = True
+                self.connection.close()
+
             def _stream(self, text: str, usage: dict[str, int]) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
@@ -158,7 +217,7 @@ class FakeOpenAI:
                 final = {**base, "choices": [], "usage": usage}
                 self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="fake-openai", daemon=True

@@ -29,8 +29,17 @@ from langchain_core.messages.ai import UsageMetadata
 from pydantic import BaseModel
 
 from gaprag.aio import run_sync, sync_mode
-from gaprag.errors import EndpointError
+from gaprag.config import context_window as configured_context_window
+from gaprag.errors import EndpointError, one_line, redact
 from gaprag.llm.accounting import record_decision, record_llm_call
+from gaprag.llm.failures import (
+    clean_text,
+    endpoint_error,
+    fit_to_window,
+    is_malformed,
+    is_transport,
+    status_of,
+)
 from gaprag.llm.parse import parse_choice, parse_model, strip_thinking
 from gaprag.prompts import prompt_parts
 
@@ -110,6 +119,16 @@ def _truncated_reply(exc: Exception) -> AIMessage | None:
     )
 
 
+def _content_filtered(exc: Exception) -> bool:
+    """The OpenAI SDK refuses a constrained reply stopped by a content filter: an empty reply."""
+    return type(exc).__name__ == "ContentFilterFinishReasonError"
+
+
+#: Statuses with which a server refuses a ``response_format`` it does not support.
+_CONSTRAINT_REFUSED = {400, 422, 500, 501}
+_REFUSAL_NAMES = {"BadRequestError", "InternalServerError", "UnprocessableEntityError"}
+
+
 def _estimate_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4))
 
@@ -127,10 +146,16 @@ class LLM:
         structured_mode: StructuredMode | None = None,
         endpoint: str = "",
         supports_logprobs: bool | None = None,
+        context_window: int | None = None,
     ) -> None:
         self.chat = chat
         self.endpoint = endpoint or str(getattr(chat, "openai_api_base", "") or "")
+        #: The endpoint's context in tokens (``GAPRAG_CONTEXT_WINDOW``; the embedded server's
+        #: ``n_ctx``): a longer prompt is cut before sending, and the cut is recorded.
+        self.context_window = context_window or configured_context_window()
         self._is_openai = type(chat).__name__ == "ChatOpenAI"
+        # an OpenAI-compatible HTTP client: anything it raises is the endpoint's failure
+        self._http = self._is_openai or type(chat).__module__.startswith("langchain_openai")
         if structured_mode is None:
             structured_mode = "json_schema" if self._is_openai else "none"
         self.structured_mode: StructuredMode = structured_mode
@@ -153,27 +178,59 @@ class LLM:
                 **self._call_kwargs(max_tokens)["extra_body"],
                 **extra["extra_body"],
             }
-        try:
-            if sync_mode():
-                reply = self.chat.invoke(messages, **kwargs)
-            else:
-                reply = await self.chat.ainvoke(messages, **kwargs)
-        except Exception as exc:  # translate transport failures into one clear message
-            truncated = _truncated_reply(exc)
-            if truncated is None:
-                raise self._endpoint_error(exc) from exc
-            # a constrained reply cut at the cap: the OpenAI SDK refuses to parse it, but the
-            # text is a reply like any other (the tolerant parser or the repair deal with it)
-            record_decision(event="length_limit", max_tokens=max_tokens)
-            reply = truncated
-        assert isinstance(reply, AIMessage)
+        messages, cut = fit_to_window(messages, self.context_window, max_tokens)
+        if cut is not None:
+            record_decision(
+                event="prompt_cut", message=cut.message, removed_chars=cut.removed_chars,
+                estimated_tokens=cut.estimated_tokens, context_window=cut.window,
+            )  # fmt: skip
+        reply: BaseMessage | None = None
+        for attempt in range(2):  # one more try after a malformed reply; transport retries
+            try:  # (connection errors, 429, 5xx) happen inside the client, with Retry-After
+                if sync_mode():
+                    reply = self.chat.invoke(messages, **kwargs)
+                else:
+                    reply = await self.chat.ainvoke(messages, **kwargs)
+                break
+            except Exception as exc:  # every failure becomes one clear EndpointError
+                truncated = _truncated_reply(exc)
+                if truncated is not None:
+                    # a constrained reply cut at the cap: the OpenAI SDK refuses to parse it,
+                    # but the text is a reply like any other (the parser or the repair cope)
+                    record_decision(event="length_limit", max_tokens=max_tokens)
+                    reply = truncated
+                    break
+                if _content_filtered(exc):
+                    record_decision(event="content_filter")
+                    reply = AIMessage(
+                        content="", response_metadata={"finish_reason": "content_filter"}
+                    )
+                    break
+                if not (self._http or status_of(exc) is not None or is_transport(exc)):
+                    raise  # a non-HTTP chat model's own error (e.g. a bug) keeps its type
+                if attempt == 0 and is_malformed(exc):
+                    record_decision(
+                        event="malformed_reply", error=one_line(f"{type(exc).__name__}: {exc}", 200)
+                    )
+                    continue
+                raise endpoint_error(exc, self.endpoint, timeout=self._timeout()) from exc
+        if not isinstance(reply, AIMessage):
+            raise EndpointError(
+                f"the LLM ({type(self.chat).__name__}) returned {type(reply).__name__}, not a chat message",
+                hint="pass a LangChain chat model (BaseChatModel)",
+            )
+        # a hostile reply's text must not break what comes after (printing it, sending it back)
+        text = _text(reply)
+        safe = clean_text(text)
+        if safe != text or not isinstance(reply.content, str):
+            reply = reply.model_copy(update={"content": safe})
         usage = reply.usage_metadata
         if usage:
             details = usage.get("input_token_details") or {}
             record_llm_call(
-                int(usage.get("input_tokens", 0)),
-                int(usage.get("output_tokens", 0)),
-                cached_tokens=int(details.get("cache_read", 0) or 0),
+                max(0, int(usage.get("input_tokens", 0) or 0)),
+                max(0, int(usage.get("output_tokens", 0) or 0)),
+                cached_tokens=max(0, int(details.get("cache_read", 0) or 0)),
                 parts=parts,
             )
         else:
@@ -181,29 +238,9 @@ class LLM:
             record_llm_call(prompt, _estimate_tokens(_text(reply)), parts=parts)
         return reply
 
-    def _endpoint_error(self, exc: Exception) -> Exception:
-        names = {cls.__name__ for cls in type(exc).__mro__}
-        transport = {
-            "APIConnectionError",
-            "APITimeoutError",
-            "ConnectError",
-            "ConnectTimeout",
-            "ReadTimeout",
-        }
-        if names & transport or any(
-            n.endswith(("ConnectionError", "TimeoutError")) for n in names if n.startswith("OpenAI")
-        ):
-            return EndpointError(
-                f"cannot reach the LLM endpoint at {self.endpoint or 'the configured endpoint'} ({type(exc).__name__})",
-                hint="start the server, or set GAPRAG_BASE_URL to a running OpenAI-compatible endpoint "
-                "(unset it to use the embedded local model)",
-            )
-        if names & {"AuthenticationError", "PermissionDeniedError", "NotFoundError"}:
-            return EndpointError(
-                f"the LLM endpoint at {self.endpoint} refused the request: {exc}",
-                hint="check OPENAI_API_KEY and GAPRAG_MODEL",
-            )
-        return exc
+    def _timeout(self) -> float | None:
+        timeout = getattr(self.chat, "request_timeout", None)
+        return float(timeout) if isinstance(timeout, int | float) else None
 
     # -- public calls: one implementation each, as a coroutine ---------------------------
     def generate(
@@ -270,19 +307,19 @@ class LLM:
         extra = self._constraint(schema)
         try:
             return _text(await self._ainvoke(messages, max_tokens, parts, **extra))
-        except Exception as exc:
-            names = {cls.__name__ for cls in type(exc).__mro__}
-            rejected = {
-                "BadRequestError",
-                "InternalServerError",
-                "UnprocessableEntityError",
-                "APIStatusError",
-            }
-            if not extra or not names & rejected:
+        except Exception as err:
+            cause = err.__cause__ if isinstance(err, EndpointError) else err
+            refused = cause is not None and (
+                status_of(cause) in _CONSTRAINT_REFUSED
+                or bool({c.__name__ for c in type(cause).__mro__} & _REFUSAL_NAMES)
+            )
+            if not extra or not refused:
                 raise
             # the server does not take this response_format: remember and go unconstrained
             record_decision(
-                event="structured_mode_fallback", mode=self.structured_mode, error=str(exc)[:200]
+                event="structured_mode_fallback",
+                mode=self.structured_mode,
+                error=one_line(str(err), 200),
             )
             self.structured_mode = "none"
             return _text(await self._ainvoke(messages, max_tokens, parts))
@@ -321,7 +358,7 @@ class LLM:
         if parsed is not None:
             record_decision(call=call, path="repaired")
             return Structured(parsed, "repaired", raw2)
-        record_decision(call=call, path="default", raw=raw2[:300])
+        record_decision(call=call, path="default", raw=redact(raw2[:300]))
         return Structured(default, "default", raw2)
 
     async def achoose(
@@ -353,7 +390,9 @@ class LLM:
             except EndpointError:
                 raise
             except Exception as exc:  # the endpoint has no logprobs: stop asking
-                record_decision(call=call, event="logprobs_unavailable", error=str(exc)[:200])
+                record_decision(
+                    call=call, event="logprobs_unavailable", error=one_line(str(exc), 200)
+                )
                 self.supports_logprobs = False
         schema = {
             "type": "object",
@@ -368,7 +407,7 @@ class LLM:
             )
             record_decision(call=call, path=path, value=picked)
             return Choice(picked, path, {}, raw)
-        record_decision(call=call, path="default", value=default, raw=raw[:200])
+        record_decision(call=call, path="default", value=default, raw=redact(raw[:200]))
         return Choice(default, "default", {}, raw)
 
     @staticmethod

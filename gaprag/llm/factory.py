@@ -20,6 +20,7 @@ def openai_llm(
     *,
     structured_mode: str | None = None,
     seed: int | None = None,
+    context_window: int | None = None,
 ) -> LLM:
     from langchain_openai import ChatOpenAI
 
@@ -29,10 +30,13 @@ def openai_llm(
         api_key=config.api_key(),  # type: ignore[arg-type]
         temperature=0.0,
         seed=seed,
-        timeout=600,
-        max_retries=3,  # the openai client retries connection errors, 429 and 5xx with backoff
+        timeout=config.request_timeout(),  # GAPRAG_TIMEOUT
+        # the openai client retries connection errors, 408/409/429 and 5xx with backoff,
+        # honouring Retry-After (GAPRAG_MAX_RETRIES)
+        max_retries=config.max_retries(),
     )
-    return LLM(chat, structured_mode=structured_mode, endpoint=base_url)  # type: ignore[arg-type]
+    return LLM(chat, structured_mode=structured_mode, endpoint=base_url,  # type: ignore[arg-type]
+               context_window=context_window)  # fmt: skip
 
 
 def default_llm(*, repeatable: bool = False) -> LLM:
@@ -57,8 +61,9 @@ def default_llm(*, repeatable: bool = False) -> LLM:
 
                 server = ensure_local_server(repeatable=repeatable)
                 llm = openai_llm(
-                    server.base_url, server.model, structured_mode=server.structured_mode, seed=seed
-                )
+                    server.base_url, server.model, structured_mode=server.structured_mode,
+                    seed=seed, context_window=config.context_window() or server.n_ctx,
+                )  # fmt: skip
             _defaults[repeatable] = llm
         return llm
 

@@ -55,23 +55,32 @@ def _balanced_objects(text: str) -> list[str]:
     return spans
 
 
+# what decoding hostile text may raise: deep nesting (RecursionError, MemoryError), sets of
+# dicts from ``{{...}}`` (TypeError), odd literals (ValueError, SyntaxError)
+_DECODE_ERRORS = (ValueError, SyntaxError, TypeError, MemoryError, RecursionError)
+#: Longest candidate handed to the Python-literal fallback (it is slow on huge inputs).
+_LITERAL_MAX_CHARS = 20_000
+
+
 def _loads(candidate: str) -> Any:
     candidate = candidate.strip()
     for attempt in (candidate, _TRAILING_COMMA.sub(r"\1", candidate)):
         try:
             return json.loads(attempt)
-        except json.JSONDecodeError:
+        except _DECODE_ERRORS:  # JSONDecodeError is a ValueError
             pass
+        if len(attempt) > _LITERAL_MAX_CHARS:
+            continue
         try:  # single quotes, True/False/None
             return ast.literal_eval(attempt)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
+        except _DECODE_ERRORS:
             pass
         fixed = re.sub(r"\btrue\b", "True", attempt)
         fixed = re.sub(r"\bfalse\b", "False", fixed)
         fixed = re.sub(r"\bnull\b", "None", fixed)
         try:
             return ast.literal_eval(fixed)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
+        except _DECODE_ERRORS:
             pass
     return None
 
@@ -101,7 +110,7 @@ def parse_model(text: str, schema: type[M]) -> M | None:
         normalised[k if k in fields else str(key)] = value
     try:
         return schema.model_validate(normalised)
-    except ValidationError:
+    except (ValidationError, *_DECODE_ERRORS):
         return None
 
 

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gaprag.config import gaprag_home, local_model
+from gaprag.config import gaprag_home, local_model, private_dir, private_file
+from gaprag.config import quiet as config_quiet
 from gaprag.errors import EndpointError, GapragError
 from gaprag.llm.registry import ensure_model, get_model
 
@@ -216,10 +217,10 @@ class EmbeddedServer:
         return cmd
 
     def start(self, *, timeout_s: float = 180.0, quiet: bool = False) -> EmbeddedServer:
+        quiet = quiet or config_quiet()
         model_file = ensure_model(self.model, quiet=quiet)
-        logs = gaprag_home() / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        self.log_path = logs / f"server-{self.model}-{self.port}.log"
+        logs = private_dir(gaprag_home() / "logs")  # server logs can hold prompts: owner-only
+        self.log_path = private_file(logs / f"server-{self.model}-{self.port}.log")
         if not quiet:
             print(
                 f"gaprag: starting the local LLM server ({self.engine}, {self.model}) on "

