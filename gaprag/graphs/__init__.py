@@ -14,6 +14,7 @@ from gaprag.context import with_defaults
 from gaprag.deps import Deps
 from gaprag.errors import GapragError
 from gaprag.llm.client import LLM
+from gaprag.validate import check_llm, check_retriever
 
 # name -> the module with ``Context`` and ``build(deps, context, checkpointer)``
 METHODS: dict[str, str] = {
@@ -61,6 +62,8 @@ def build_graph(
     ``max_iterations=3``; per-run values go in ``invoke(..., context={...})`` and always win.
     """
     module = _module(method)
+    check_llm(llm)
+    check_retriever(retriever)
     objects = {k: options.pop(k) for k in list(options) if k in Deps.names()}
     given = Deps.of(llm=llm, retriever=retriever, **objects)
     if deps is not None:

@@ -23,13 +23,12 @@ from gaprag.nodes.render import (
     truncate_words,
 )
 from gaprag.nodes.retrieve import retrieve
-from gaprag.nodes.wiring import add_nodes, add_router, check_question
+from gaprag.nodes.wiring import add_nodes, add_router
 
 __all__ = [
     "PassageFormat",
     "add_nodes",
     "add_router",
-    "check_question",
     "clean_answer",
     "cut_text",
     "generate_answer",

@@ -43,31 +43,11 @@ from langgraph.types import Overwrite
 from gaprag.aio import run_sync
 from gaprag.context import BaseContext, resolve_context
 from gaprag.deps import Deps
-from gaprag.errors import InputError
 from gaprag.llm.accounting import metered
 from gaprag.state.base import PERSISTENT, InputState
-
-MAX_QUESTION_CHARS = 20_000
+from gaprag.validate import check_question
 
 NodeFn = Callable[..., Any]
-
-
-def check_question(question: Any) -> str:
-    """The question, stripped; an InputError with a hint if it is missing, empty or huge."""
-    if not isinstance(question, str):
-        raise InputError(
-            f"the question must be a string, got {type(question).__name__}",
-            hint='invoke({"question": "..."})',
-        )
-    text = question.strip()
-    if not text:
-        raise InputError("the question is empty", hint='invoke({"question": "..."})')
-    if len(text) > MAX_QUESTION_CHARS:
-        raise InputError(
-            f"the question has {len(text):,} characters (at most {MAX_QUESTION_CHARS:,})",
-            hint="shorten it; passages belong in the store (`gaprag index`), not in the question",
-        )
-    return text
 
 
 def _is_reducer_field(annotation: Any) -> bool:

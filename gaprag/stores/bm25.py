@@ -219,6 +219,13 @@ class BM25Index:
         s = BM25Settings(engine=settings) if isinstance(settings, str) else settings
         s = s or BM25Settings()
         tokens = tokenize_many(texts, s)
+        if texts and not tokens.vocab:
+            raise StoreError(
+                "the corpus has no searchable words for BM25 (every word is a stop word or "
+                "too short)",
+                hint="index real text, or build with BM25Settings(language='none') to keep "
+                "stop words",
+            )
         if s.engine == "bm25s":
             import bm25s
 

