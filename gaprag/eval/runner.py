@@ -726,6 +726,12 @@ async def aevaluate(
             f"no questions selected from {ds.name} ({len(ds)} in the file)",
             hint="check --limit and --offset",
         )
+    if limit is not None and len(selected) < limit:  # a documented truncation, also in run.json
+        print(
+            f"gaprag: --limit {limit} but {ds.name} has {len(selected)} question(s) from offset "
+            f"{offset}: evaluating those {len(selected)} (run.json: limit, selected)",
+            file=sys.stderr,
+        )
     chat: LLM | BaseChatModel | None = llm
     label = _model_label(llm, base_url, model)
     serving: dict[str, Any]

@@ -950,3 +950,13 @@ def test_cli_eval_and_report(
     assert main(["eval", "--methods", "standard_rag", "--dataset", "nope", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "no bundled dataset or file named 'nope'" in err and "Traceback" not in err
+
+
+def test_a_limit_beyond_the_dataset_is_reported(
+    dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(dataset, tmp_path / "run", methods=["standard_rag"], limit=2000)
+    err = capsys.readouterr().err
+    assert "--limit 2000 but capitals has 5 question(s)" in err
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["limit"] == 2000 and info["selected"] == 5
