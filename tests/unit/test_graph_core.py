@@ -134,3 +134,22 @@ def test_sync_and_async_runs_give_the_same_output(store: Store) -> None:
     for out in (sync, asyn):
         out["usage"].pop("wall_s")
     assert sync == asyn
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_method_resolves_settings_with_the_same_precedence(method: str) -> None:
+    """build-time value over the class default; a run-time value wins whatever it equals.
+    (LangGraph builds the graph's context class from the run-time dict, so the class is what
+    the nodes see; standard_rag's end-to-end test above shows the retrieval obeying it.)"""
+    from gaprag.context import resolve_context
+
+    cls = context_class(method)
+    default = cls().max_passage_words
+    graph = build_graph(method, llm=ScriptedChatModel(default="x"), max_passage_words=default + 7)
+    schema = graph.context_schema
+    assert schema is not None
+    assert resolve_context(schema, None).max_passage_words == default + 7
+    assert resolve_context(schema, {}).max_passage_words == default + 7
+    assert resolve_context(schema, {"max_passage_words": default}).max_passage_words == default
+    assert schema(max_passage_words=default).max_passage_words == default
+    assert cls().max_passage_words == default
