@@ -421,6 +421,25 @@ def resolved_settings(method: str, options: Mapping[str, Any]) -> dict[str, Any]
     return json.loads(json.dumps(safe, default=str))  # type: ignore[no-any-return]
 
 
+def portable_path(path: str | Path) -> str:
+    """A path as run.json keeps it: relative to the package, to ``$GAPRAG_HOME`` or to the
+    working directory where it lies under one of them, so committed results carry no machine
+    paths; any other path as given."""
+    if not path:
+        return ""
+    from gaprag.config import gaprag_home
+
+    resolved = Path(path).resolve()
+    for base, label in (
+        (Path(__file__).resolve().parents[1], "gaprag"),
+        (gaprag_home().resolve(), "$GAPRAG_HOME"),
+        (Path.cwd().resolve(), "."),
+    ):
+        if resolved.is_relative_to(base):
+            return f"{label}/{resolved.relative_to(base).as_posix()}"
+    return str(path)
+
+
 def _check_resume(run_file: Path, info: dict[str, Any]) -> dict[str, Any]:
     """Refuse to mix results of another dataset file or other method options."""
     try:
@@ -811,7 +830,7 @@ async def _evaluate_locked(
     manifest = getattr(store, "manifest", {}) or {}
     info: dict[str, Any] = {
         "dataset": ds.name,
-        "dataset_path": str(ds.path),
+        "dataset_path": portable_path(ds.path),
         "dataset_sha256": ds.sha256,
         "questions_in_file": len(ds),
         "limit": limit,
@@ -822,7 +841,7 @@ async def _evaluate_locked(
             "corpus_hash": manifest.get("corpus_hash"),
             "embedder": manifest.get("embedder"),
             "bm25": manifest.get("bm25_engine"),
-            "store": str(getattr(store, "root", "")),
+            "store": portable_path(getattr(store, "root", "")),
         },
         "model": label,
         "serving": serving,

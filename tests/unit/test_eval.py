@@ -960,3 +960,14 @@ def test_a_limit_beyond_the_dataset_is_reported(
     assert "--limit 2000 but capitals has 5 question(s)" in err
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["limit"] == 2000 and info["selected"] == 5
+
+
+def test_run_json_keeps_no_machine_paths(dataset: Path, tmp_path: Path) -> None:
+    from gaprag.config import gaprag_home
+    from gaprag.eval.runner import portable_path
+
+    assert portable_path(gaprag_home() / "stores" / "s1") == "$GAPRAG_HOME/stores/s1"
+    bundled_file = Path(__file__).resolve().parents[2] / "gaprag" / "data" / "eval" / "x.jsonl"
+    assert portable_path(bundled_file) == "gaprag/data/eval/x.jsonl"
+    assert portable_path(Path.cwd() / "runs" / "a") == "./runs/a"
+    assert portable_path("") == ""
