@@ -153,3 +153,23 @@ def test_every_method_resolves_settings_with_the_same_precedence(method: str) ->
     assert resolve_context(schema, {"max_passage_words": default}).max_passage_words == default
     assert schema(max_passage_words=default).max_passage_words == default
     assert cls().max_passage_words == default
+
+
+def test_importing_gaprag_leaves_the_environment_alone() -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import os, json; before = dict(os.environ); import gaprag, gaprag.graphs, gaprag.stores;"
+        " print(json.dumps(sorted(k for k in os.environ if os.environ.get(k) != before.get(k))))"
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("HF_", "TRANSFORMERS_", "ANONYMIZED"))
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
