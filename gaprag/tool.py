@@ -106,7 +106,7 @@ def as_tool(
     # the injected objects are checked now; pause settings (rag_ef's review) are refused by
     # the graph itself at the first call, with the same message as any other run
     check_llm(build_kwargs.get("llm"))
-    check_retriever(build_kwargs.get("retriever"))
+    check_retriever(build_kwargs.get("retriever"), method=method)
     graph = build_graph(method, **build_kwargs)
     persistent = build_kwargs.get("checkpointer") is not None
     # An explicit context with the build-time settings: inside an agent graph the parent's

@@ -6,14 +6,11 @@ Python API refuses bad input as clearly as the CLI, before any LLM call::
     question = check_question(inputs.get("question"))   # stripped text, or InputError
     check_llm(llm)                                      # a LangChain chat model (or None)
     check_retriever(retriever)                          # a retriever or a gaprag store (or None)
-    check_review("rag_ef", {"review": True}, checkpointer=None)   # InputError: needs one
 """
 
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Mapping
-from typing import Any
 
 from gaprag.config import max_question_chars
 from gaprag.errors import InputError
@@ -54,30 +51,6 @@ def check_question(question: object, *, max_chars: int | None = None) -> str:
     return cleaned
 
 
-def check_inputs(inputs: object) -> str:
-    """The validated question of a graph input (a mapping with ``question``)."""
-    if inputs is None:
-        raise InputError(
-            "no input given; a new run needs a question",
-            hint=_EXAMPLE + " (invoke(None, config) only resumes a checkpointed thread)",
-        )
-    if isinstance(inputs, str):
-        raise InputError(
-            "the graph input is a bare string", hint='pass a dict: {"question": "..."}'
-        )
-    if not isinstance(inputs, Mapping):
-        question = getattr(inputs, "question", None)
-        if question is None:
-            raise InputError(
-                f"the graph input must be a dict with 'question', got {type(inputs).__name__}",
-                hint=_EXAMPLE,
-            )
-        return check_question(question)
-    if "question" not in inputs:
-        raise InputError("the graph input has no 'question'", hint=_EXAMPLE)
-    return check_question(inputs["question"])
-
-
 def check_llm(llm: object) -> None:
     """``llm`` must be ``None``, a :class:`gaprag.llm.LLM` or a LangChain ``BaseChatModel``."""
     if llm is None:
@@ -105,9 +78,14 @@ def check_llm(llm: object) -> None:
     )
 
 
-def check_retriever(retriever: object) -> None:
-    """``retriever`` must be ``None``, a LangChain ``BaseRetriever`` or a gaprag store/retriever."""
+def check_retriever(retriever: object, *, method: str = "") -> None:
+    """``retriever`` must be ``None``, a LangChain ``BaseRetriever`` or a gaprag store/retriever
+    (for ``rag_ef`` also its feedback ``PairStore``, which it answers from)."""
     if retriever is None:
+        return
+    from gaprag.stores.pairs import PairStore
+
+    if method == "rag_ef" and isinstance(retriever, PairStore):
         return
     from langchain_core.retrievers import BaseRetriever
     from langchain_core.vectorstores import VectorStore
@@ -142,28 +120,3 @@ def check_retriever(retriever: object) -> None:
         hint="a LangChain vector store becomes one with .as_retriever(); a gaprag store "
         "with Store.open(path)",
     )
-
-
-def check_review(method: str, options: Mapping[str, Any], checkpointer: object) -> None:
-    """``review=True`` pauses a run for a person; without a checkpointer it can never resume."""
-    if method == "rag_ef" and options.get("review") and checkpointer is None:
-        raise InputError(
-            "rag_ef with review=True pauses every run for expert review, which needs a "
-            "checkpointer to resume",
-            hint="pass checkpointer=InMemorySaver() (or gaprag.persistence.sqlite_checkpointer())"
-            " and a thread_id in the config, or leave review off",
-        )
-
-
-def check_build(
-    method: str,
-    *,
-    llm: object = None,
-    retriever: object = None,
-    checkpointer: object = None,
-    options: Mapping[str, Any] | None = None,
-) -> None:
-    """Every build-time check of :func:`gaprag.build_graph`'s arguments, in one call."""
-    check_llm(llm)
-    check_retriever(retriever)
-    check_review(method, options or {}, checkpointer)

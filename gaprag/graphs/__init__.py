@@ -63,7 +63,7 @@ def build_graph(
     """
     module = _module(method)
     check_llm(llm)
-    check_retriever(retriever)
+    check_retriever(retriever, method=method)
     objects = {k: options.pop(k) for k in list(options) if k in Deps.names()}
     given = Deps.of(llm=llm, retriever=retriever, **objects)
     if deps is not None:

@@ -31,11 +31,9 @@ from gaprag.stores.documents import Document, load_documents, read_jsonl
 from gaprag.stores.pairs import PairStore
 from gaprag.testing import scripted
 from gaprag.validate import (
-    check_inputs,
     check_llm,
     check_question,
     check_retriever,
-    check_review,
 )
 from tests.hostile_corpus import FAKE_KEY
 
@@ -105,22 +103,6 @@ def test_check_question_cleans_and_respects_the_limit(monkeypatch: pytest.Monkey
     assert check_question("x" * 10) == "x" * 10
 
 
-@pytest.mark.parametrize(
-    ("inputs", "needle"),
-    [
-        (None, "no input given"),
-        ("Who?", "bare string"),
-        ({}, "has no 'question'"),
-        ({"question": None}, "no question given"),
-        ({"question": ""}, "the question is empty"),
-        (3, "must be a dict"),
-    ],
-)
-def test_check_inputs(inputs: Any, needle: str) -> None:
-    with pytest.raises(InputError, match=needle):
-        check_inputs(inputs)
-
-
 # -- injected objects --------------------------------------------------------------------------
 def test_check_llm() -> None:
     check_llm(None)
@@ -153,15 +135,6 @@ def test_check_retriever(store: Store, tmp_path: Path) -> None:
     assert "Store.open" in err.value.hint
     with pytest.raises(InputError, match="got int"):
         check_retriever(5)
-
-
-def test_check_review() -> None:
-    check_review("rag_ef", {"review": False}, None)
-    check_review("rag_ef", {"review": True}, object())
-    check_review("migres", {"review": True}, None)
-    with pytest.raises(InputError, match="checkpointer") as err:
-        check_review("rag_ef", {"review": True}, None)
-    assert "InMemorySaver" in err.value.hint
 
 
 # -- the same checks through the public API (needs_wiring) -------------------------------------
