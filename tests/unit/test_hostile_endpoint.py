@@ -163,7 +163,7 @@ def test_cli_json_is_one_object_or_one_error_line(
     from gaprag.llm import factory
 
     store, pairs = corpus
-    monkeypatch.setattr(factory, "_default", None)  # a fresh default LLM for this endpoint
+    monkeypatch.setattr(factory, "_defaults", {})  # a fresh default LLM for this endpoint
     monkeypatch.setenv("GAPRAG_BASE_URL", server.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
     monkeypatch.setenv("GAPRAG_MAX_RETRIES", "1")
