@@ -1,4 +1,4 @@
-"""The ``gaprag`` command (DESIGN.md §4).
+"""The ``gaprag`` command (see the README's Usage section).
 
 Subcommands live beside what they drive: a module in ``PLUGINS`` that defines
 ``register(subparsers)`` adds its own commands. User errors print one line and a hint.

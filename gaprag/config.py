@@ -1,4 +1,4 @@
-"""Environment configuration (DESIGN.md §5). Read at call time so tests can monkeypatch."""
+"""Environment configuration (the README's Configuration table). Read at call time so tests can monkeypatch."""
 
 from __future__ import annotations
 

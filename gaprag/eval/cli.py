@@ -1,4 +1,4 @@
-"""``gaprag eval`` and ``gaprag report`` (DESIGN.md §4)."""
+"""``gaprag eval`` and ``gaprag report`` (docs/evaluation.md)."""
 
 from __future__ import annotations
 

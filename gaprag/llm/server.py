@@ -1,4 +1,4 @@
-"""The embedded llama.cpp OpenAI-compatible server (DESIGN.md §6).
+"""The embedded llama.cpp OpenAI-compatible server (the README's "The embedded local model").
 
 Three engines serve the same API on 127.0.0.1, preferred in this order when installed:
 

@@ -1,4 +1,4 @@
-"""The state every method shares: the common input and output schemas (DESIGN.md §3).
+"""The state every method shares: the common input and output schemas (the README's Python API).
 
 Item types are TypedDicts (plain dicts at run time) so checkpoints serialise without an
 allow-list; the state containers are dataclasses with ``Annotated`` reducers, as in
@@ -120,7 +120,7 @@ class InputState:
 
 @dataclass(kw_only=True)
 class OutputState:
-    """What every method returns (DESIGN.md §3)."""
+    """What every method returns."""
 
     answer: Annotated[str, Field(description="The final short answer.")] = ""
     stop_reason: Annotated[str, Field(description="Why the loop ended.")] = ""

@@ -121,7 +121,7 @@ def fill(store: PairStore, source: str = "synthetic") -> list[str]:
     return [store.add(q, a, c, source=source) for q, a, c in TOPICS]
 
 
-# -- prompt assembly (spec §11: 10-13) --------------------------------------------------------
+# -- prompt assembly --------------------------------------------------------
 def test_prompt_layout_and_exactly_one_llm_call(store: PairStore) -> None:
     fill(store)
     llm = fake()
@@ -255,7 +255,7 @@ def test_gate_drops_low_pairs_and_their_chunks(store: PairStore) -> None:
     assert nodes == ["retrieve", "assemble_evidence", "generate_answer"]
 
 
-# -- feedback behaviour (spec §11: 14-20) -----------------------------------------------------
+# -- feedback behaviour -----------------------------------------------------
 ALADIN_Q = "Who was known by the stage name Aladin and worked as a management consultant?"
 ALADIN_A = "Eanasul Fateh"
 ALADIN_C = "Eanasul Fateh, known by his stage name Aladin, is a magician and management consultant."
@@ -375,7 +375,7 @@ def test_sources_context_restricts_the_pool(store: PairStore) -> None:
     assert {p["source"] for p in out["retrieved_pairs"]} == {"synthetic"}
 
 
-# -- synthetic set S (spec §11: 22) -----------------------------------------------------------
+# -- synthetic set S -----------------------------------------------------------
 def test_parse_qa() -> None:
     assert parse_qa("1. Q: What is X? A: Y\n2) Q: Who? A: Z.\nNoise line") == [
         ("What is X?", "Y"),
