@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, NotRequired, TypeVar
 
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
+
+T = TypeVar("T")
 
 PERSISTENT = "gaprag:persistent"
 """Annotated marker for a state field that is kept across the questions of one thread; every
@@ -85,10 +87,8 @@ def add_usage(left: Usage | None, right: Usage | None) -> Usage:
     return out
 
 
-def add_trace(
-    left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None
-) -> list[dict[str, Any]]:
-    """Reducer for decision records (which parser path a call took, and why a loop stopped)."""
+def concat(left: list[T] | None, right: list[T] | None) -> list[T]:
+    """Reducer for record lists (trace records, loop decisions): append the new records."""
     return [*(left or []), *(right or [])]
 
 
@@ -101,10 +101,6 @@ def add_unique(left: list[str] | None, right: list[str] | None) -> list[str]:
             seen.add(item)
             out.append(item)
     return out
-
-
-def add_decisions(left: list[Decision] | None, right: list[Decision] | None) -> list[Decision]:
-    return [*(left or []), *(right or [])]
 
 
 @dataclass(kw_only=True)
@@ -140,7 +136,7 @@ class OutputState:
     trace: Annotated[
         list[dict[str, Any]],
         Field(description="Decision records: how each structured call was decided, and fallbacks."),
-        add_trace,
+        concat,
     ] = field(default_factory=list)
     retrieved_ids: Annotated[
         list[str],
@@ -155,7 +151,7 @@ class OutputState:
     decisions: Annotated[
         list[Decision],
         Field(description="Each loop decision: node, round, decision, p, path, threshold."),
-        add_decisions,
+        concat,
     ] = field(default_factory=list)
 
 
