@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-METHODS=${METHODS:-standard_rag,missing_knowledge,iterkey,migres,rfm_rag,ircot}
+METHODS=${METHODS:-standard_rag,missing_knowledge,iterkey,migres,rfm_rag}
 for ds in hotpotqa 2wikimultihopqa musique; do
   gaprag eval --methods "$METHODS" --dataset "$ds" --limit 50 --resume --out "docs/results/n50/$ds"
 done
