@@ -71,6 +71,11 @@ class BaseContext:
     max_passage_words: int = describe(
         150, "Passages are cut to this many words in prompts.", minimum=1
     )
+    calibration: bool = describe(
+        False,
+        "Calibration run (`gaprag calibrate`): model decisions are recorded but never stop a "
+        "loop before its bound, and each records the answer the method would give there.",
+    )
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))

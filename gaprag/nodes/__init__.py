@@ -12,7 +12,7 @@
 """
 
 from gaprag.nodes.answer import clean_answer, generate_answer
-from gaprag.nodes.decisions import log_decision
+from gaprag.nodes.decisions import log_decision, option_probability, should_stop
 from gaprag.nodes.pool import update_evidence_pool
 from gaprag.nodes.render import (
     PassageFormat,
@@ -35,8 +35,10 @@ __all__ = [
     "join_passages",
     "load_formats",
     "log_decision",
+    "option_probability",
     "render_passages",
     "retrieve",
+    "should_stop",
     "truncate_words",
     "update_evidence_pool",
 ]

@@ -66,6 +66,8 @@ class Decision(TypedDict):
     p: float | None  # the probability the decision was taken on; None where none exists
     path: str  # logprobs | constrained | parsed | repaired | model | rule | default
     threshold: float | None
+    # the answer the method would return if it stopped here (calibration runs record it)
+    answer: NotRequired[str]
 
 
 def empty_usage() -> Usage:
