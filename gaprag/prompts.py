@@ -1,8 +1,9 @@
 """Prompts are data: each method keeps a ``prompts.toml`` beside its graph.
 
-A prompt has a ``system`` part (fixed instructions) and a ``user`` part whose fixed text comes
-first and whose variable parts (passages, question) come last, so llama.cpp's prompt cache can
-reuse the prefix. Placeholders use ``{name}``; literal braces are written ``{{`` and ``}}``.
+A prompt has a ``system`` part (fixed instructions), optional few-shot ``examples`` (an array of
+``{user = "...", assistant = "..."}`` tables, sent as user/assistant turns, never inside the
+system text), and a ``user`` part whose fixed text comes first and whose variable parts
+(passages, question) come last, so llama.cpp's prompt cache can reuse the prefix. Placeholders use ``{name}``; literal braces are written ``{{`` and ``}}``.
 
 Rendering is where "shown" is decided: a value that is :class:`Passages` (made by the one
 passage renderer, :func:`gaprag.nodes.render.render_passages`) carries the ids of the
@@ -54,6 +55,7 @@ class Prompt:
     name: str
     system: str
     user: str
+    examples: tuple[tuple[str, str], ...] = ()  # few-shot (user, assistant) turns, fixed text
 
     @property
     def variables(self) -> set[str]:
@@ -77,6 +79,9 @@ class Prompt:
                     record_shown(value.ids)
         if self.system.strip():
             out.append(("system", self.system.strip().format(**values)))
+        for user, assistant in self.examples:
+            out.append(("user", user.strip()))
+            out.append(("assistant", assistant.strip()))
         out.append(("user", self.user.strip().format(**values)))
         total = sum(len(text) for _, text in out)
         out.parts = (max(0, total - variable_chars), passage_chars, total)
@@ -84,10 +89,18 @@ class Prompt:
 
 
 def load_prompts(package: str, filename: str = "prompts.toml") -> dict[str, Prompt]:
-    """Read ``filename`` from ``package``: one TOML table per prompt with system/user keys."""
+    """Read ``filename`` from ``package``: one TOML table per prompt with system/user keys and
+    optional ``examples`` (few-shot turns)."""
     data = tomllib.loads((resources.files(package) / filename).read_text(encoding="utf-8"))
     return {
-        name: Prompt(name=name, system=str(table.get("system", "")), user=str(table["user"]))
+        name: Prompt(
+            name=name,
+            system=str(table.get("system", "")),
+            user=str(table["user"]),
+            examples=tuple(
+                (str(ex["user"]), str(ex["assistant"])) for ex in table.get("examples", [])
+            ),
+        )
         for name, table in data.items()
         if isinstance(table, dict) and "user" in table
     }
