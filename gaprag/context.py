@@ -71,6 +71,11 @@ class BaseContext:
     max_passage_words: int = describe(
         150, "Passages are cut to this many words in prompts.", minimum=1
     )
+    answer_style: Literal["short", "paper"] = describe(
+        "short",
+        "short: the final answer is reduced to its shortest span (a rule, else one LLM call); "
+        "paper: the method's own answer, for exact reproductions of a paper.",
+    )
     calibration: bool = describe(
         False,
         "Calibration run (`gaprag calibrate`): model decisions are recorded but never stop a "

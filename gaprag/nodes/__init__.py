@@ -5,6 +5,8 @@
 - :mod:`~gaprag.nodes.render`: the one passage renderer (format from the prompt file),
   recording what is shown to the model.
 - :mod:`~gaprag.nodes.answer`: generate an answer over passages and clean it.
+- :mod:`~gaprag.nodes.short_answer`: reduce the final answer to its shortest span (the last
+  step of every method, off with ``answer_style="paper"``).
 - :mod:`~gaprag.nodes.pool`: update an evidence pool (dedup, provenance, round).
 - :mod:`~gaprag.nodes.decisions`: record a loop decision with its probability and path.
 - :mod:`~gaprag.nodes.wiring`: turn module-level node functions into graph nodes and routers,
@@ -23,12 +25,14 @@ from gaprag.nodes.render import (
     truncate_words,
 )
 from gaprag.nodes.retrieve import retrieve
+from gaprag.nodes.short_answer import add_short_answer, shorten
 from gaprag.nodes.wiring import add_nodes, add_router
 
 __all__ = [
     "PassageFormat",
     "add_nodes",
     "add_router",
+    "add_short_answer",
     "clean_answer",
     "cut_text",
     "generate_answer",
@@ -38,6 +42,7 @@ __all__ = [
     "option_probability",
     "render_passages",
     "retrieve",
+    "shorten",
     "should_stop",
     "truncate_words",
     "update_evidence_pool",

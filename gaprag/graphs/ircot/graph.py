@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.graph import END, StateGraph
+from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
@@ -18,7 +18,7 @@ from gaprag.deps import Deps
 from gaprag.graphs.ircot.context import Context
 from gaprag.graphs.ircot.nodes import final_answer, generate_answer, reason, retrieve
 from gaprag.graphs.ircot.state import InputState, IRCoTOutput, IRCoTState
-from gaprag.nodes import add_nodes, add_router
+from gaprag.nodes import add_nodes, add_router, add_short_answer
 
 
 def route_after_reason(
@@ -40,7 +40,7 @@ def build(
     add_nodes(builder, deps, retrieve, reason, generate_answer)
     builder.add_edge("retrieve", "reason")
     add_router(builder, "reason", route_after_reason)
-    builder.add_edge("generate_answer", END)
+    add_short_answer(builder, deps, after="generate_answer")
     graph = builder.compile(checkpointer=checkpointer, name="ircot")
     return graph.with_config(recursion_limit=2 * context().max_steps + 10)
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.graph import END, StateGraph
+from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from gaprag.deps import Deps
 from gaprag.graphs.standard_rag.context import Context
 from gaprag.graphs.standard_rag.nodes import generate_answer, retrieve
 from gaprag.graphs.standard_rag.state import InputState, OutputState, State
-from gaprag.nodes import add_nodes
+from gaprag.nodes import add_nodes, add_short_answer
 
 
 def build(
@@ -25,7 +25,7 @@ def build(
     )
     add_nodes(builder, deps, retrieve, generate_answer)
     builder.add_edge("retrieve", "generate_answer")
-    builder.add_edge("generate_answer", END)
+    add_short_answer(builder, deps, after="generate_answer")
     return builder.compile(checkpointer=checkpointer, name="standard_rag")
 
 

@@ -1,0 +1,120 @@
+"""The shared short-answer step: reduce a method's final answer to the shortest span.
+
+Small models answer in sentences (IterKey's median answer on the 1.5B model was 10-15 words
+against 2 for plain RAG), which exact match and F1 punish although the answer is right. Every
+method that ends with an answer runs this step last, standard_rag included, so comparisons stay
+fair. It spends an LLM call only where the answer is not already short:
+
+- a yes/no question answered "Yes, ..." (or "True") becomes ``yes`` (a rule, no call);
+- an "A or B?" question whose answer names exactly one option becomes that option (no call);
+- an answer of at most ``SHORT_WORDS`` words that fits the question's shape is kept;
+- anything else goes to the model with few-shot user/assistant turns (prompt ``short_answer``
+  in ``gaprag/nodes/prompts.toml``). A reply that is empty or not shorter than the answer is
+  discarded and the answer kept.
+
+``answer_style="paper"`` turns the step off for exact reproductions of a paper. Each run of the
+step leaves a trace record ``{call: "short_answer", path: rule|llm|kept|off, original}``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from langgraph.graph import END, StateGraph
+from langgraph.runtime import Runtime
+
+from gaprag.deps import Deps
+from gaprag.llm.accounting import record_decision
+from gaprag.nodes.answer import clean_answer
+from gaprag.prompts import Prompt, load_prompts
+
+SHORT_WORDS = 5
+_AUX = {
+    "is", "are", "was", "were", "do", "does", "did", "can", "could", "has", "have", "had",
+    "will", "would", "should", "shall", "may", "might", "must",
+}  # fmt: skip
+_YES_NO = re.compile(r"^\W*(yes|no|true|false)\b", re.I)
+_AS_YES_NO = {"yes": "yes", "true": "yes", "no": "no", "false": "no"}
+_OPTIONS = re.compile(r"[,:]\s*(?:the\s+)?([^,:]+?)\s+or\s+(?:the\s+)?([^,:]+?)\s*\??$", re.I)
+_NOISE = re.compile(r"[^a-z0-9 ]")
+
+SHARED_PROMPTS = load_prompts("gaprag.nodes")
+
+
+def _norm(text: str) -> str:
+    return " ".join(_NOISE.sub(" ", text.lower()).split())
+
+
+def yes_no_question(question: str) -> bool:
+    """A question answered by yes or no: it opens with an auxiliary verb and offers no options."""
+    words = question.strip().split()
+    return bool(words) and words[0].lower() in _AUX and options(question) == []
+
+
+def options(question: str) -> list[str]:
+    """The options of an "..., A or B?" question, as the question writes them; else []."""
+    m = _OPTIONS.search(question.strip())
+    return [m.group(1).strip(), m.group(2).strip()] if m else []
+
+
+def rule_answer(question: str, answer: str) -> str | None:
+    """The short answer a rule can give without a model call, or None."""
+    text = answer.strip()
+    if not text:
+        return text
+    if yes_no_question(question):
+        m = _YES_NO.match(text)
+        if m:
+            return _AS_YES_NO[m.group(1).lower()]
+        return None
+    opts = options(question)
+    if opts:
+        said = _norm(text)
+        named = [o for o in opts if _norm(o) and _norm(o) in said]
+        if len(named) == 1:
+            return named[0]
+        return None
+    if len(text.split()) <= SHORT_WORDS:
+        return text
+    return None
+
+
+async def shorten(
+    llm: Any, question: str, answer: str, *, prompt: Prompt | None = None, max_tokens: int = 24
+) -> tuple[str, Literal["rule", "llm", "kept"]]:
+    """(short answer, how it was obtained) for ``answer`` to ``question``."""
+    ruled = rule_answer(question, answer)
+    if ruled is not None:
+        return ruled, "rule" if ruled != answer else "kept"
+    prompt = prompt or SHARED_PROMPTS["short_answer"]
+    raw = await llm.agenerate(
+        prompt.render(question=question, answer=answer), max_tokens=max_tokens
+    )
+    reply = clean_answer(raw)
+    if not reply or len(reply) >= len(answer):
+        return answer, "kept"
+    return reply, "llm"
+
+
+async def short_answer(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[str, Any]:
+    """The graph node: shorten ``state.answer`` unless ``answer_style == "paper"``."""
+    ctx = runtime.context
+    original = str(getattr(state, "answer", "") or "")
+    if getattr(ctx, "answer_style", "short") == "paper":
+        record_decision(call="short_answer", path="off")
+        return {}
+    answer, path = await shorten(deps.chat(ctx), state.question, original)
+    record_decision(call="short_answer", path=path, original=original)
+    return {"answer": answer} if answer != original else {}
+
+
+def add_short_answer(builder: StateGraph[Any, Any, Any, Any], deps: Deps, *, after: str) -> None:
+    """End the graph with the short-answer step: ``after`` -> short_answer -> END."""
+    from gaprag.nodes.wiring import as_node
+
+    context = builder.context_schema
+    assert context is not None
+    builder.add_node("short_answer", as_node(short_answer, deps, context))
+    builder.add_edge(after, "short_answer")
+    builder.add_edge("short_answer", END)
