@@ -162,7 +162,13 @@ def _run_ask(
 ) -> dict[str, Any]:
     from gaprag.graphs import build_graph
 
-    graph = build_graph(args.method, retriever=retriever, checkpointer=checkpointer, **options)
+    graph = build_graph(
+        args.method,
+        retriever=retriever,
+        checkpointer=checkpointer,
+        profile=getattr(args, "profile", "auto"),
+        **options,
+    )
     inputs = {"question": question}
     start = time.perf_counter()
     if args.stream:
@@ -189,6 +195,9 @@ def _run_ask(
             hint="resume it in Python with the same --thread, or run without review options",
         )
     result.setdefault("usage", {})["wall_s"] = round(time.perf_counter() - start, 3)
+    from gaprag.context import effective_settings
+
+    result["settings"] = effective_settings(graph.builder.context_schema)
     return result
 
 
@@ -328,6 +337,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--store", help="a store built by `gaprag index` (default: the bundled demo corpus)"
     )
     p.add_argument("--json", action="store_true", help="print the full output as one JSON object")
+    p.add_argument(
+        "--profile",
+        default="auto",
+        help="model profile: auto (the shipped profile of the model in use), none, a model name "
+        "or a .toml file; --set values win over it (default: auto)",
+    )
     p.add_argument("--stream", action="store_true", help="print each node's update as it happens")
     p.add_argument(
         "--set",

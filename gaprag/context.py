@@ -114,8 +114,13 @@ def field_names(cls: type[BaseContext]) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
 
 
-def with_defaults(cls: type[C], overrides: dict[str, Any]) -> type[C]:
-    """``cls`` with ``overrides`` as its defaults (build-time settings), validated now."""
+def with_defaults(
+    cls: type[C], overrides: dict[str, Any], *, sources: dict[str, str] | None = None
+) -> type[C]:
+    """``cls`` with ``overrides`` as its defaults (build-time settings), validated now.
+
+    ``sources``: where each override came from (``explicit``, ``profile <model>``); it is kept
+    on the class (:func:`setting_sources`) and shown in each field's description (Studio)."""
     unknown = set(overrides) - field_names(cls)
     if unknown:
         raise InputError(
@@ -126,20 +131,46 @@ def with_defaults(cls: type[C], overrides: dict[str, Any]) -> type[C]:
     if not overrides:
         return cls
     hints = typing.get_type_hints(cls)
+    sources = sources or {}
     fields: list[tuple[str, Any, Any]] = []
     for name, value in overrides.items():
         original = next(f for f in dataclasses.fields(cls) if f.name == name)
+        metadata = dict(original.metadata)
+        if sources.get(name, "explicit") != "explicit":
+            metadata["description"] = f"{metadata.get('description', '')} [from {sources[name]}]"
         if isinstance(value, list | dict | set):
-            spec = field(default_factory=_copier(value), metadata=original.metadata)
+            spec = field(default_factory=_copier(value), metadata=metadata)
         else:
-            spec = field(default=value, metadata=original.metadata)
+            spec = field(default=value, metadata=metadata)
         fields.append((name, hints[name], spec))
     derived = dataclasses.make_dataclass(
         cls.__name__, fields, bases=(cls,), kw_only=True, namespace={"__doc__": cls.__doc__}
     )
     derived.__module__ = cls.__module__
     derived.__qualname__ = cls.__qualname__
+    derived.__setting_sources__ = {  # type: ignore[attr-defined]
+        **setting_sources(cls),
+        **{k: sources.get(k, "explicit") for k in overrides},
+    }
     return derived
+
+
+def setting_sources(cls: type[Any] | None) -> dict[str, str]:
+    """Where each non-default setting of a (derived) context class came from."""
+    return dict(getattr(cls, "__setting_sources__", {}))
+
+
+def effective_settings(cls: type[Any] | None) -> dict[str, dict[str, Any]]:
+    """Every setting a context class runs with: ``{name: {value, source}}``, where source is
+    ``default`` (the method's, i.e. the paper's), ``profile <model>`` or ``explicit``."""
+    if cls is None or not issubclass(cls, BaseContext):
+        return {}
+    ctx = cls()
+    sources = setting_sources(cls)
+    return {
+        f.name: {"value": getattr(ctx, f.name), "source": sources.get(f.name, "default")}
+        for f in dataclasses.fields(ctx)
+    }
 
 
 def resolve_context(cls: type[C], value: Any) -> C:

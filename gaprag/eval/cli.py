@@ -76,6 +76,34 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from gaprag.eval.calibrate import CALIBRATED, DATASETS, calibrate
+
+    methods = [m.strip() for m in (args.methods or ",".join(CALIBRATED)).split(",") if m.strip()]
+    datasets = [d.strip() for d in (args.datasets or ",".join(DATASETS)).split(",") if d.strip()]
+    result = calibrate(
+        model=args.model,
+        methods=methods,
+        datasets=datasets,
+        limit=args.limit,
+        start=args.start,
+        out=args.out or f"gaprag-calibration/{args.model}",
+        cost_per_call=args.cost_per_call,
+        profile_path=args.profile,
+        base_url=args.base_url,
+        progress=not args.quiet,
+    )
+    for method, res in result["curves"].items():
+        best = res["chosen"]
+        print(
+            f"{method}: {res['setting']} = {min(best['threshold'], 1.0):g} "
+            f"(F1 {best['f1']:.3f}, {best['llm_calls']:.1f} calls, stops early on "
+            f"{best['stop_rate']:.0%}; {res['questions']} questions)"
+        )
+    print(f"wrote {result['profile']}")
+    return 0
+
+
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "eval",
@@ -142,3 +170,23 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
     p.set_defaults(func=cmd_report)
+
+    p = subparsers.add_parser(
+        "calibrate",
+        help="set a model's decision thresholds on calibration questions; write its profile",
+        description="Run the calibrated methods on calibration questions (index 60 on of the "
+        "bundled sets, never the evaluation questions) with calibration=True, replay every "
+        "threshold offline, choose by mean F1 minus a cost per LLM call, and write the model "
+        "profile (gaprag/profiles/MODEL.toml).",
+    )
+    p.add_argument("--model", required=True, help="embedded model name, or the model at --base-url")
+    p.add_argument("--methods", help="comma-separated (default: every calibrated method)")
+    p.add_argument("--datasets", help="comma-separated bundled sets (default: all three)")
+    p.add_argument("--limit", type=int, default=20, help="questions per set (default: 20)")
+    p.add_argument("--start", type=int, default=60, help="first question index (>= 60)")
+    p.add_argument("--cost-per-call", type=float, default=0.005, help="F1 one LLM call is worth")
+    p.add_argument("--out", help="run directory (default: gaprag-calibration/MODEL)")
+    p.add_argument("--profile", help="profile file to write (default: the shipped one)")
+    p.add_argument("--base-url", help="OpenAI-compatible endpoint serving --model")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_calibrate)

@@ -34,6 +34,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
+from gaprag.context import setting_sources
 from gaprag.errors import GapragError, InputError
 from gaprag.eval.datasets import Dataset, Example, dataset_store, load_dataset
 from gaprag.eval.metrics import (
@@ -421,6 +422,29 @@ def resolved_settings(method: str, options: Mapping[str, Any]) -> dict[str, Any]
     return json.loads(json.dumps(safe, default=str))  # type: ignore[no-any-return]
 
 
+def _graph_settings(graph: Any) -> dict[str, Any]:
+    """Every setting a built graph runs with (defaults, profile and explicit), JSON-safe."""
+    from gaprag.context import effective_settings
+
+    values = {k: v["value"] for k, v in effective_settings(graph.builder.context_schema).items()}
+    safe = {k: v for k, v in values.items() if not _SECRET.search(k)}
+    return json.loads(json.dumps(safe, default=str))  # type: ignore[no-any-return]
+
+
+def _profile_info(llm: Any, keys: Sequence[str], bases: Mapping[str, str]) -> dict[str, Any] | None:
+    """The model profile the run's graphs use (model, source, its settings per method key)."""
+    from gaprag.profiles import model_in_use, profile_for
+
+    profile = profile_for(model_in_use(llm))
+    if profile is None:
+        return None
+    return {
+        "model": profile.model,
+        "source": profile.source,
+        "settings": {k: profile.settings(bases[k]) for k in keys if profile.settings(bases[k])},
+    }
+
+
 def portable_path(path: str | Path) -> str:
     """A path as run.json keeps it: relative to the package, to ``$GAPRAG_HOME`` or to the
     working directory where it lies under one of them, so committed results carry no machine
@@ -465,9 +489,14 @@ def _check_resume(run_file: Path, info: dict[str, Any]) -> dict[str, Any]:
                 f"options for {method} differ from the run being resumed ({before} vs {opts})",
                 hint="resume with the same --set values, or use a new --out directory",
             )
+    if "profile" in old and old["profile"] != info.get("profile"):
+        raise InputError(
+            f"the model profile differs from the run being resumed in {run_file.parent}",
+            hint="resume with the same profile (see run.json: profile), or use a new --out directory",
+        )
     merged = dict(old)
     merged.update({k: v for k, v in info.items() if k != "methods"})
-    for field in ("methods", "variants", "settings"):
+    for field in ("methods", "variants", "settings", "setting_sources"):
         merged[field] = {**old.get(field, {}), **info.get(field, {})}
     return merged
 
@@ -827,6 +856,7 @@ async def _evaluate_locked(
         store = Store.open(store, embedder=embedder)
     retriever = recording(store)
 
+    graphs = {m: build_graph(bases[m], llm=chat, retriever=retriever, **opts[m]) for m in keys}
     manifest = getattr(store, "manifest", {}) or {}
     info: dict[str, Any] = {
         "dataset": ds.name,
@@ -847,7 +877,9 @@ async def _evaluate_locked(
         "serving": serving,
         "methods": json.loads(json.dumps(opts, default=str)),
         "variants": {k: m for k, m in bases.items() if k != m},
-        "settings": {k: resolved_settings(bases[k], opts[k]) for k in keys},
+        "settings": {k: _graph_settings(graphs[k]) for k in keys},
+        "setting_sources": {k: setting_sources(graphs[k].builder.context_schema) for k in keys},
+        "profile": _profile_info(chat, keys, bases),
         "concurrency": concurrency,
         "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -858,7 +890,6 @@ async def _evaluate_locked(
 
     done = {(r.get("method"), r.get("id")) for r in previous if not r.get("error")}
     jobs = [(m, ex) for ex in selected for m in keys if (m, ex.id) not in done]
-    graphs = {m: build_graph(bases[m], llm=chat, retriever=retriever, **opts[m]) for m in keys}
     titles = {d["id"]: d.get("title", "") for d in ds.documents()}
 
     means = _Means(keys)

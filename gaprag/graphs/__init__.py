@@ -10,7 +10,7 @@ from langchain_core.language_models import BaseChatModel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 
-from gaprag.context import with_defaults
+from gaprag.context import field_names, with_defaults
 from gaprag.deps import Deps
 from gaprag.errors import GapragError
 from gaprag.llm.client import LLM
@@ -50,6 +50,7 @@ def build_graph(
     retriever: Any = None,
     checkpointer: BaseCheckpointSaver[Any] | None = None,
     deps: Deps | None = None,
+    profile: Any = "auto",
     **options: Any,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Compile a method's graph.
@@ -60,7 +61,13 @@ def build_graph(
     objects a method can use (its fields may also be given as keywords, e.g.
     ``validator_llm=...``). ``options``: fields of the method's context schema, e.g.
     ``max_iterations=3``; per-run values go in ``invoke(..., context={...})`` and always win.
+    ``profile``: the model profile whose thresholds and switches apply under ``options``
+    (:mod:`gaprag.profiles`): ``"auto"`` (the shipped profile of the model in use, if any),
+    None (none), a model name or a ``.toml`` path. The graph's context class reports every
+    setting and its source (:func:`gaprag.context.effective_settings`).
     """
+    from gaprag.profiles import apply_profile, resolve
+
     module = _module(method)
     check_llm(llm)
     check_retriever(retriever, method=method)
@@ -71,5 +78,7 @@ def build_graph(
         given = dataclasses.replace(
             deps, **{k: v for k, v in chosen.items() if v is not None and k in Deps.names()}
         )
-    context = with_defaults(module.Context, options)
+    chosen_profile = resolve(profile, given.llm)
+    merged, sources = apply_profile(method, options, chosen_profile, field_names(module.Context))
+    context = with_defaults(module.Context, merged, sources=sources)
     return module.build(given, context, checkpointer)  # type: ignore[no-any-return]

@@ -1,0 +1,232 @@
+"""``gaprag calibrate``: set each model-taken loop decision's threshold for one model.
+
+1. **Run** every calibrated method on calibration questions only (index 60 on of each bundled
+   set; :func:`gaprag.eval.datasets.calibration_slice` refuses anything else) with
+   ``calibration=True``: no model decision stops a loop before its bound, and each decision
+   records its probability ``p`` and the answer the method would have given had it stopped
+   there. The runs are ordinary ``gaprag eval`` runs (repeatable serving, resumable) under
+   ``OUT/<dataset>``.
+2. **Replay** every threshold ``t`` of a grid offline: a question stops at its first decision
+   with ``p >= t`` and answers with that decision's answer (reduced by the short-answer
+   rules), else it runs to the bound and gives its final answer. The LLM calls spent up to a
+   decision are estimated in proportion to the decisions taken (``calls * (i+1) / n``).
+3. **Choose** the threshold that maximises ``mean F1 - cost_per_call * mean LLM calls``
+   (ties go to the higher threshold: fail toward retrieving more), and write the model's
+   profile (:mod:`gaprag.profiles`), keeping the switches already in it, with a
+   ``[calibration]`` table that says how it was made. The replay curves go to
+   ``OUT/curves.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gaprag.errors import InputError
+from gaprag.eval.datasets import CALIBRATION_START, calibration_slice, load_dataset
+from gaprag.eval.metrics import f1_score
+from gaprag.nodes.short_answer import rule_answer
+
+#: method -> (its threshold setting, the decision nodes that setting governs)
+CALIBRATED: dict[str, tuple[str, tuple[str, ...]]] = {
+    "iterkey": ("validation_threshold", ("validate",)),
+    "missing_knowledge": ("judge_threshold", ("judge",)),
+    "migres": ("sufficiency_threshold", ("sufficiency",)),
+    "rfm_rag": ("rf_threshold", ("r_feedback",)),
+}
+GRID: tuple[float, ...] = (
+    0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 1.01,
+)  # fmt: skip
+DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One threshold replayed over a method's calibration rows."""
+
+    threshold: float
+    f1: float
+    llm_calls: float
+    stop_rate: float  # share of questions stopped by a decision before the bound
+    objective: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: round(v, 4) for k, v in self.__dict__.items()}
+
+
+def _stops(row: Mapping[str, Any], nodes: Sequence[str]) -> list[Mapping[str, Any]]:
+    return [d for d in row.get("decisions") or [] if d.get("node") in nodes]
+
+
+def replay(
+    rows: Iterable[Mapping[str, Any]],
+    nodes: Sequence[str],
+    threshold: float,
+    *,
+    cost_per_call: float = 0.005,
+) -> Point:
+    """What ``threshold`` would have given on calibration ``rows`` of one method."""
+    f1s: list[float] = []
+    calls: list[float] = []
+    stopped = 0
+    for row in rows:
+        if row.get("error"):
+            continue
+        total = float(row.get("llm_calls") or 0)
+        decisions = _stops(row, nodes)
+        f1, spent = float(row.get("f1") or 0.0), total
+        for i, d in enumerate(decisions):
+            p, answer = d.get("p"), d.get("answer")
+            if p is None or answer is None or p < threshold:
+                continue
+            short = rule_answer(str(row.get("question", "")), str(answer))
+            f1 = f1_score(short if short is not None else str(answer), row.get("answers") or [])
+            spent = total * (i + 1) / len(decisions)
+            stopped += i + 1 < len(decisions)
+            break
+        f1s.append(f1)
+        calls.append(spent)
+    n = max(1, len(f1s))
+    mean_f1, mean_calls = sum(f1s) / n, sum(calls) / n
+    return Point(
+        threshold=threshold,
+        f1=mean_f1,
+        llm_calls=mean_calls,
+        stop_rate=stopped / n,
+        objective=mean_f1 - cost_per_call * mean_calls,
+    )
+
+
+def choose(points: Sequence[Point]) -> Point:
+    """The best objective; ties go to the higher threshold (fail toward retrieving more)."""
+    return max(points, key=lambda pt: (round(pt.objective, 6), pt.threshold))
+
+
+def curves(
+    rows: Sequence[Mapping[str, Any]],
+    methods: Sequence[str],
+    *,
+    cost_per_call: float = 0.005,
+    grid: Sequence[float] = GRID,
+) -> dict[str, dict[str, Any]]:
+    """Per method: the replayed grid and the chosen threshold."""
+    out: dict[str, dict[str, Any]] = {}
+    for method in methods:
+        field, nodes = CALIBRATED[method]
+        mine = [r for r in rows if r.get("method") == method]
+        if not mine:
+            continue
+        points = [replay(mine, nodes, t, cost_per_call=cost_per_call) for t in grid]
+        best = choose(points)
+        with_p = sum(1 for r in mine for d in _stops(r, nodes) if d.get("p") is not None)
+        out[method] = {
+            "setting": field,
+            "nodes": list(nodes),
+            "questions": len(mine),
+            "decisions_with_p": with_p,
+            "chosen": best.as_dict(),
+            "grid": [pt.as_dict() for pt in points],
+        }
+    return out
+
+
+def write_profile(
+    path: Path, model: str, chosen: Mapping[str, Mapping[str, Any]], notes: Mapping[str, Any]
+) -> None:
+    """Write (or update) a profile: the chosen thresholds, the switches already there kept."""
+    import tomllib
+
+    import tomli_w
+
+    data: dict[str, Any] = {}
+    if path.is_file():
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    data["model"] = model
+    for method, result in chosen.items():
+        threshold = float(result["chosen"]["threshold"])
+        data.setdefault(method, {})[result["setting"]] = min(threshold, 1.0)
+    data["calibration"] = dict(notes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = (
+        f"# Model profile of {model}: written by `gaprag calibrate` (thresholds) and by hand\n"
+        "# (switches, each explained on its method's page). See gaprag/profiles/__init__.py.\n"
+    )
+    path.write_text(header + tomli_w.dumps(data), encoding="utf-8")
+
+
+def calibrate(
+    *,
+    model: str,
+    methods: Sequence[str] = tuple(CALIBRATED),
+    datasets: Sequence[str] = DATASETS,
+    limit: int = 20,
+    start: int = CALIBRATION_START,
+    out: str | Path = "gaprag-calibration",
+    cost_per_call: float = 0.005,
+    profile_path: str | Path | None = None,
+    base_url: str | None = None,
+    resume: bool = True,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run the calibration questions, replay the thresholds, write ``model``'s profile.
+
+    ``model``: the embedded model's registry name (``gaprag llm models``), or with
+    ``base_url`` the model name that endpoint serves. Returns the curves."""
+    import os
+
+    from gaprag.eval.runner import evaluate, read_results
+
+    unknown = [m for m in methods if m not in CALIBRATED]
+    if unknown:
+        raise InputError(
+            f"no calibrated decision in: {', '.join(unknown)}",
+            hint="calibrated methods: " + ", ".join(CALIBRATED),
+        )
+    if base_url is None:
+        os.environ["GAPRAG_LOCAL_MODEL"] = model
+    out_dir = Path(out)
+    rows: list[dict[str, Any]] = []
+    for name in datasets:
+        ds = load_dataset(name)
+        picked = calibration_slice(ds.examples, start, limit, what="calibration")
+        offset = start
+        evaluate(
+            methods=list(methods),
+            dataset=ds,
+            limit=len(picked),
+            offset=offset,
+            out=out_dir / ds.name,
+            resume=resume,
+            options={m: {"calibration": True} for m in methods},
+            base_url=base_url,
+            model=model if base_url else None,
+            progress=progress,
+            report=False,
+        )
+        rows.extend(read_results(out_dir / ds.name / "results.jsonl"))
+    result = curves(rows, methods, cost_per_call=cost_per_call)
+    (out_dir / "curves.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    notes = {
+        "date": time.strftime("%Y-%m-%d"),
+        "command": " ".join(["gaprag calibrate", *sys.argv[2:]]) or "gaprag calibrate",
+        "datasets": list(datasets),
+        "questions": f"index {start} to {start + limit - 1} of each set",
+        "objective": f"mean F1 - {cost_per_call} x mean LLM calls",
+        "cost_per_call": cost_per_call,
+    }
+    from gaprag.profiles import normalize
+
+    target = Path(profile_path) if profile_path else _shipped_path(normalize(model))
+    write_profile(target, model, result, notes)
+    return {"curves": result, "profile": str(target)}
+
+
+def _shipped_path(name: str) -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("gaprag.profiles"))) / f"{name}.toml"

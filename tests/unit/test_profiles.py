@@ -1,0 +1,170 @@
+"""Model profiles (precedence, matching, sources) and the calibration replay."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gaprag import build_graph
+from gaprag.context import effective_settings
+from gaprag.errors import InputError
+from gaprag.eval.calibrate import CALIBRATED, calibrate, choose, curves, replay, write_profile
+from gaprag.graphs import context_class, list_methods
+from gaprag.profiles import (
+    Profile,
+    load_profile,
+    model_in_use,
+    normalize,
+    parse_profile,
+    profile_for,
+    shipped_profiles,
+)
+from gaprag.stores import HashingEmbedder, Store
+from gaprag.stores.documents import Document
+from gaprag.testing import scripted
+
+PROFILE = Profile(model="tiny-model", methods={"standard_rag": {"top_k": 2}}, source="test")
+
+
+@pytest.fixture
+def store(tmp_path: Path, tiny_docs: list[Document]) -> Store:
+    return Store.build(tmp_path / "s", tiny_docs, embedder=HashingEmbedder(), progress=False)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "qwen2.5-coder-1.5b",
+        "Qwen/Qwen2.5-Coder-1.5B-Instruct",
+        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        "Qwen2.5-Coder-1.5B-Instruct-GGUF",
+    ],
+)
+def test_model_names_match_without_org_instruct_and_quantisation(name: str) -> None:
+    assert normalize(name) == "qwen2.5-coder-1.5b"
+
+
+def test_the_embedded_default_model_has_a_shipped_profile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("GAPRAG_BASE_URL", raising=False)
+    monkeypatch.delenv("GAPRAG_LOCAL_MODEL", raising=False)
+    found = profile_for(model_in_use(None))
+    assert found is not None and found.model == "qwen2.5-coder-1.5b"
+    assert profile_for("some-other-model-7b") is None
+    assert model_in_use(SimpleNamespace(model_name="Qwen/Qwen2.5-Coder-1.5B-Instruct")) == (
+        "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+    )
+    monkeypatch.setenv("GAPRAG_BASE_URL", "http://localhost:1/v1")
+    monkeypatch.delenv("GAPRAG_MODEL", raising=False)
+    assert model_in_use(None) is None  # an endpoint with no model name: no profile
+
+
+def test_every_shipped_profile_setting_exists() -> None:
+    for profile in shipped_profiles().values():
+        for method, settings in profile.methods.items():
+            assert method in list_methods(), f"{profile.source}: unknown method {method}"
+            fields = {f.name for f in dataclasses.fields(context_class(method))}
+            assert set(settings) <= fields, f"{profile.source}: {set(settings) - fields}"
+
+
+def test_every_calibrated_threshold_is_a_setting() -> None:
+    for method, (field, _) in CALIBRATED.items():
+        assert field in {f.name for f in dataclasses.fields(context_class(method))}, method
+
+
+def test_precedence_default_profile_explicit_run(store: Store) -> None:
+    fake = scripted(default="Shakespeare")
+    q = {"question": "capital city tower"}
+    graph = build_graph("standard_rag", llm=fake, retriever=store, profile=PROFILE)
+    assert len(graph.invoke(q)["evidence"]) == 2  # the profile over the default (5)
+    settings = effective_settings(graph.builder.context_schema)
+    assert settings["top_k"] == {"value": 2, "source": "profile tiny-model"}
+    assert settings["max_passage_words"]["source"] == "default"
+    assert "[from profile tiny-model]" in next(
+        f.metadata["description"]
+        for f in dataclasses.fields(graph.builder.context_schema)
+        if f.name == "top_k"
+    )
+    graph = build_graph("standard_rag", llm=fake, retriever=store, profile=PROFILE, top_k=3)
+    assert len(graph.invoke(q)["evidence"]) == 3  # explicit wins
+    assert effective_settings(graph.builder.context_schema)["top_k"]["source"] == "explicit"
+    assert len(graph.invoke(q, context={"top_k": 1})["evidence"]) == 1  # run time wins
+    graph = build_graph("standard_rag", llm=fake, retriever=store, profile=None)
+    assert len(graph.invoke(q)["evidence"]) == 5  # no profile: the defaults
+
+
+def test_profile_files_and_errors(tmp_path: Path) -> None:
+    path = tmp_path / "m.toml"
+    path.write_text('model = "m-1b"\n[standard_rag]\ntop_k = 4\n', encoding="utf-8")
+    assert load_profile(path).settings("standard_rag") == {"top_k": 4}
+    with pytest.raises(InputError, match="no model profile"):
+        load_profile("no-such-model-3b")
+    with pytest.raises(InputError, match="no `model`"):
+        parse_profile("[iterkey]\nx = 1\n")
+
+
+def _row(f1: float, calls: int, decisions: list[tuple[float | None, str]]) -> dict[str, Any]:
+    return {
+        "method": "iterkey",
+        "question": "Who wrote Hamlet?",
+        "answers": ["William Shakespeare"],
+        "f1": f1,
+        "llm_calls": calls,
+        "decisions": [
+            {"node": "validate", "round": i + 1, "decision": "x", "p": p, "answer": a}
+            for i, (p, a) in enumerate(decisions)
+        ],
+    }
+
+
+def test_replay_stops_at_the_first_confident_decision() -> None:
+    rows = [
+        # round 1 wrong but confident-ish (0.8), round 2 right and sure (0.97); final right
+        _row(1.0, 6, [(0.8, "Marlowe"), (0.97, "William Shakespeare")]),
+        # round 1 right and sure: stopping early saves calls
+        _row(1.0, 6, [(0.99, "William Shakespeare"), (0.6, "Shakespeare")]),
+    ]
+    low = replay(rows, ["validate"], 0.5, cost_per_call=0.0)
+    assert low.f1 == pytest.approx(0.5) and low.stop_rate == pytest.approx(1.0)
+    high = replay(rows, ["validate"], 0.95, cost_per_call=0.0)
+    assert high.f1 == pytest.approx(1.0)
+    assert high.llm_calls == pytest.approx((6 + 3) / 2)
+    never = replay(rows, ["validate"], 1.01, cost_per_call=0.0)
+    assert never.f1 == pytest.approx(1.0) and never.llm_calls == pytest.approx(6)
+    assert choose([low, high, never]).threshold == 1.01  # free calls: a tie, retrieve more
+    costly = [replay(rows, ["validate"], t, cost_per_call=0.1) for t in (0.5, 0.95, 1.01)]
+    assert choose(costly).threshold == 0.95
+    # ties go to the higher threshold (fail toward retrieving more)
+    assert choose([never, dataclasses.replace(never, threshold=0.4)]).threshold == 1.01
+
+
+def test_decisions_without_p_or_answer_never_stop() -> None:
+    rows = [_row(0.0, 4, [(None, "William Shakespeare"), (0.99, None)])]
+    point = replay(rows, ["validate"], 0.5)
+    assert point.f1 == 0.0 and point.stop_rate == 0.0
+
+
+def test_curves_and_profile_writing_keep_switches(tmp_path: Path) -> None:
+    rows = [_row(1.0, 6, [(0.99, "William Shakespeare"), (0.6, "x")])]
+    result = curves(rows, ["iterkey"], cost_per_call=0.01)
+    assert result["iterkey"]["setting"] == "validation_threshold"
+    assert result["iterkey"]["chosen"]["threshold"] <= 0.99
+    path = tmp_path / "p.toml"
+    path.write_text('model = "m"\n[migres]\nseed_facts = true\n', encoding="utf-8")
+    write_profile(path, "m", result, {"date": "2026-11-23"})
+    prof = load_profile(path)
+    assert prof.settings("migres") == {"seed_facts": True}
+    assert 0 < prof.settings("iterkey")["validation_threshold"] <= 1.0
+    assert prof.notes["date"] == "2026-11-23"
+
+
+def test_calibration_refuses_the_evaluation_questions(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="reserved"):
+        calibrate(model="qwen2.5-coder-1.5b", start=10, out=tmp_path, progress=False)
+    with pytest.raises(InputError, match="no calibrated decision"):
+        calibrate(model="qwen2.5-coder-1.5b", methods=["standard_rag"], out=tmp_path)
