@@ -422,11 +422,18 @@ def resolved_settings(method: str, options: Mapping[str, Any]) -> dict[str, Any]
     return json.loads(json.dumps(safe, default=str))  # type: ignore[no-any-return]
 
 
-def _graph_settings(graph: Any) -> dict[str, Any]:
+def _context_of(graph: Any) -> Any:
+    return getattr(getattr(graph, "builder", None), "context_schema", None)
+
+
+def _graph_settings(graph: Any, method: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """Every setting a built graph runs with (defaults, profile and explicit), JSON-safe."""
     from gaprag.context import effective_settings
 
-    values = {k: v["value"] for k, v in effective_settings(graph.builder.context_schema).items()}
+    found = effective_settings(_context_of(graph))
+    if not found:  # not a gaprag graph: its method's defaults and the options
+        return resolved_settings(method, options)
+    values = {k: v["value"] for k, v in found.items()}
     safe = {k: v for k, v in values.items() if not _SECRET.search(k)}
     return json.loads(json.dumps(safe, default=str))  # type: ignore[no-any-return]
 
@@ -877,8 +884,8 @@ async def _evaluate_locked(
         "serving": serving,
         "methods": json.loads(json.dumps(opts, default=str)),
         "variants": {k: m for k, m in bases.items() if k != m},
-        "settings": {k: _graph_settings(graphs[k]) for k in keys},
-        "setting_sources": {k: setting_sources(graphs[k].builder.context_schema) for k in keys},
+        "settings": {k: _graph_settings(graphs[k], bases[k], opts[k]) for k in keys},
+        "setting_sources": {k: setting_sources(_context_of(graphs[k])) for k in keys},
         "profile": _profile_info(chat, keys, bases),
         "concurrency": concurrency,
         "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
