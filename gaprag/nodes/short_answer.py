@@ -109,12 +109,16 @@ async def short_answer(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[st
     return {"answer": answer} if answer != original else {}
 
 
-def add_short_answer(builder: StateGraph[Any, Any, Any, Any], deps: Deps, *, after: str) -> None:
-    """End the graph with the short-answer step: ``after`` -> short_answer -> END."""
+def add_short_answer(
+    builder: StateGraph[Any, Any, Any, Any], deps: Deps, *, after: str | None = None
+) -> None:
+    """End the graph with the short-answer step: ``after`` -> short_answer -> END (without
+    ``after``, the graph's routers lead to ``"short_answer"`` themselves)."""
     from gaprag.nodes.wiring import as_node
 
     context = builder.context_schema
     assert context is not None
     builder.add_node("short_answer", as_node(short_answer, deps, context))
-    builder.add_edge(after, "short_answer")
+    if after is not None:
+        builder.add_edge(after, "short_answer")
     builder.add_edge("short_answer", END)

@@ -32,7 +32,7 @@ from gaprag.graphs.rag_ef.nodes import (
     update_evidence_pool,
 )
 from gaprag.graphs.rag_ef.state import InputState, OutputState, State
-from gaprag.nodes import add_nodes, add_router
+from gaprag.nodes import add_nodes, add_router, add_short_answer
 
 
 def after_retrieve(
@@ -45,30 +45,34 @@ def after_retrieve(
 
 def after_answer(
     state: State, runtime: Runtime[Context]
-) -> Literal["feedback_classifier", "__end__"]:
+) -> Literal["feedback_classifier", "short_answer"]:
     ctx = runtime.context
     if state.feedback_rounds >= ctx.max_feedback_rounds:
-        return "__end__"
+        return "short_answer"
     if ctx.judge == "off" and not ctx.review:
-        return "__end__"
+        return "short_answer"
     return "feedback_classifier"
 
 
-def after_judge(state: State, runtime: Runtime[Context]) -> Literal["collect_feedback", "__end__"]:
+def after_judge(
+    state: State, runtime: Runtime[Context]
+) -> Literal["collect_feedback", "short_answer"]:
     if runtime.context.review or state.verdict == "incorrect":
         return "collect_feedback"
-    return "__end__"
+    return "short_answer"
 
 
-def after_feedback(state: State) -> Literal["update_evidence_pool", "__end__"]:
-    return "update_evidence_pool" if state.feedback is not None else "__end__"
+def after_feedback(state: State) -> Literal["update_evidence_pool", "short_answer"]:
+    return "update_evidence_pool" if state.feedback is not None else "short_answer"
 
 
-def after_insert(state: State, runtime: Runtime[Context]) -> Literal["retrieve_again", "__end__"]:
+def after_insert(
+    state: State, runtime: Runtime[Context]
+) -> Literal["retrieve_again", "short_answer"]:
     ctx = runtime.context
     if ctx.reanswer_after_feedback and state.feedback_rounds <= ctx.max_feedback_rounds:
         return "retrieve_again"
-    return "__end__"
+    return "short_answer"
 
 
 def build(
@@ -91,6 +95,7 @@ def build(
     add_router(builder, "feedback_classifier", after_judge)
     add_router(builder, "collect_feedback", after_feedback)
     add_router(builder, "update_evidence_pool", after_insert)
+    add_short_answer(builder, deps)
     return builder.compile(checkpointer=checkpointer, name="rag_ef")
 
 
