@@ -252,7 +252,7 @@ def test_gate_drops_low_pairs_and_their_chunks(store: PairStore) -> None:
     assert nodes[:2] == ["retrieve", "rerank_filter"]
     plain = build_graph("rag_ef", pair_store=store, llm=fake())
     nodes = [next(iter(u)) for u in plain.stream({"question": "Who wrote the tragedy Hamlet?"})]
-    assert nodes == ["retrieve", "assemble_evidence", "generate_answer"]
+    assert nodes == ["retrieve", "assemble_evidence", "generate_answer", "short_answer"]
 
 
 # -- feedback behaviour -----------------------------------------------------
