@@ -56,6 +56,7 @@ OPTIONAL_COSTS: tuple[str, ...] = (
     "passage_tokens",
     "other_tokens",
     "cached_tokens",
+    "short_answer_calls",
     "shown_passages",
     "retrieved_passages",
 )
@@ -376,6 +377,13 @@ def _verdict(name: str, ds: Mapping[str, Any]) -> str:
     return text + "."
 
 
+def _calls(cost: Mapping[str, Any]) -> str:
+    """LLM calls per question, with the short-answer step's share where there is one."""
+    text = _fmt(cost["llm_calls"], 2)
+    extra = cost.get("short_answer_calls")
+    return f"{text} ({_fmt(extra, 2)} short-answer)" if extra else text
+
+
 def _split(c: Mapping[str, Any]) -> str:
     parts = [c.get("instruction_tokens"), c.get("passage_tokens"), c.get("other_tokens")]
     if any(p is None for p in parts):
@@ -463,7 +471,7 @@ def render_markdown(
                 method_cell,
                 _fmt(st.get("retrieval_mode")),
                 _fmt(st.get("passages_per_prompt")),
-                _fmt(c["llm_calls"], 2),
+                _calls(c),
                 _fmt(c["prompt_tokens"], 0),
                 _split(c),
                 _fmt(c.get("cached_tokens"), 0),

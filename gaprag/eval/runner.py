@@ -637,6 +637,12 @@ async def _run_one(
         ),
         "instruction_tokens": _int_or_none(usage.get("instruction_tokens")),
         "passage_tokens": _int_or_none(usage.get("passage_tokens")),
+        # LLM calls the shared short-answer step added (already counted in llm_calls)
+        "short_answer_calls": sum(
+            1
+            for t in output.get("trace") or []
+            if isinstance(t, dict) and t.get("call") == "short_answer" and t.get("path") == "llm"
+        ),
     }
     if error is None:
         row.update(score(example, prediction, shown, retrieved))
