@@ -265,7 +265,7 @@ def test_9_answer_prompt_has_the_question_and_only_this_rounds_passages(store: S
     rounds = [r["doc_ids"] for r in out["history"]]
     assert len(rounds[0]) == len(rounds[1]) == 3 and not set(rounds[0]) & set(rounds[1])
     for i, prompt in enumerate(p2):
-        assert prompt.rstrip().endswith(f"Query: {Q_NO_HITS}")
+        assert f"Query: {Q_NO_HITS}" in prompt
         assert out["history"][i]["retrieval_query"] not in prompt  # not the expanded query
         positions = [prompt.index(TEXT[d]) for d in rounds[i]]
         assert positions == sorted(positions)  # rank order
@@ -280,10 +280,41 @@ def test_10_validation_prompt_has_question_answer_and_the_same_passages(store: S
     out = run(store, fake, Q_NO_HITS)
     (p2,) = prompts_of(fake, "answer")
     (p3,) = prompts_of(fake, "validate")
-    assert f"Query: {Q_NO_HITS}" in p3 and p3.rstrip().endswith("Answer: Paris")
-    block = p2[p2.index("[1] ") : p2.index("Query:")].strip()
+    assert f"Query: {Q_NO_HITS}" in p3 and "Answer: Paris" in p3
+    block = p2[p2.index("[1] ") : p2.index(ANSWER_INSTRUCTION)].strip()
     assert block and block in p3
     assert all(TEXT[d] in p3 for d in out["history"][0]["doc_ids"])
+
+
+ANSWER_INSTRUCTION = "Give a clear, concise answer and nothing else."
+VALIDATE_INSTRUCTION = "Reply with exactly one word, True or False"
+
+
+def test_answer_and_validation_prompts_follow_the_papers_order(store: Store) -> None:
+    """Paper Table 1: P2 is question, documents, then the instruction; P3 is question, answer,
+    documents, then the reply format. The instruction is the last thing the model reads (a
+    1.5B model given a prompt that ends on the question restated it)."""
+    fake = role_fake(keywords=['["Paris", "France"]'], answers=["Paris"], verdicts=["True"])
+    out = run(store, fake, Q_NO_HITS)
+    answer_call, validate_call = (
+        next(c for c in fake.calls if kind_of(c) == kind) for kind in ("answer", "validate")
+    )
+    (_, system), (_, user) = answer_call["messages"]
+    assert system == PROMPTS["answer"].system
+    assert user.rstrip().endswith(ANSWER_INSTRUCTION)
+    first_doc = TEXT[out["history"][0]["doc_ids"][0]]
+    assert (
+        user.index(f"Query: {Q_NO_HITS}") < user.index(first_doc) < user.index(ANSWER_INSTRUCTION)
+    )
+    assert out["history"][0]["retrieval_query"] not in user
+    (_, _), (_, judged) = validate_call["messages"]
+    assert judged.rstrip().endswith("no explanation and no other text.")
+    assert (
+        judged.index(f"Query: {Q_NO_HITS}")
+        < judged.index("Answer: Paris")
+        < judged.index(first_doc)
+        < judged.index(VALIDATE_INSTRUCTION)
+    )
 
 
 def test_11_retrieval_query_is_question_plus_keywords(store: Store) -> None:
