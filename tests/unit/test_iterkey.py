@@ -446,6 +446,29 @@ def test_15_dense_and_hybrid_variants_use_the_same_query(store: Store, mode: str
     assert len(other["evidence"]) == 3
 
 
+def test_15_hybrid_at_the_baselines_budget_shows_k_passages(store: Store) -> None:
+    """``top_k`` alone sets what the prompts show: with top_k=5 and hybrid retrieval IterKey
+    sees the same 5 passages as standard_rag (its default); recall_k only deepens the logged
+    retrieval, and recall_k=0 retrieves exactly what is shown."""
+    fake = role_fake(keywords=[""], verdicts=["True"])  # no keywords: the query is the question
+    out = run(store, fake, retrieval_mode="hybrid", top_k=5)
+    shown = [e["id"] for e in out["evidence"]]
+    assert len(shown) == 5 and out["shown_ids"] == shown
+    assert all(e["source"] == "hybrid" for e in out["evidence"])
+    (p2,) = prompts_of(fake, "answer")
+    (p3,) = prompts_of(fake, "validate")
+    for prompt in (p2, p3):
+        assert "[5] " in prompt and "[6] " not in prompt
+        assert all(TEXT[d] in prompt for d in shown)
+    baseline = build_graph("standard_rag", llm=ScriptedChatModel(default="x"), retriever=store)
+    base = baseline.invoke({"question": Q})
+    assert [e["id"] for e in base["evidence"]] == shown  # same query, mode and budget
+    exact = run(store, role_fake(verdicts=["True"]), top_k=4, recall_k=0)
+    assert len(exact["evidence"]) == 4 and exact["retrieved_ids"] == exact["shown_ids"]
+    deeper = run(store, role_fake(verdicts=["True"]), top_k=2, recall_k=6, retrieval_mode="hybrid")
+    assert len(deeper["shown_ids"]) == 2 and len(deeper["history"][0]["logged_doc_ids"]) == 6
+
+
 # -- validation decoding -------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("logprobs", "text", "expected"),

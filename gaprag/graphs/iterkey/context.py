@@ -20,7 +20,8 @@ class Context(BaseContext):
     )
     top_k: int = describe(
         3,
-        "Passages retrieved per round and shown to the answer and validation prompts (paper: 3).",
+        "Passages shown per round to the answer and validation prompts (paper: 3). This alone "
+        "sets what the model sees; top_k=5 with retrieval_mode=hybrid matches standard_rag.",
         minimum=1,
     )
     retrieval_mode: RetrievalMode = describe(
@@ -30,8 +31,10 @@ class Context(BaseContext):
     )
     recall_k: int = describe(
         5,
-        "Passages retrieved per round for recall logging only (ids kept in history); only the "
-        "first top_k ever reach a prompt (the paper reports Top-1..5 recall).",
+        "Retrieval depth per round for recall statistics only: max(top_k, recall_k) passages "
+        "are retrieved and their ids logged (history, retrieved_ids); only the first top_k ever "
+        "reach a prompt. 0 retrieves just top_k (the paper reports Top-1..5 recall).",
+        minimum=0,
     )
     validation_threshold: float = describe(
         0.5,
