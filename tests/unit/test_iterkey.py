@@ -18,6 +18,8 @@ import pytest
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
+from langchain_core.runnables import RunnableConfig
+from pydantic import PrivateAttr
 
 from gaprag import build_graph
 from gaprag.errors import InputError
@@ -87,17 +89,49 @@ def prompts_of(fake: ScriptedChatModel, kind: str) -> list[str]:
     return [p for c, p in zip(fake.calls, fake.prompts(), strict=True) if kind_of(c) == kind]
 
 
+Verdict = str | float
+
+
+class RoleFake(ScriptedChatModel):
+    """A scripted model whose validation replies carry first-token logprobs when asked for:
+    a verdict ``"True"``/``"False"`` gives P(True) = 0.9/0.1, a float gives that P(True) (the
+    text is the more probable option), any other text gives no logprobs (a malformed reply:
+    the client then asks again without logprobs and parses the text)."""
+
+    _next_top: dict[str, float] | None = PrivateAttr(default=None)
+    logprob_call: bool = False
+
+    def _result(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
+        self.logprob_call = bool(kwargs.get("logprobs"))
+        self._next_top = None
+        result = super()._result(messages, **kwargs)
+        if self.logprob_call and self._next_top is not None:
+            top = [{"token": t, "logprob": lp} for t, lp in self._next_top.items()]
+            first = {"token": top[0]["token"], "logprob": top[0]["logprob"], "top_logprobs": top}
+            msg = result.generations[0].message
+            msg.response_metadata = {"logprobs": {"content": [first]}}
+        return result
+
+    def set_top(self, p_true: float) -> None:
+        lp = {"True": math.log(max(p_true, 1e-12)), "False": math.log(max(1 - p_true, 1e-12))}
+        self._next_top = dict(sorted(lp.items(), key=lambda kv: -kv[1]))
+
+
+P_TEXT = {"True": 0.9, "False": 0.1}
+
+
 def role_fake(
     *,
     keywords: Sequence[str] = ('["Moon", "landing"]',),
     answers: Sequence[str] = ("a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8"),
-    verdicts: Sequence[str] = ("False",),
+    verdicts: Sequence[Verdict] = ("False",),
     regen: Sequence[str] = REGEN,
     cot_verdicts: Sequence[str] = ("Chain of thought: fine.\nConclusion: True",),
     logprobs: dict[str, float] | None = None,
-) -> ScriptedChatModel:
-    """Replies per prompt type, in order; the last reply of a type repeats."""
-    queues: dict[str, list[str]] = {
+) -> RoleFake:
+    """Replies per prompt type, in order; the last reply of a type repeats. ``logprobs``: the
+    same top logprobs on every call asked for them (instead of the per-verdict ones)."""
+    queues: dict[str, list[Any]] = {
         "keywords": list(keywords),
         "answer": list(answers),
         "validate": list(verdicts),
@@ -106,17 +140,28 @@ def role_fake(
         "regenerate_cot": list(regen),
         "validate_cot": list(cot_verdicts),
     }
+    fake = RoleFake(logprobs=logprobs)
 
     def reply_for(name: str) -> Callable[[list[BaseMessage]], str]:
         def reply(_: list[BaseMessage]) -> str:
             queue = queues[name]
-            return queue.pop(0) if len(queue) > 1 else queue[0]
+            item = queue[0]
+            if name == "validate" and fake.logprobs is None:
+                p = P_TEXT.get(item) if isinstance(item, str) else float(item)
+                if p is None and fake.logprob_call:  # malformed: the text call will consume it
+                    return str(item)
+                if p is not None and fake.logprob_call:
+                    fake.set_top(p)
+                if not isinstance(item, str):
+                    item = "True" if item >= 0.5 else "False"
+            if len(queue) > 1:
+                queue.pop(0)
+            return str(item)
 
         return reply
 
-    return ScriptedChatModel(
-        rules=[(needle, reply_for(name)) for name, needle in KINDS], logprobs=logprobs
-    )
+    fake.rules = [(needle, reply_for(name)) for name, needle in KINDS]
+    return fake
 
 
 @pytest.fixture(scope="module")
@@ -125,10 +170,23 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     return Store.build(root, CORPUS, embedder=HashingEmbedder(), progress=False)
 
 
+def served(fake: ScriptedChatModel) -> LLM:
+    """A scripted model served as an endpoint that returns logprobs."""
+    return LLM(fake, supports_logprobs=True)
+
+
 def run(
-    store: Store, fake: ScriptedChatModel | LLM, question: str = Q, **options: Any
+    store: Store,
+    fake: ScriptedChatModel | LLM,
+    question: str = Q,
+    *,
+    endpoint_logprobs: bool = True,
+    **options: Any,
 ) -> dict[str, Any]:
-    graph = build_graph("iterkey", llm=fake, retriever=store, **options)
+    """One question through the graph; a scripted model is served as an endpoint that returns
+    logprobs unless ``endpoint_logprobs`` is False."""
+    llm = fake if isinstance(fake, LLM) else LLM(fake, supports_logprobs=endpoint_logprobs)
+    graph = build_graph("iterkey", llm=llm, retriever=store, **options)
     return dict(graph.invoke({"question": question}))
 
 
@@ -210,7 +268,7 @@ def test_6_analysis_mode_runs_all_rounds_and_keeps_first_true(store: Store) -> N
     out = run(store, fake, continue_after_true=True)
     assert out["iterations"] == 5 and out["verdicts"] == [False, True, False, True, False]
     assert out["first_true_iteration"] == 2 and out["answer"] == "Eagle"
-    assert out["stop_reason"] == "validated"
+    assert out["stop_reason"] == "max_iterations"  # the bound ended the loop, not a verdict
 
     def is_eagle(answer: str) -> bool:
         return normalize_answer(answer) == "eagle"
@@ -265,7 +323,7 @@ def test_9_answer_prompt_has_the_question_and_only_this_rounds_passages(store: S
     rounds = [r["doc_ids"] for r in out["history"]]
     assert len(rounds[0]) == len(rounds[1]) == 3 and not set(rounds[0]) & set(rounds[1])
     for i, prompt in enumerate(p2):
-        assert prompt.rstrip().endswith(f"Query: {Q_NO_HITS}")
+        assert f"Query: {Q_NO_HITS}" in prompt
         assert out["history"][i]["retrieval_query"] not in prompt  # not the expanded query
         positions = [prompt.index(TEXT[d]) for d in rounds[i]]
         assert positions == sorted(positions)  # rank order
@@ -280,10 +338,41 @@ def test_10_validation_prompt_has_question_answer_and_the_same_passages(store: S
     out = run(store, fake, Q_NO_HITS)
     (p2,) = prompts_of(fake, "answer")
     (p3,) = prompts_of(fake, "validate")
-    assert f"Query: {Q_NO_HITS}" in p3 and p3.rstrip().endswith("Answer: Paris")
-    block = p2[p2.index("[1] ") : p2.index("Query:")].strip()
+    assert f"Query: {Q_NO_HITS}" in p3 and "Answer: Paris" in p3
+    block = p2[p2.index("[1] ") : p2.index(ANSWER_INSTRUCTION)].strip()
     assert block and block in p3
     assert all(TEXT[d] in p3 for d in out["history"][0]["doc_ids"])
+
+
+ANSWER_INSTRUCTION = "Give a clear, concise answer and nothing else."
+VALIDATE_INSTRUCTION = "Reply with exactly one word, True or False"
+
+
+def test_answer_and_validation_prompts_follow_the_papers_order(store: Store) -> None:
+    """Paper Table 1: P2 is question, documents, then the instruction; P3 is question, answer,
+    documents, then the reply format. The instruction is the last thing the model reads (a
+    1.5B model given a prompt that ends on the question restated it)."""
+    fake = role_fake(keywords=['["Paris", "France"]'], answers=["Paris"], verdicts=["True"])
+    out = run(store, fake, Q_NO_HITS)
+    answer_call, validate_call = (
+        next(c for c in fake.calls if kind_of(c) == kind) for kind in ("answer", "validate")
+    )
+    (_, system), (_, user) = answer_call["messages"]
+    assert system == PROMPTS["answer"].system
+    assert user.rstrip().endswith(ANSWER_INSTRUCTION)
+    first_doc = TEXT[out["history"][0]["doc_ids"][0]]
+    assert (
+        user.index(f"Query: {Q_NO_HITS}") < user.index(first_doc) < user.index(ANSWER_INSTRUCTION)
+    )
+    assert out["history"][0]["retrieval_query"] not in user
+    (_, _), (_, judged) = validate_call["messages"]
+    assert judged.rstrip().endswith("no explanation and no other text.")
+    assert (
+        judged.index(f"Query: {Q_NO_HITS}")
+        < judged.index("Answer: Paris")
+        < judged.index(first_doc)
+        < judged.index(VALIDATE_INSTRUCTION)
+    )
 
 
 def test_11_retrieval_query_is_question_plus_keywords(store: Store) -> None:
@@ -357,14 +446,38 @@ def test_15_dense_and_hybrid_variants_use_the_same_query(store: Store, mode: str
     assert len(other["evidence"]) == 3
 
 
+def test_15_hybrid_at_the_baselines_budget_shows_k_passages(store: Store) -> None:
+    """``top_k`` alone sets what the prompts show: with top_k=5 and hybrid retrieval IterKey
+    sees the same 5 passages as standard_rag (its default); recall_k only deepens the logged
+    retrieval, and recall_k=0 retrieves exactly what is shown."""
+    fake = role_fake(keywords=[""], verdicts=["True"])  # no keywords: the query is the question
+    out = run(store, fake, retrieval_mode="hybrid", top_k=5)
+    shown = [e["id"] for e in out["evidence"]]
+    assert len(shown) == 5 and out["shown_ids"] == shown
+    assert all(e["source"] == "hybrid" for e in out["evidence"])
+    (p2,) = prompts_of(fake, "answer")
+    (p3,) = prompts_of(fake, "validate")
+    for prompt in (p2, p3):
+        assert "[5] " in prompt and "[6] " not in prompt
+        assert all(TEXT[d] in prompt for d in shown)
+    baseline = build_graph("standard_rag", llm=ScriptedChatModel(default="x"), retriever=store)
+    base = baseline.invoke({"question": Q})
+    assert [e["id"] for e in base["evidence"]] == shown  # same query, mode and budget
+    exact = run(store, role_fake(verdicts=["True"]), top_k=4, recall_k=0)
+    assert len(exact["evidence"]) == 4 and exact["retrieved_ids"] == exact["shown_ids"]
+    deeper = run(store, role_fake(verdicts=["True"]), top_k=2, recall_k=6, retrieval_mode="hybrid")
+    assert len(deeper["shown_ids"]) == 2 and len(deeper["history"][0]["logged_doc_ids"]) == 6
+
+
 # -- validation decoding -------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("logprobs", "text", "expected"),
     [
         ({"True": -0.2, "False": -1.9}, "False", True),
         ({"False": -0.1, "True": -3.0}, "True", False),  # probabilities win over the text
-        ({"True": -0.7, "False": -0.7}, "True", False),  # a tie is False
-        ({"False": -0.7, "True": -0.7}, "True", False),
+        # a tie is P(True) = 0.5 >= the default threshold 0.5 (the shared p >= t rule)
+        ({"True": -0.7, "False": -0.7}, "False", True),
+        ({"False": -0.7, "True": -0.7}, "False", True),
         ({"true": -0.3, "False": -1.0}, "False", True),  # case variants count
         ({" True": -0.3, "False": -1.0}, "False", True),
     ],
@@ -425,25 +538,130 @@ def test_17_leading_whitespace_token_is_skipped(store: Store) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "expected", "path"),
-    [("False.", False, "parsed"), ("  TRUE", True, "parsed"), ("I cannot tell", False, "default")],
+    ("text", "choice", "path"),
+    [
+        ("False.", "False", "parsed"),
+        ("  TRUE", "True", "parsed"),
+        ("I cannot tell", "False", "default"),
+    ],
 )
-def test_18_text_fallback(store: Store, text: str, expected: bool, path: str) -> None:
+@pytest.mark.parametrize("endpoint_logprobs", [True, False])
+def test_18_text_replies_are_read_but_never_accept(
+    store: Store, text: str, choice: str, path: str, endpoint_logprobs: bool
+) -> None:
+    """A reply decided without logprobs (parsed text, or malformed: the default) has no
+    probability, so the answer is not accepted and the loop goes on (fail toward retrieving
+    more); the option the text named is kept in ``verdict_scores``."""
     fake = role_fake(verdicts=[text])
-    out = run(store, fake, max_iterations=1)
-    record = out["history"][0]
-    assert record["verdict"] is expected and record["verdict_scores"]["method"] == path
-    assert record["raw_validation_output"] == text
+    out = run(store, fake, max_iterations=2, endpoint_logprobs=endpoint_logprobs)
+    assert out["iterations"] == 2 and out["stop_reason"] == "max_iterations"
+    for record in out["history"]:
+        assert record["verdict"] is False
+        scores = record["verdict_scores"]
+        assert (scores["method"], scores["choice"], scores["p"]) == (path, choice, None)
+        assert record["raw_validation_output"] == text
+    decisions = out["decisions"]
+    assert [(d["decision"], d["p"], d["path"], d["threshold"]) for d in decisions] == [
+        ("reject", None, path, 0.5)
+    ] * 2
+    assert [d["answer"] for d in decisions] == ["a1", "a2"]
     failures = [f for f in out["parse_failures"] if f["node"] == "validate_answer"]
-    assert len(failures) == (1 if path == "default" else 0)
+    assert len(failures) == (2 if path == "default" else 0)
     assert all(c["kwargs"]["max_tokens"] <= 30 for c in fake.calls if kind_of(c) == "validate")
 
 
 def test_18_logprobs_without_the_options_fall_back_to_text(store: Store) -> None:
     fake = role_fake(verdicts=["True"], logprobs={"Maybe": -0.1})
-    out = run(store, LLM(fake, supports_logprobs=True), max_iterations=1)
-    assert out["history"][0]["verdict"] is True
-    assert out["history"][0]["verdict_scores"]["method"] == "parsed"
+    out = run(store, fake, max_iterations=1)
+    scores = out["history"][0]["verdict_scores"]
+    assert (scores["method"], scores["choice"], scores["p"]) == ("parsed", "True", None)
+    assert out["history"][0]["verdict"] is False and out["stop_reason"] == "max_iterations"
+
+
+# -- the validation threshold ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("p_true", "threshold", "stops"),
+    [
+        (0.9, 0.5, True),
+        (0.3, 0.5, False),
+        (0.5, 0.5, True),  # p >= threshold
+        (0.8, 0.7, True),
+        (0.8, 0.85, False),  # the model prefers True, but not confidently enough
+        (0.2, 0.1, True),  # the model prefers False, yet P(True) clears a low threshold
+    ],
+)
+def test_validation_threshold_decides_on_p_true(
+    store: Store, p_true: float, threshold: float, stops: bool
+) -> None:
+    fake = role_fake(verdicts=[p_true, 0.99])
+    out = run(store, fake, validation_threshold=threshold)
+    first = out["decisions"][0]
+    assert first["p"] == pytest.approx(p_true, abs=1e-6) and first["threshold"] == threshold
+    assert first["path"] == "logprobs" and first["answer"] == "a1"
+    assert first["decision"] == ("accept" if stops else "reject")
+    assert out["history"][0]["verdict"] is stops
+    assert out["history"][0]["verdict_scores"]["p"] == pytest.approx(p_true, abs=1e-6)
+    assert out["iterations"] == (1 if stops else 2) and out["stop_reason"] == "validated"
+    assert out["answer"] == ("a1" if stops else "a2")
+
+
+def test_validation_threshold_is_a_setting_at_run_time(store: Store) -> None:
+    graph = build_graph("iterkey", llm=served(role_fake(verdicts=[0.8])), retriever=store)
+    out = graph.invoke({"question": Q}, context={"validation_threshold": 0.9, "max_iterations": 3})
+    assert out["iterations"] == 3 and out["stop_reason"] == "max_iterations"
+    assert {d["threshold"] for d in out["decisions"]} == {0.9}
+    assert Context().validation_threshold == 0.5  # the paper: the more probable option
+    with pytest.raises(InputError):
+        build_graph("iterkey", llm=role_fake(), retriever=store, validation_threshold=-0.1)
+
+
+def test_calibration_run_never_stops_early_and_records_every_rounds_answer(store: Store) -> None:
+    p_true = [0.2, 0.95, 0.3, 0.99, 0.1]
+    fake = role_fake(answers=["a1", "a2", "a3", "a4", "a5"], verdicts=p_true)
+    out = run(store, fake, calibration=True)
+    assert out["iterations"] == 5 and out["stop_reason"] == "max_iterations"
+    assert Counter(kinds(fake)) == {"keywords": 1, "answer": 5, "validate": 5, "regenerate": 4}
+    decisions = out["decisions"]
+    assert [d["round"] for d in decisions] == [1, 2, 3, 4, 5]
+    assert [d["answer"] for d in decisions] == ["a1", "a2", "a3", "a4", "a5"]
+    assert [d["p"] for d in decisions] == pytest.approx(p_true, abs=1e-6)
+    assert {d["threshold"] for d in decisions} == {0.5}
+    assert out["verdicts"] == [False, True, False, True, False]
+    # the run's answer is what the configured threshold would give: the first accepted round
+    assert out["first_true_iteration"] == 2 and out["answer"] == "a2"
+
+    # replaying a threshold over the records gives each threshold's answer without a model
+    def replay(t: float) -> str:
+        return str(next((d["answer"] for d in decisions if d["p"] >= t), decisions[-1]["answer"]))
+
+    assert (replay(0.5), replay(0.97), replay(0.999)) == ("a2", "a4", "a5")
+
+
+def test_calibration_run_without_logprobs_or_with_an_empty_answer(store: Store) -> None:
+    out = run(
+        store, role_fake(answers=["", "a2", "a3"], verdicts=["True"]), calibration=True,
+        max_iterations=3, endpoint_logprobs=False,
+    )  # fmt: skip
+    assert out["iterations"] == 3 and out["stop_reason"] == "max_iterations"
+    assert [(d["answer"], d["p"], d["path"]) for d in out["decisions"]] == [
+        ("", None, "default"),
+        ("a2", None, "parsed"),
+        ("a3", None, "parsed"),
+    ]
+
+
+def test_cot_variant_is_decided_on_its_conclusion_but_never_stops_a_calibration_run(
+    store: Store,
+) -> None:
+    conclusions = ["Chain of thought: yes.\nConclusion: True"]
+    out = run(store, role_fake(cot_verdicts=conclusions), cot=True)
+    assert out["iterations"] == 1 and out["stop_reason"] == "validated"
+    (decision,) = out["decisions"]
+    assert (decision["decision"], decision["p"], decision["path"]) == ("accept", None, "parsed")
+    assert decision["threshold"] is None and decision["answer"] == "a1"
+    calib = run(store, role_fake(cot_verdicts=conclusions), cot=True, calibration=True)
+    assert calib["iterations"] == 5 and calib["stop_reason"] == "max_iterations"
+    assert calib["verdicts"] == [True] * 5 and calib["answer"] == "a1"
 
 
 # -- parsing -------------------------------------------------------------------------------
@@ -503,9 +721,14 @@ def test_21_empty_answer_skips_the_validator(store: Store) -> None:
 # -- limits and config ---------------------------------------------------------------------
 def test_22_token_caps(store: Store) -> None:
     fake = role_fake(verdicts=["False", "True"])
-    run(store, fake)
+    run(store, fake, endpoint_logprobs=False)
     caps = {kind_of(c): c["kwargs"]["max_tokens"] for c in fake.calls}
     assert caps == {"keywords": 50, "answer": 50, "validate": 30, "regenerate": 50}
+    with_logprobs = role_fake(verdicts=["False", "True"])
+    run(store, with_logprobs)  # the forced choice reads the first tokens only
+    assert {c["kwargs"]["max_tokens"] for c in with_logprobs.calls if kind_of(c) == "validate"} == {
+        3
+    }
     assert openai_llm("http://127.0.0.1:9/v1", "m").chat.temperature == 0.0  # type: ignore[attr-defined]
 
 
@@ -514,8 +737,9 @@ def test_23_per_role_llms(store: Store) -> None:
     keyword_llm = role_fake(keywords=['["Moon"]'], regen=['["Apollo 11"]'])
     validator = role_fake(verdicts=["False", "True"])
     graph = build_graph(
-        "iterkey", llm=main, retriever=store, keywords_llm=keyword_llm, validator_llm=validator
-    )
+        "iterkey", llm=main, retriever=store, keywords_llm=keyword_llm,
+        validator_llm=served(validator),
+    )  # fmt: skip
     out = graph.invoke({"question": Q})
     assert kinds(main) == ["answer", "answer"]
     assert kinds(keyword_llm) == ["keywords", "regenerate"]
@@ -526,7 +750,7 @@ def test_23_per_role_llms(store: Store) -> None:
 def test_23_only_the_validator_swapped(store: Store) -> None:
     main = role_fake()
     validator = role_fake(verdicts=["True"])
-    build_graph("iterkey", llm=main, retriever=store, validator_llm=validator).invoke(
+    build_graph("iterkey", llm=main, retriever=store, validator_llm=served(validator)).invoke(
         {"question": Q}
     )
     assert kinds(main) == ["keywords", "answer"] and kinds(validator) == ["validate"]
@@ -601,7 +825,7 @@ def test_27_history_records_every_round(store: Store) -> None:
         assert record["new_doc_ids"] == [d for d in record["doc_ids"] if d not in seen]
         seen |= set(record["doc_ids"])
         assert len(record["doc_scores"]) == len(record["doc_ids"])
-        assert record["verdict_scores"]["method"] == "parsed"
+        assert record["verdict_scores"]["method"] == "logprobs"
         assert record["raw_keyword_output"] and record["raw_answer_output"]
     assert new_per_step(history)["new_keywords"] == [2, 1, 1]
     # bookkeeping never reaches a prompt: the P2/P3 prompts of round 3 hold only D_3's passages
@@ -648,7 +872,9 @@ def test_graph_shape_and_context_descriptions() -> None:
 
 
 def test_progress_events(store: Store) -> None:
-    graph = build_graph("iterkey", llm=role_fake(verdicts=["False", "True"]), retriever=store)
+    graph = build_graph(
+        "iterkey", llm=served(role_fake(verdicts=["False", "True"])), retriever=store
+    )
     events: list[dict[str, Any]] = [
         payload
         for mode, payload in graph.stream({"question": Q}, stream_mode=["custom", "updates"])
@@ -661,7 +887,7 @@ def test_progress_events(store: Store) -> None:
 
 def test_any_langchain_retriever_works(store: Store) -> None:
     lc = GapragRetriever(store=store, k=3, mode="bm25")
-    out = build_graph("iterkey", llm=role_fake(verdicts=["True"]), retriever=lc).invoke(
+    out = build_graph("iterkey", llm=served(role_fake(verdicts=["True"])), retriever=lc).invoke(
         {"question": Q}
     )
     assert out["stop_reason"] == "validated" and 0 < len(out["evidence"]) <= 3
@@ -691,8 +917,8 @@ def test_a_second_question_on_a_thread_starts_clean(store: Store) -> None:
     from langgraph.checkpoint.memory import InMemorySaver
 
     fake = role_fake(answers=("Apollo 11", "Eagle"), verdicts=("True",))
-    graph = build_graph("iterkey", llm=fake, retriever=store, checkpointer=InMemorySaver())
-    config = {"configurable": {"thread_id": "t"}}
+    graph = build_graph("iterkey", llm=served(fake), retriever=store, checkpointer=InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
     first = graph.invoke({"question": Q}, config)
     second = graph.invoke({"question": Q_NO_HITS}, config)
     assert (first["answer"], second["answer"]) == ("Apollo 11", "Eagle")
@@ -707,7 +933,9 @@ def test_ainvoke_gives_the_same_output(store: Store) -> None:
     import asyncio
 
     sync = run(store, role_fake(verdicts=["False", "True"]))
-    graph = build_graph("iterkey", llm=role_fake(verdicts=["False", "True"]), retriever=store)
+    graph = build_graph(
+        "iterkey", llm=served(role_fake(verdicts=["False", "True"])), retriever=store
+    )
     asyn = dict(asyncio.run(graph.ainvoke({"question": Q})))
     for out in (sync, asyn):
         out["usage"].pop("wall_s")
@@ -724,10 +952,11 @@ def test_validation_decisions_are_recorded_with_their_probability(store: Store) 
     assert decision["threshold"] == 0.5
     p_true, p_false = math.exp(-0.2), math.exp(-1.8)
     assert decision["p"] == pytest.approx(p_true / (p_true + p_false), rel=1e-5)
+    assert decision["answer"] == "a1"
     rejected = run(store, role_fake(verdicts=["False"]), max_iterations=2)["decisions"]
-    assert [(d["round"], d["decision"], d["p"]) for d in rejected] == [
-        (1, "reject", None),
-        (2, "reject", None),
+    assert [(d["round"], d["decision"], d["p"], d["answer"]) for d in rejected] == [
+        (1, "reject", pytest.approx(0.1), "a1"),
+        (2, "reject", pytest.approx(0.1), "a2"),
     ]
 
 

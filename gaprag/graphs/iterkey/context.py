@@ -20,7 +20,8 @@ class Context(BaseContext):
     )
     top_k: int = describe(
         3,
-        "Passages retrieved per round and shown to the answer and validation prompts (paper: 3).",
+        "Passages shown per round to the answer and validation prompts (paper: 3). This alone "
+        "sets what the model sees; top_k=5 with retrieval_mode=hybrid matches standard_rag.",
         minimum=1,
     )
     retrieval_mode: RetrievalMode = describe(
@@ -30,8 +31,18 @@ class Context(BaseContext):
     )
     recall_k: int = describe(
         5,
-        "Passages retrieved per round for recall logging only (ids kept in history); only the "
-        "first top_k ever reach a prompt (the paper reports Top-1..5 recall).",
+        "Retrieval depth per round for recall statistics only: max(top_k, recall_k) passages "
+        "are retrieved and their ids logged (history, retrieved_ids); only the first top_k ever "
+        "reach a prompt. 0 retrieves just top_k (the paper reports Top-1..5 recall).",
+        minimum=0,
+    )
+    validation_threshold: float = describe(
+        0.5,
+        "The validator accepts a round's answer (and the loop stops) when P(True) of its "
+        "forced True/False choice, from first-token logprobs, is at least this (paper: the "
+        "more probable option, i.e. 0.5). Without logprobs no answer is accepted and the loop "
+        "runs to max_iterations.",
+        minimum=0,
     )
     keywords_max_tokens: int = describe(
         50, "Output cap for the initial keyword list (paper Table 14: 50).", minimum=1
@@ -46,8 +57,8 @@ class Context(BaseContext):
     )
     validate_max_tokens: int = describe(
         30,
-        "Output cap for the True/False validation call (paper Table 14: 30); the logprobs path "
-        "asks for a single token.",
+        "Output cap for the True/False validation call without logprobs (paper Table 14: 30); "
+        "the logprobs path reads the first non-blank token of a 3-token reply.",
         minimum=1,
     )
     cot_max_tokens: int = describe(

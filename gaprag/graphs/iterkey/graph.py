@@ -1,9 +1,9 @@
 """iterkey: iterative keyword generation for BM25 RAG (Hayashi et al., arXiv 2505.08450).
 
 generate_keywords (q -> K_1) -> retrieve (q + K_i, top-3) -> generate_answer (q, D_i -> a_i)
--> validate_answer (forced choice True/False) -> stop on True, else regenerate_keywords
-(q, K_i -> K_(i+1), no documents, no answer) and retrieve again, up to ``max_iterations``
-rounds. See docs/methods/iterkey.md for every choice the paper leaves open.
+-> validate_answer (forced choice True/False; stop when P(True) >= validation_threshold), else
+regenerate_keywords (q, K_i -> K_(i+1), no documents, no answer) and retrieve again, up to
+``max_iterations`` rounds. See docs/methods/iterkey.md for every choice the paper leaves open.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def route_after_validation(
     state: IterKeyState, runtime: Runtime[Context]
 ) -> Literal["finalize", "regenerate_keywords"]:
     ctx = runtime.context
-    if state.verdict and not ctx.continue_after_true:
+    if state.stop_validated:  # accepted at validation_threshold (never in calibration runs)
         return "finalize"
     if state.iterations >= ctx.max_iterations:
         return "finalize"

@@ -106,13 +106,16 @@ async def generate_answer(
     }
 
 
-async def _verdict(state: IterKeyState, ctx: Context, deps: Deps) -> tuple[bool, VerdictScores]:
-    """The validator's True/False on this round's answer, and how it was decided."""
-    if not state.answer:  # nothing to validate; False keeps the loop going
+async def _verdict(state: IterKeyState, ctx: Context, deps: Deps) -> VerdictScores:
+    """How the validator judged this round's answer: the option it picked, P(True) where the
+    choice was decided on first-token logprobs, and the path that decided it."""
+    if not state.answer:  # nothing to validate: no probability, so the loop goes on
         record_decision(call="validate_answer", path="default", reason="empty_answer")
-        return False, VerdictScores(prob_true=None, prob_false=None, method="default", raw="")
+        return VerdictScores(
+            prob_true=None, prob_false=None, p=None, choice="False", method="default", raw=""
+        )
     shown = documents(state, ctx)
-    if ctx.cot:
+    if ctx.cot:  # the paper's CoT variant (App. D) is decided on its written conclusion
         raw = await validator_llm(ctx, deps).agenerate(
             PROMPTS["validate_cot"].render(
                 documents=shown, question=state.question, answer=state.answer
@@ -122,7 +125,10 @@ async def _verdict(state: IterKeyState, ctx: Context, deps: Deps) -> tuple[bool,
         decided = cot_verdict(raw)
         method = "parsed" if decided is not None else "default"
         record_decision(call="validate_answer", path=method, mode="cot", value=bool(decided))
-        return bool(decided), VerdictScores(prob_true=None, prob_false=None, method=method, raw=raw)
+        return VerdictScores(
+            prob_true=None, prob_false=None, p=None, choice=str(bool(decided)), method=method,
+            raw=raw,
+        )  # fmt: skip
     choice = await validator_llm(ctx, deps).achoose(
         PROMPTS["validate"].render(documents=shown, question=state.question, answer=state.answer),
         VALIDATION_OPTIONS,
@@ -130,14 +136,31 @@ async def _verdict(state: IterKeyState, ctx: Context, deps: Deps) -> tuple[bool,
         max_tokens=max(1, ctx.validate_max_tokens - CHOOSE_EXTRA_TOKENS),
         call="validate_answer",
     )
-    p_true, p_false = choice.probs.get("True"), choice.probs.get("False")
-    if choice.path == "logprobs":  # True only if strictly more probable: ties are False
-        verdict = (p_true or 0.0) > (p_false or 0.0)
-    else:
-        verdict = choice.value == "True"
-    return verdict, VerdictScores(
-        prob_true=p_true, prob_false=p_false, method=choice.path, raw=choice.raw
-    )
+    return VerdictScores(
+        prob_true=choice.probs.get("True"), prob_false=choice.probs.get("False"),
+        p=nodes.option_probability(choice, "True"), choice=choice.value, method=choice.path,
+        raw=choice.raw,
+    )  # fmt: skip
+
+
+def accepted(scores: VerdictScores, ctx: Context) -> bool:
+    """Whether the validator accepts the answer: P(True) >= ``validation_threshold``. A choice
+    not decided on logprobs (constrained, parsed, default) has no probability and is not
+    accepted; the CoT variant is decided on its written ``Conclusion:`` (paper App. D)."""
+    if ctx.cot:
+        return scores["method"] == "parsed" and scores["choice"] == "True"
+    p = scores["p"]
+    return p is not None and p >= ctx.validation_threshold
+
+
+def stops_here(scores: VerdictScores, verdict: bool, ctx: Context) -> bool:
+    """Whether the loop ends on this round's verdict: an accepted answer (``nodes.should_stop``:
+    never without a probability, never in a calibration run), unless ``continue_after_true``."""
+    if ctx.continue_after_true:
+        return False
+    if ctx.cot:
+        return verdict and not ctx.calibration
+    return nodes.should_stop(scores["p"], ctx.validation_threshold, calibration=ctx.calibration)
 
 
 async def validate_answer(
@@ -145,12 +168,13 @@ async def validate_answer(
 ) -> dict[str, Any]:
     ctx = runtime.context
     i = state.iterations
-    verdict, scores = await _verdict(state, ctx, deps)
-    p_true, p_false = scores["prob_true"], scores["prob_false"]
-    p = p_true / (p_true + p_false) if p_true is not None and p_false else p_true
+    scores = await _verdict(state, ctx, deps)
+    verdict = accepted(scores, ctx)
+    stop = stops_here(scores, verdict, ctx)
     nodes.log_decision(
-        "validate_answer", i, "accept" if verdict else "reject", p=p, path=scores["method"],
-        threshold=0.5 if scores["method"] == "logprobs" else None,
+        "validate_answer", i, "accept" if verdict else "reject", p=scores["p"],
+        path=scores["method"], threshold=None if ctx.cot else ctx.validation_threshold,
+        answer=state.answer,
     )  # fmt: skip
     failures: list[ParseFailure] = []
     if scores["method"] == "default" and state.answer:
@@ -176,9 +200,10 @@ async def validate_answer(
     first_true = state.first_true_iteration
     if first_true is None and verdict:
         first_true = i
-    emit(round=i, answer=state.answer, verdict=verdict, decided_by=scores["method"])
+    emit(round=i, answer=state.answer, verdict=verdict, p=scores["p"], decided_by=scores["method"])
     return {
         "verdict": verdict,
+        "stop_validated": stop,
         "verdict_scores": dict(scores),
         "verdicts": [verdict],
         "history": [record],
@@ -247,9 +272,14 @@ async def regenerate_keywords(
 
 def finalize(state: IterKeyState, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = runtime.context
+    # the answer: the first accepted round's (also when the loop went on past it, in
+    # continue_after_true or calibration runs), else the fallback policy's
     validated = state.first_true_iteration is not None
     chosen = final_round(state.history, state.first_true_iteration, ctx.fallback_policy)
-    update: dict[str, Any] = {"stop_reason": "validated" if validated else "max_iterations"}
+    # why the loop ended: an accepted answer stopped it, or it ran max_iterations rounds
+    update: dict[str, Any] = {
+        "stop_reason": "validated" if state.stop_validated else "max_iterations"
+    }
     if chosen is not None:
         update["answer"] = chosen["answer"]
         update["evidence"] = chosen["documents"]

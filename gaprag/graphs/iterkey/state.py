@@ -22,9 +22,11 @@ from gaprag.state.base import BaseState, Evidence, InputState, OutputState
 class VerdictScores(TypedDict):
     """How a verdict was decided: the option probabilities (logprobs path) and the path."""
 
-    prob_true: float | None
+    prob_true: float | None  # first-token probability of each option, as the endpoint gave it
     prob_false: float | None
-    method: str  # logprobs | constrained | parsed | default (the path of LLM.choose, or "cot")
+    p: float | None  # P(True) renormalised over the two options: what the threshold is against
+    choice: str  # the option the validator picked (on logprobs: the more probable one)
+    method: str  # logprobs | constrained | parsed | default (the path of LLM.choose)
     raw: str
 
 
@@ -76,6 +78,7 @@ class IterKeyState(BaseState, IterKeyOutput):
 
     retrieval_query: str = ""
     verdict: bool | None = None
+    stop_validated: bool = False  # this round's accepted answer ends the loop
     verdict_scores: dict[str, Any] = field(default_factory=dict)
     keyword_history: Annotated[list[list[str]], operator.add] = field(default_factory=list)
     logged_doc_ids: list[str] = field(default_factory=list)
