@@ -78,11 +78,12 @@ def to_messages(messages: Messages) -> list[BaseMessage]:
             out.append(m)
         else:
             role, content = m
-            out.append(
-                SystemMessage(content=content)
-                if role == "system"
-                else HumanMessage(content=content)
-            )
+            if role == "system":
+                out.append(SystemMessage(content=content))
+            elif role in ("assistant", "ai"):  # a few-shot example's reply, an earlier turn
+                out.append(AIMessage(content=content))
+            else:
+                out.append(HumanMessage(content=content))
     return out
 
 
