@@ -1,10 +1,12 @@
-"""missing_knowledge (MisK-RAG): wiring, routing, the one judge call, md5 merge and budget,
-prompt layout, knowledge-base setups, and the `gaprag kb qa-pairs` job."""
+"""missing_knowledge (MisK-RAG): wiring, routing, the one judge call and the decision on
+P(nothing missing), exclusion of seen chunks, md5 merge and budget, prompt layout (example and
+follow-up turns), knowledge-base setups, and the `gaprag kb qa-pairs` job."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from gaprag.cli import main
 from gaprag.errors import GapragError
 from gaprag.graphs.missing_knowledge import KnowledgeBaseRetriever, format_options
 from gaprag.graphs.missing_knowledge import cli as kb_cli
-from gaprag.graphs.missing_knowledge.judge import Judgement, mk_queries
+from gaprag.graphs.missing_knowledge.judge import Judgement, mk_queries, search_queries
 from gaprag.graphs.missing_knowledge.knowledge_base import budget, md5_text, merge_round_robin
 from gaprag.graphs.missing_knowledge.nodes import format_chunks
 from gaprag.graphs.missing_knowledge.question import split_question
@@ -45,8 +47,9 @@ PAIRS = [
     ("what is the capital of france", "Paris", DOCS[5]["text"]),
 ]
 Q_OPEN = "who carried the us flag at the 2014 opening ceremony"  # ranks "open" first
-JUDGE = "## First Round Answer"  # only the judge prompt has this heading
+JUDGE = "## First Round Answer"  # only the judge prompt (and its follow-up) has this heading
 FINAL = "## Missing Knowledge Context"  # only the final prompt has this heading
+ASK = "Answer Yes or No."  # only the decision's follow-up question (after the judge) has this
 
 
 class Recorder:
@@ -103,10 +106,35 @@ def verdict(
     return "```json\n" + json.dumps(body) + "\n```"
 
 
+def logprobs_for(p_enough: float) -> dict[str, float]:
+    """First-token logprobs that give P("Yes") = ``p_enough`` among Yes/No."""
+    return {"Yes": math.log(p_enough), "No": math.log(1 - p_enough)}
+
+
 def fake_llm(
-    judge_reply: Any, *, final: str = "Todd Lodwick and Julie Chu", draft: str = "Todd Lodwick"
+    judge_reply: Any,
+    *,
+    final: Any = "Todd Lodwick and Julie Chu",
+    draft: str = "Todd Lodwick",
+    enough: str = "Yes",
+    p_enough: float | None = None,
 ) -> ScriptedChatModel:
-    return scripted(rules=[(JUDGE, judge_reply), (FINAL, final)], default=draft)
+    """Replies by prompt kind; with ``p_enough`` every logprobs request (the decision's forced
+    choice only) gets Yes/No logprobs giving that probability."""
+    return ScriptedChatModel(
+        rules=[(ASK, enough), (JUDGE, judge_reply), (FINAL, final)], default=draft,
+        logprobs=None if p_enough is None else logprobs_for(p_enough),
+    )  # fmt: skip
+
+
+def with_logprobs(fake: ScriptedChatModel) -> LLM:
+    """The fake as an endpoint that offers logprobs (a plain fake is taken as one without)."""
+    return LLM(fake, supports_logprobs=True)
+
+
+def judge_calls(fake: ScriptedChatModel) -> list[str]:
+    """The judge's own calls (its repair retry included), not the decision's follow-up."""
+    return [p for p in calls_of(fake, JUDGE) if ASK not in p]
 
 
 def calls_of(fake: ScriptedChatModel, needle: str) -> list[str]:
@@ -157,37 +185,44 @@ def test_graph_nodes_and_edges() -> None:
 
 
 # -- routing -------------------------------------------------------------------------------
-def test_nothing_missing_skips_mk_retrieval(store: Store) -> None:
+def test_enough_knowledge_stops_after_the_first_retrieval(store: Store) -> None:
     rec = Recorder(store)
-    fake = fake_llm(verdict(False, ["ignored query"], ["ignored"], thought="all there"))
-    state = full_state(build_graph("missing_knowledge", llm=fake, retriever=rec), QUESTION)
-    assert rec.calls == [(QUESTION, 2)]  # the user question once, on KB A
+    fake = fake_llm(
+        verdict(False, ["ignored query"], ["ignored"], thought="all there"), p_enough=0.9
+    )
+    llm = with_logprobs(fake)
+    state = full_state(build_graph("missing_knowledge", llm=llm, retriever=rec), QUESTION)
+    assert rec.calls == [(QUESTION, 5)]  # the user question once, on KB A (first_k=5)
     assert state["mk_contexts"] == [] and state["mk_queries"] == [] and state["missing"] is False
-    assert state["stop_reason"] == "nothing_missing" and state["iterations"] == 1
-    assert len(fake.calls) == 3 and len(calls_of(fake, JUDGE)) == 1
+    assert state["stop_reason"] == "enough_knowledge" and state["iterations"] == 1
+    # draft, judge, the decision's forced choice, final
+    assert len(fake.calls) == 4 and len(judge_calls(fake)) == 1 and len(calls_of(fake, ASK)) == 1
     assert "all there" in user_msg(fake, FINAL)  # the thought still reaches the final call
     assert state["answer"] == "Todd Lodwick and Julie Chu"
 
 
 def test_reuse_draft_saves_the_final_call(store: Store) -> None:
-    fake = fake_llm(verdict(False))
+    fake = fake_llm(verdict(False), p_enough=0.9)
     out = build_graph(
-        "missing_knowledge", llm=fake, retriever=store, final_when_not_missing="reuse_draft"
-    ).invoke({"question": QUESTION})
-    assert len(fake.calls) == 2 and out["answer"] == out["draft_answer"] == "Todd Lodwick"
-    assert out["usage"]["llm_calls"] == 2
+        "missing_knowledge", llm=with_logprobs(fake), retriever=store,
+        final_when_not_missing="reuse_draft",
+    ).invoke({"question": QUESTION})  # fmt: skip
+    assert len(fake.calls) == 3 and out["answer"] == out["draft_answer"] == "Todd Lodwick"
+    assert out["usage"]["llm_calls"] == 3
+    assert out["decisions"][0]["answer"] == "Todd Lodwick"  # known without a call: recorded
 
 
 def test_missing_runs_one_judge_and_each_query_once(store: Store) -> None:
     rec = Recorder(store)
-    fake = fake_llm(verdict(True, ["q1", "q2"], ["opening bearer", "closing bearer"]))
-    state = full_state(build_graph("missing_knowledge", llm=fake, retriever=rec), QUESTION)
-    assert rec.calls == [(QUESTION, 2), ("q1", 2), ("q2", 2)]  # exact strings, no prefix
-    assert len(calls_of(fake, JUDGE)) == 1 and len(fake.calls) == 3
+    fake = fake_llm(verdict(True, ["q1", "q2"], ["opening bearer", "closing bearer"]), p_enough=0.2)
+    llm = with_logprobs(fake)
+    state = full_state(build_graph("missing_knowledge", llm=llm, retriever=rec), QUESTION)
+    assert rec.calls == [(QUESTION, 5), ("q1", 2), ("q2", 2)]  # exact strings, no prefix
+    assert len(judge_calls(fake)) == 1 and len(fake.calls) == 4
     assert (
         state["mk_round"] == 1
         and state["iterations"] == 2
-        and state["stop_reason"] == "single_pass"
+        and state["stop_reason"] == "answered_after_missing_knowledge"
     )
     assert state["queries"] == [QUESTION, "q1", "q2"] and state["missing"] is True
     assert state["usage"]["retrieval_calls"] == 3
@@ -230,11 +265,23 @@ def test_empty_query_list_falls_back_to_missing_knowledge(store: Store) -> None:
         QUESTION,
     )
     assert [q for q, _ in rec.calls] == [QUESTION, "x"]
+    # no query and no missing piece: the user question again, for chunks not seen yet
     rec2 = Recorder(store)
     fake = fake_llm(verdict(True, [], []))
     state = full_state(build_graph("missing_knowledge", llm=fake, retriever=rec2), QUESTION)
-    assert [q for q, _ in rec2.calls] == [QUESTION] and state["mk_round"] == 0
+    assert [q for q, _ in rec2.calls] == [QUESTION, QUESTION] and state["mk_round"] == 1
+    assert state["mk_queries"] == [QUESTION] and state["mk_contexts"]
+    first = {c["id"] for c in state["initial_contexts"]}
+    assert not first & {c["id"] for c in state["mk_contexts"]}
     assert len(calls_of(fake, FINAL)) == 1 and state["answer"]
+    # with max_mk_queries=0 there is nothing to search: straight to the answer
+    rec3 = Recorder(store)
+    state = full_state(
+        build_graph("missing_knowledge", llm=fake_llm(verdict(True, ["q"])), retriever=rec3,
+                    max_mk_queries=0),
+        QUESTION,
+    )  # fmt: skip
+    assert len(rec3.calls) == 1 and state["stop_reason"] == "no_missing_knowledge_queries"
 
 
 # -- parsing -------------------------------------------------------------------------------
@@ -275,19 +322,35 @@ def test_query_normalisation() -> None:
     )
     assert mk_queries(j, 5) == ["A b", "c", "d", "e", "f"]
     assert mk_queries(j, 2) == ["A b", "c"]
-    assert mk_queries(Judgement(judge=False, query=["x"]), 5) == []
+    # the verdict does not gate the queries: the decision is taken on the probability
+    assert mk_queries(Judgement(judge=False, query=["x"]), 5) == ["x"]
+    assert search_queries(Judgement(judge=False), " who  won? ", 5) == ["who won?"]
+    assert search_queries(Judgement(judge=True, query=["q"]), "who won?", 5) == ["q"]
+    assert search_queries(Judgement(judge=True), "who won?", 0) == []
 
 
-def test_malformed_judge_twice_defaults_to_nothing_missing(store: Store) -> None:
+@pytest.mark.parametrize("p_enough", [0.9, 0.2, None])
+def test_malformed_judge_twice_the_probability_still_decides(
+    store: Store, p_enough: float | None
+) -> None:
+    """An unparsable judge reply gives no thought, verdict or query; the forced choice still
+    decides: stop on a high P(enough), else retrieve with the user question."""
     rec = Recorder(store)
-    fake = fake_llm("not json")
-    state = full_state(build_graph("missing_knowledge", llm=fake, retriever=rec), QUESTION)
-    assert len(calls_of(fake, JUDGE)) == 2  # the call and one repair retry
-    assert state["judge_parse_ok"] is False and state["missing"] is False
-    assert len(rec.calls) == 1 and state["answer"] and state["stop_reason"] == "nothing_missing"
+    fake = fake_llm("not json", p_enough=p_enough)
+    llm = with_logprobs(fake) if p_enough is not None else fake
+    state = full_state(build_graph("missing_knowledge", llm=llm, retriever=rec), QUESTION)
+    assert len(judge_calls(fake)) == 2  # the call and one repair retry
+    assert state["judge_parse_ok"] is False and state["judge_verdict"] is False
     assert any(
         t.get("node") == "judge_missing" and t.get("path") == "default" for t in state["trace"]
     )
+    assert state["answer"]
+    if p_enough == 0.9:
+        assert state["missing"] is False and len(rec.calls) == 1
+        assert state["stop_reason"] == "enough_knowledge"
+    else:
+        assert state["missing"] is True and rec.calls == [(QUESTION, 5), (QUESTION, 2)]
+        assert state["stop_reason"] == "answered_after_missing_knowledge"
 
 
 def test_malformed_once_then_valid(store: Store) -> None:
@@ -324,16 +387,20 @@ def test_budget(store: Store, top_k: int, mode: Any, k_orig: int, k_mk: int) -> 
     assert budget(top_k, mode)[0::2] == (k_orig, k_mk)
     fake = fake_llm(verdict(True, ["Olympics flag", "Google founded", "Hamlet tragedy"]))
     state = full_state(
-        build_graph("missing_knowledge", llm=fake, retriever=store, top_k=top_k, budget_mode=mode),
+        build_graph("missing_knowledge", llm=fake, retriever=store, top_k=top_k, budget_mode=mode,
+                    first_k=0),  # the paper's budget
         QUESTION,
-    )
+    )  # fmt: skip
     assert len(state["initial_contexts"]) == k_orig and 0 < len(state["mk_contexts"]) <= k_mk
 
 
 def test_per_query_budget_keeps_every_query_top_k(store: Store) -> None:
     fake = fake_llm(verdict(True, ["Google founded", "Hamlet tragedy", "Paris capital"]))
     state = full_state(
-        build_graph("missing_knowledge", llm=fake, retriever=store, mk_budget="per_query"), QUESTION
+        build_graph(
+            "missing_knowledge", llm=fake, retriever=store, mk_budget="per_query", first_k=0
+        ),
+        QUESTION,
     )
     assert len(state["mk_contexts"]) > 2
 
@@ -356,7 +423,7 @@ def test_final_prompt_layout(store: Store) -> None:
         verdict(True, ["closing ceremony US flag"], ["SECRET-LIST-ITEM"], thought="THOUGHT-XYZ"),
         draft="DRAFT-ABC",
     )
-    build_graph("missing_knowledge", llm=fake, retriever=store, top_k=2).invoke(
+    build_graph("missing_knowledge", llm=fake, retriever=store, top_k=2, first_k=0).invoke(
         {"question": Q_OPEN}
     )
     prompt = user_msg(fake, FINAL)
@@ -375,8 +442,9 @@ def test_final_prompt_layout(store: Store) -> None:
     assert prompt.rstrip().endswith("## Answer")
     fake2 = fake_llm(verdict(True, ["closing ceremony US flag"], ["SECRET-LIST-ITEM"]))
     build_graph(
-        "missing_knowledge", llm=fake2, retriever=store, top_k=2, include_missing_list=True
-    ).invoke({"question": Q_OPEN})
+        "missing_knowledge", llm=fake2, retriever=store, top_k=2, first_k=0,
+        include_missing_list=True,
+    ).invoke({"question": Q_OPEN})  # fmt: skip
     assert "SECRET-LIST-ITEM" in user_msg(fake2, FINAL)
 
 
@@ -397,7 +465,7 @@ def test_chunk_formatting_groups_and_numbers() -> None:
 
 def test_mk_section_numbering_restarts(store: Store) -> None:
     fake = fake_llm(verdict(True, ["closing ceremony US flag"]))
-    build_graph("missing_knowledge", llm=fake, retriever=store, top_k=2).invoke(
+    build_graph("missing_knowledge", llm=fake, retriever=store, top_k=2, first_k=0).invoke(
         {"question": Q_OPEN}
     )
     prompt = user_msg(fake, FINAL)
@@ -439,16 +507,19 @@ def test_chinese_prompts_and_options(store: Store) -> None:
         and '"judge": false' in judge
     )
     assert all("选项：\nA. 抗雄激素疗法\nB. 促排卵治疗" in p for p in fake.prompts())
-    assert rec.calls == [(q, 2)]  # options are never a retrieval query
+    # options are never a retrieval query (no logprobs: the stem is searched again for more)
+    assert rec.calls == [(q, 5), (q, 2)]
     assert out["answer"] == "抗雄激素疗法"
 
 
 def test_options_appended_to_the_question_are_not_retrieved(store: Store) -> None:
-    fake = fake_llm(verdict(False), final="Paris")
+    fake = fake_llm(verdict(False), final="Paris", p_enough=0.9)
     rec = Recorder(store)
     asked = "What is the capital of France?\nOptions:\nA. Paris\nB. Berlin\nAnswer with the correct option."
-    out = build_graph("missing_knowledge", llm=fake, retriever=rec).invoke({"question": asked})
-    assert rec.calls == [("What is the capital of France?", 2)] and out["queries"] == [
+    out = build_graph("missing_knowledge", llm=with_logprobs(fake), retriever=rec).invoke(
+        {"question": asked}
+    )
+    assert rec.calls == [("What is the capital of France?", 5)] and out["queries"] == [
         "What is the capital of France?"
     ]
     assert all("France?\nOptions:\nA. Paris\nB. Berlin" in p for p in fake.prompts())
@@ -510,13 +581,21 @@ def test_qa_kb_without_pair_store_is_a_clear_error(store: Store) -> None:
 
 
 def test_miss_rate_from_missing_flag(store: Store) -> None:
+    """``missing`` is the decision taken (its mean is the miss rate); ``judge_verdict`` keeps
+    the judge's JSON verdict, which the paper routes on."""
     verdicts = iter(
         [verdict(True, ["Sochi"]), verdict(False), verdict(False), verdict(True, ["Hamlet"])]
     )
     fake = fake_llm(lambda _m: next(verdicts))
-    graph = build_graph("missing_knowledge", llm=fake, retriever=store)
-    flags = [graph.invoke({"question": q})["missing"] for q in ["a", "b", "c", "d"]]
-    assert flags == [True, False, False, True] and sum(flags) / len(flags) == 0.5
+    graph = build_graph("missing_knowledge", llm=with_logprobs(fake), retriever=store)
+    flags, verdicts_seen = [], []
+    for q, p in zip(["a", "b", "c", "d"], [0.1, 0.8, 0.3, 0.6], strict=True):
+        fake.logprobs = logprobs_for(p)
+        out = graph.invoke({"question": q})
+        flags.append(out["missing"])
+        verdicts_seen.append(out["judge_verdict"])
+    assert flags == [True, False, True, False] and sum(flags) / len(flags) == 0.5
+    assert verdicts_seen == [True, False, False, True]
 
 
 # -- gaprag kb qa-pairs ----------------------------------------------------------------------
@@ -663,19 +742,24 @@ def two_question_model() -> ScriptedChatModel:
 def test_a_second_question_on_a_thread_starts_clean(store: Store) -> None:
     from langgraph.checkpoint.memory import InMemorySaver
 
+    fake = two_question_model()
     graph = build_graph(
-        "missing_knowledge", llm=two_question_model(), retriever=store, checkpointer=InMemorySaver()
-    )
+        "missing_knowledge", llm=with_logprobs(fake), retriever=store,
+        checkpointer=InMemorySaver(),
+    )  # fmt: skip
     config = {"configurable": {"thread_id": "t1"}}
+    fake.logprobs = logprobs_for(0.1)
     first = graph.invoke({"question": QUESTION}, config)
+    fake.logprobs = logprobs_for(0.9)
     second = graph.invoke({"question": Q2}, config)
     assert first["answer"] == "Julie Chu" and second["answer"] == "Larry Page"
-    assert first["iterations"] == 2 and first["stop_reason"] == "single_pass"
+    assert first["iterations"] == 2
+    assert first["stop_reason"] == "answered_after_missing_knowledge"
     assert second["queries"] == [Q2] and second["mk_queries"] == [] and second["missing"] is False
-    assert second["usage"]["llm_calls"] == 3 and second["usage"]["retrieval_calls"] == 1
-    assert second["iterations"] == 1 and second["stop_reason"] == "nothing_missing"
-    assert {e["round"] for e in second["evidence"]} == {1} and len(second["evidence"]) == 2
-    assert [d["decision"] for d in second["decisions"]] == ["not_missing"]
+    assert second["usage"]["llm_calls"] == 4 and second["usage"]["retrieval_calls"] == 1
+    assert second["iterations"] == 1 and second["stop_reason"] == "enough_knowledge"
+    assert {e["round"] for e in second["evidence"]} == {1} and len(second["evidence"]) == 5
+    assert [d["decision"] for d in second["decisions"]] == ["stop"]
     values = graph.get_state(config).values
     assert values["mk_contexts"] == [] and values["mk_candidates"] == []
     assert values["mk_round"] == 0
@@ -716,30 +800,37 @@ def test_judge_node_alone() -> None:
 
 
 @pytest.mark.parametrize(
-    ("replies", "decision", "path"),
+    ("replies", "p_enough", "decision", "p", "path"),
     [
-        ([verdict(True, ["q1"])], "missing", "parsed"),
-        ([verdict(False)], "not_missing", "parsed"),
-        (["not json", verdict(True, ["q1"])], "missing", "repaired"),
-        (["not json", "still not"], "not_missing", "default"),
+        ([verdict(True, ["q1"])], 0.2, "continue", 0.2, "logprobs"),
+        ([verdict(False)], 0.8, "stop", 0.8, "logprobs"),
+        ([verdict(True, ["q1"])], 0.8, "stop", 0.8, "logprobs"),  # p decides, not the verdict
+        ([verdict(False)], 0.2, "continue", 0.2, "logprobs"),
+        (["not json", verdict(True, ["q1"])], 0.3, "continue", 0.3, "logprobs"),
+        (["not json", "still not"], 0.6, "stop", 0.6, "logprobs"),
+        ([verdict(False)], None, "continue", None, "default"),  # no logprobs: retrieve
     ],
 )
 def test_the_judge_decision_is_recorded(
-    store: Store, replies: list[str], decision: str, path: str
+    store: Store,
+    replies: list[str],
+    p_enough: float | None,
+    decision: str,
+    p: float | None,
+    path: str,
 ) -> None:
     answers = iter(replies)
-    fake = fake_llm(lambda _m: next(answers))
-    out = build_graph("missing_knowledge", llm=fake, retriever=store).invoke({"question": QUESTION})
-    assert out["decisions"] == [
-        {
-            "node": "judge_missing",
-            "round": 1,
-            "decision": decision,
-            "p": None,
-            "path": path,
-            "threshold": None,
-        }
-    ]
+    fake = fake_llm(lambda _m: next(answers), p_enough=p_enough)
+    llm = with_logprobs(fake) if p_enough is not None else fake
+    out = build_graph("missing_knowledge", llm=llm, retriever=store).invoke({"question": QUESTION})
+    [record] = out["decisions"]
+    assert record == {
+        "node": "judge_missing", "round": 1, "decision": decision,
+        "p": record["p"] if p is None else pytest.approx(p), "path": path, "threshold": 0.5,
+    }  # fmt: skip
+    assert p is not None or record["p"] is None
+    assert "answer" not in record  # regenerate, no calibration: not known at the decision
+    assert out["missing"] is (decision == "continue")
 
 
 def test_shown_ids_are_the_chunks_in_prompts_not_all_retrieved() -> None:
@@ -754,7 +845,7 @@ def test_shown_ids_are_the_chunks_in_prompts_not_all_retrieved() -> None:
     fake = fake_llm(verdict(True, ["q1", "q2"]))
     out = build_graph(
         "missing_knowledge", llm=fake, retriever=docs, kb_pairs=pairs, kb_primary="merged",
-        merged_order="interleave", top_k=2,
+        merged_order="interleave", top_k=2, first_k=0,
     ).invoke({"question": QUESTION})  # fmt: skip
     # KB A (merged) gives i1 and p1, cut to k_orig=1: p1 is retrieved but never shown;
     # the budget keeps one of the two missing-knowledge chunks: b1 is never shown
@@ -762,3 +853,245 @@ def test_shown_ids_are_the_chunks_in_prompts_not_all_retrieved() -> None:
     assert out["shown_ids"] == ["i1", "a1"]
     assert "Opening text" in user_msg(fake, FINAL) and "First new" in user_msg(fake, FINAL)
     assert "Second new" not in "\n".join(fake.prompts())
+
+
+# -- the loop decision: P(nothing missing) from a forced choice against judge_threshold -------
+@pytest.mark.parametrize(
+    ("p_enough", "threshold", "stops"),
+    [(0.9, 0.5, True), (0.3, 0.5, False), (0.7, 0.8, False), (0.7, 0.6, True), (0.5, 0.5, True),
+     (0.99, 1.01, False)],
+)  # fmt: skip
+def test_threshold_decides_whatever_the_verdict_says(
+    store: Store, p_enough: float, threshold: float, stops: bool
+) -> None:
+    for judge in (True, False):
+        rec = Recorder(store)
+        fake = fake_llm(verdict(judge, ["closing ceremony flag"]), p_enough=p_enough)
+        out = build_graph(
+            "missing_knowledge", llm=with_logprobs(fake), retriever=rec, judge_threshold=threshold
+        ).invoke({"question": QUESTION})
+        assert out["missing"] is (not stops) and out["judge_verdict"] is judge
+        assert len(rec.calls) == (1 if stops else 2)
+        assert out["stop_reason"] == (
+            "enough_knowledge" if stops else "answered_after_missing_knowledge"
+        )
+        [record] = out["decisions"]
+        assert record["threshold"] == threshold and record["p"] == pytest.approx(p_enough)
+
+
+def test_no_logprobs_endpoint_is_not_asked_and_retrieves(store: Store) -> None:
+    """A reply without a probability cannot be used: an endpoint known to give no logprobs is
+    not asked the forced choice, and the decision falls toward retrieving."""
+    rec = Recorder(store)
+    fake = fake_llm(verdict(False, thought="all there"))  # the verdict says nothing is missing
+    out = build_graph("missing_knowledge", llm=fake, retriever=rec).invoke({"question": QUESTION})
+    assert calls_of(fake, ASK) == [] and len(fake.calls) == 3
+    assert out["missing"] is True and rec.calls == [(QUESTION, 5), (QUESTION, 2)]
+    assert out["decisions"][0]["p"] is None and out["decisions"][0]["path"] == "default"
+
+
+@pytest.mark.parametrize(
+    ("logprobs", "reply", "path"),
+    [
+        (None, "Yes", "parsed"),  # no logprobs in the reply: the text is not a probability
+        ({"Maybe": -0.1, "The": -2.0}, "Yes", "parsed"),  # neither Yes nor No among them
+        ({"Maybe": -0.1}, "perhaps so", "default"),  # and a malformed reply
+    ],
+)
+def test_missing_logprobs_or_malformed_choice_retrieve(
+    store: Store, logprobs: dict[str, float] | None, reply: str, path: str
+) -> None:
+    rec = Recorder(store)
+    fake = ScriptedChatModel(
+        rules=[(ASK, reply), (JUDGE, verdict(False)), (FINAL, "Julie Chu")], default="draft",
+        logprobs=logprobs,
+    )  # fmt: skip
+    out = build_graph("missing_knowledge", llm=with_logprobs(fake), retriever=rec).invoke(
+        {"question": QUESTION}
+    )
+    assert len(calls_of(fake, ASK)) >= 1
+    assert out["decisions"][0]["p"] is None and out["decisions"][0]["path"] == path
+    assert out["missing"] is True and len(rec.calls) == 2
+    assert out["stop_reason"] == "answered_after_missing_knowledge"
+
+
+def test_calibration_run_never_stops_and_records_the_answer(store: Store) -> None:
+    """In a calibration run the decision records the answer from the first retrieval only
+    (one extra call: the final prompt without new chunks) and the loop goes on."""
+    rec = Recorder(store)
+
+    def final(messages: Any) -> str:
+        return "Julie Chu" if "Document[1]" in str(messages[-1].content).split(FINAL)[1] else "Todd"
+
+    fake = fake_llm(verdict(False, thought="all there"), final=final, p_enough=0.95)
+    out = build_graph(
+        "missing_knowledge", llm=with_logprobs(fake), retriever=rec, calibration=True
+    ).invoke({"question": QUESTION})
+    [record] = out["decisions"]
+    assert record["decision"] == "continue" and record["p"] == pytest.approx(0.95)
+    assert record["answer"] == "Todd"  # the answer had it stopped: no missing-knowledge chunks
+    assert out["answer"] == "Julie Chu" and out["missing"] is True and len(rec.calls) == 2
+    # draft, judge, choice, the calibration answer, final
+    assert len(fake.calls) == 5 and len(calls_of(fake, FINAL)) == 2
+    # reuse_draft: the stop answer is the draft, no extra call
+    fake2 = fake_llm(verdict(False), p_enough=0.95)
+    out2 = build_graph(
+        "missing_knowledge", llm=with_logprobs(fake2), retriever=store, calibration=True,
+        final_when_not_missing="reuse_draft",
+    ).invoke({"question": QUESTION})  # fmt: skip
+    assert out2["decisions"][0]["answer"] == "Todd Lodwick" and len(fake2.calls) == 4
+    assert out2["missing"] is True
+
+
+def test_calibration_records_the_answer_without_logprobs(store: Store) -> None:
+    fake = fake_llm(verdict(True, ["q"]), final="Julie Chu")
+    out = build_graph("missing_knowledge", llm=fake, retriever=store, calibration=True).invoke(
+        {"question": QUESTION}
+    )
+    [record] = out["decisions"]
+    assert record["p"] is None and record["answer"] == "Julie Chu" and out["missing"] is True
+
+
+# -- missing-knowledge retrieval brings chunks not retrieved yet ------------------------------
+class ExcludeRecorder(Recorder):
+    def __init__(self, inner: Retriever) -> None:
+        super().__init__(inner)
+        self.excluded: list[set[str]] = []
+
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        mode: RetrievalMode | None = None,
+        exclude: Collection[str] = (),
+    ) -> list[Evidence]:
+        self.excluded.append(set(exclude))
+        return super().search(query, k, mode=mode, exclude=exclude)
+
+
+@pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid"])
+def test_mk_retrieval_excludes_seen_chunks_and_fills_its_budget(
+    store: Store, mode: RetrievalMode
+) -> None:
+    """The audit: missing-knowledge queries close to the question re-fetched the first chunks,
+    which the md5 merge then dropped, so nothing was added. Now the store skips them."""
+    rec = ExcludeRecorder(store)
+    # both queries would rank the first chunks at the top
+    fake = fake_llm(verdict(True, [QUESTION, "who carried the US flag 2014 Olympics"]))
+    state = full_state(
+        build_graph("missing_knowledge", llm=fake, retriever=rec, top_k=4, first_k=0,
+                    retrieval_mode=mode),
+        QUESTION,
+    )  # fmt: skip
+    first = [c["id"] for c in state["initial_contexts"]]
+    assert len(first) == 2
+    assert rec.excluded[0] == set() and rec.excluded[1] == set(first)
+    q1 = [c["id"] for c in state["mk_candidates"][0]]
+    assert rec.excluded[2] == set(first) | set(q1)  # the second query skips the first's too
+    got = [c["id"] for c in state["mk_contexts"]]
+    assert not set(got) & set(first)
+    everything = [i for cs in state["mk_candidates"] for i in (c["id"] for c in cs)]
+    if mode == "bm25":  # only three passages share a term with the queries: the one left
+        assert got == everything == ["sochi"]
+    else:  # the budget is filled with new chunks
+        assert len(got) == 2 and len(everything) == len(set(everything)) == 4
+    assert set(state["retrieved_ids"]) == set(first) | set(everything)
+
+
+def test_mk_retrieval_excludes_seen_pairs(store: Store, pairs: PairStore) -> None:
+    """The same on a question-answer pair store (KB A = KB B = qa_pairs)."""
+    fake = fake_llm(verdict(True, ["who founded google"]))
+    state = full_state(
+        build_graph("missing_knowledge", llm=fake, retriever=store, kb_pairs=pairs,
+                    kb_primary="qa_pairs", kb_secondary="qa_pairs", top_k=2, first_k=0),
+        "who founded google",
+    )  # fmt: skip
+    [first] = state["initial_contexts"]
+    [new] = state["mk_contexts"]
+    assert first["id"] != new["id"] and "Larry Page" in first["text"]
+
+
+# -- the first retrieval's budget -------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("settings", "k_orig", "k_mk"),
+    [
+        ({}, 5, 2),  # default: the baseline's 5, then the paper's missing-knowledge share
+        ({"first_k": 0}, 2, 2),  # the paper's TopK=4 split
+        ({"first_k": 0, "budget_mode": "additive"}, 4, 2),
+        ({"first_k": 3, "top_k": 8}, 4, 4),  # the paper's share when it is larger
+        ({"first_k": 6, "top_k": 2}, 6, 1),
+    ],
+)
+def test_first_retrieval_shows_at_least_first_k(
+    store: Store, settings: dict[str, Any], k_orig: int, k_mk: int
+) -> None:
+    rec = Recorder(store)
+    fake = fake_llm(verdict(True, ["Google founded", "Hamlet tragedy", "Paris capital"]))
+    state = full_state(
+        build_graph("missing_knowledge", llm=fake, retriever=rec, **settings), QUESTION
+    )
+    assert rec.calls[0] == (QUESTION, k_orig) and len(state["initial_contexts"]) == min(k_orig, 6)
+    assert all(k == k_mk for _, k in rec.calls[1:])
+    assert len(state["mk_contexts"]) == min(k_mk, 6 - len(state["initial_contexts"]))
+    draft = fake.calls[0]["messages"][-1][1]
+    assert all(c["text"] in draft for c in state["initial_contexts"])  # all of them shown
+
+
+# -- prompts as turns ---------------------------------------------------------------------------
+def test_worked_example_is_a_user_assistant_turn_pair(store: Store) -> None:
+    fake = fake_llm(verdict(True, ["closing ceremony"]), p_enough=0.2)
+    build_graph("missing_knowledge", llm=with_logprobs(fake), retriever=store).invoke(
+        {"question": QUESTION}
+    )
+    draft, final = fake.calls[0]["messages"], fake.calls[-1]["messages"]
+    for messages in (draft, final):
+        assert [role for role, _ in messages] == ["system", "human", "ai", "human"]
+        assert "Larry Page" not in messages[0][1] and "Example" not in messages[0][1]
+        assert "who founded google?" in messages[1][1]
+        assert messages[2][1] == "Larry Page and Sergey Brin"
+        assert QUESTION in messages[3][1] and "who founded google" not in messages[3][1]
+    assert FINAL in final[1][1] and FINAL not in draft[1][1]
+
+
+def test_chinese_worked_example_is_a_turn_pair(store: Store) -> None:
+    fake = fake_llm(verdict(False), draft="促排卵治疗", final="抗雄激素疗法")
+    build_graph("missing_knowledge", llm=fake, retriever=store).invoke(
+        {"question": "多囊卵巢综合征首选治疗方法是什么？"}
+    )
+    draft = fake.calls[0]["messages"]
+    assert [role for role, _ in draft] == ["system", "human", "ai", "human"]
+    assert draft[2][1] == "甲状腺功能检查" and "示例" not in draft[0][1]
+
+
+def test_decision_follow_up_shows_the_thought_not_the_verdict(store: Store) -> None:
+    fake = fake_llm(
+        verdict(True, ["SECRET-QUERY"], ["SECRET-PIECE"], thought='lacks "closing" bearer'),
+        p_enough=0.2,
+    )
+    build_graph("missing_knowledge", llm=with_logprobs(fake), retriever=store).invoke(
+        {"question": QUESTION}
+    )
+    [call] = [c for c in fake.calls if ASK in c["messages"][-1][1]]
+    messages = call["messages"]
+    assert [role for role, _ in messages] == ["system", "human", "ai", "human"]
+    assert messages[1][1] == user_msg(fake, JUDGE)  # the judge prompt as it was (cache prefix)
+    assert json.loads(messages[2][1]) == {"thought": 'lacks "closing" bearer'}
+    assert "SECRET" not in messages[2][1] and "judge" not in messages[2][1]
+    assert messages[3][1].endswith(ASK)
+    assert call["kwargs"].get("logprobs") is True
+
+
+def test_turns_count_as_instructions_in_the_token_split() -> None:
+    from gaprag.graphs.missing_knowledge.nodes import PROMPTS, TURNS, render
+    from gaprag.graphs.missing_knowledge.turns import with_follow_up
+
+    plain = PROMPTS["draft_en"].render(context="C", question="Q")
+    rendered = render("draft_en", context="C", question="Q")
+    example = len(TURNS["draft_en"]["example_user"]) + len(TURNS["draft_en"]["example_assistant"])
+    assert rendered.parts == (plain.parts[0] + example, plain.parts[1], plain.parts[2] + example)
+    follow = with_follow_up(plain, PROMPTS["enough_en"], TURNS["enough_en"], thought="T")
+    ask = PROMPTS["enough_en"].user.strip()
+    assert follow[-1] == ("user", ask) and follow[-2] == ("assistant", '{"thought": "T"}')
+    assert follow.parts[0] == plain.parts[0] + len(ask) + len('{"thought": }')
+    assert follow.parts[2] == plain.parts[2] + len(ask) + len('{"thought": "T"}')

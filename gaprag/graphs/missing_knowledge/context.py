@@ -19,7 +19,25 @@ FinalWhenNotMissing = Literal["regenerate", "reuse_draft"]
 @dataclass(kw_only=True)
 class Context(BaseContext):
     top_k: int = describe(
-        4, "TopK: chunks in the final prompt. Paper: 4 (split between KB A and KB B).", minimum=1
+        4,
+        "TopK: the paper's chunk budget, split between KB A and KB B (budget_mode); "
+        "first_k can raise the KB A share. Paper: 4.",
+        minimum=1,
+    )
+    first_k: int = describe(
+        5,
+        "The first retrieval (KB A, user question) shows at least this many chunks: the "
+        "standard_rag baseline's top_k, so the draft sees what the baseline sees. 0 = the "
+        "paper's budget only (top_k//2 in matched mode).",
+        minimum=0,
+    )
+    judge_threshold: float = describe(
+        0.5,
+        "Stop after the first retrieval when P(nothing missing), the first-token probability "
+        "of 'Yes' in a forced Yes/No choice asked after the judge's analysis, is at least this; "
+        "else retrieve the missing knowledge. Without logprobs it always retrieves. "
+        "0.5 = the paper's yes/no verdict; above 1 = always retrieve.",
+        minimum=0,
     )
     budget_mode: BudgetMode = describe(
         "matched",

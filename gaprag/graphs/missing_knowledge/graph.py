@@ -1,10 +1,11 @@
 """missing_knowledge (MisK-RAG): one pass of missing-knowledge retrieval.
 
 retrieve (user question -> KB A) -> generate_draft -> judge_missing (ONE call: thought, whether
-knowledge is missing, the missing knowledge, KB-aligned queries) -> retrieve_missing (each
-query -> KB B) -> update_evidence_pool (md5 dedup, round-robin merge within the budget) ->
-generate_answer (Context / Missing Knowledge Context / Question). When the judge finds nothing
-missing, the graph goes straight to generate_answer. See docs/methods/missing_knowledge.md.
+knowledge is missing, the missing knowledge, KB-aligned queries; then the decision on
+P(nothing missing) against judge_threshold) -> retrieve_missing (each query -> KB B, chunks
+not retrieved yet) -> update_evidence_pool (md5 dedup, round-robin merge within the budget) ->
+generate_answer (Context / Missing Knowledge Context / Question). When the decision is to stop,
+the graph goes straight to generate_answer. See docs/methods/missing_knowledge.md.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from gaprag.nodes import add_nodes, add_router
 def route_after_judge(
     state: State, runtime: Runtime[Context]
 ) -> Literal["retrieve_missing", "generate_answer"]:
-    """Retrieve for the missing knowledge when the judge found some and wrote queries."""
+    """Retrieve for the missing knowledge when the decision was to continue and there are
+    queries (the judge's, else the user question)."""
     return "retrieve_missing" if state.missing and state.mk_queries else "generate_answer"
 
 

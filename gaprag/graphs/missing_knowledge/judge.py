@@ -52,10 +52,10 @@ NOTHING_MISSING = Judgement(thought="", judge=False, missing_knowledge=[], query
 
 
 def mk_queries(judged: Judgement, max_queries: int) -> list[str]:
-    """The retrieval queries: deduplicated (case-insensitive), capped; the missing-knowledge
-    items stand in when the judge says knowledge is missing but wrote no query."""
-    if not judged.judge:
-        return []
+    """The judge's retrieval queries: deduplicated (case-insensitive), capped; the
+    missing-knowledge items stand in when it wrote no query. Whatever its verdict says: the
+    decision to retrieve is taken on a probability (see ``nodes.judge_missing``), and when it
+    says retrieve, the judge's own queries are the best ones there are."""
     source = judged.query or judged.missing_knowledge
     seen: set[str] = set()
     out: list[str] = []
@@ -65,3 +65,12 @@ def mk_queries(judged: Judgement, max_queries: int) -> list[str]:
             seen.add(key)
             out.append(" ".join(q.split()))
     return out[: max(0, max_queries)]
+
+
+def search_queries(judged: Judgement, question: str, max_queries: int) -> list[str]:
+    """The queries of a missing-knowledge retrieval: the judge's (:func:`mk_queries`), else
+    the user question itself (its next-ranked chunks, as what was seen is excluded)."""
+    queries = mk_queries(judged, max_queries)
+    if not queries and max_queries > 0 and question.strip():
+        queries = [" ".join(question.split())]
+    return queries

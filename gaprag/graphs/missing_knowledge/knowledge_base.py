@@ -35,14 +35,20 @@ def evidence_md5(item: Evidence) -> str:
     return md5_text(item["text"])
 
 
-def budget(top_k: int, mode: BudgetMode, per_query: int = 0) -> tuple[int, int, int]:
-    """(chunks for the user question, per missing-knowledge query, missing-knowledge total)."""
+def budget(
+    top_k: int, mode: BudgetMode, per_query: int = 0, first_k: int = 0
+) -> tuple[int, int, int]:
+    """(chunks for the user question, per missing-knowledge query, missing-knowledge total).
+
+    The paper's split of ``top_k``, with the user question's share raised to ``first_k``
+    (the missing-knowledge share stays the paper's)."""
     top_k = max(1, top_k)
     if mode == "additive":
         k_orig, k_mk_total = top_k, max(1, top_k // 2)
     else:
         k_orig = max(1, top_k // 2)
         k_mk_total = max(1, top_k - k_orig)
+    k_orig = max(k_orig, first_k)
     return k_orig, per_query if per_query > 0 else k_mk_total, k_mk_total
 
 

@@ -1,8 +1,10 @@
-"""missing_knowledge's nodes: retrieve (KB A) -> generate_draft -> judge_missing -> (if
-knowledge is missing) retrieve_missing (KB B) -> update_evidence_pool -> generate_answer."""
+"""missing_knowledge's nodes: retrieve (KB A) -> generate_draft -> judge_missing -> (unless
+P(nothing missing) >= judge_threshold) retrieve_missing (KB B, new chunks only) ->
+update_evidence_pool -> generate_answer."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -12,7 +14,7 @@ from langgraph.runtime import Runtime
 from gaprag import nodes
 from gaprag.deps import Deps
 from gaprag.graphs.missing_knowledge.context import Context
-from gaprag.graphs.missing_knowledge.judge import NOTHING_MISSING, Judgement, mk_queries
+from gaprag.graphs.missing_knowledge.judge import NOTHING_MISSING, Judgement, search_queries
 from gaprag.graphs.missing_knowledge.knowledge_base import (
     KnowledgeBaseRetriever,
     budget,
@@ -24,13 +26,17 @@ from gaprag.graphs.missing_knowledge.knowledge_base import (
 )
 from gaprag.graphs.missing_knowledge.question import language, question_block, split_question
 from gaprag.graphs.missing_knowledge.state import Chunk, KnowledgeBase, State
+from gaprag.graphs.missing_knowledge.turns import load_turns, with_example, with_follow_up
+from gaprag.llm.client import LLM
 from gaprag.progress import emit
-from gaprag.prompts import Passages, load_prompts
+from gaprag.prompts import Passages, RenderedPrompt, load_prompts
 from gaprag.stores.retriever import Retriever
 
 PROMPTS = load_prompts(__package__)
+TURNS = load_turns(__package__)
 FORMATS = nodes.load_formats(__package__)
 NONE = {"en": "(none)", "zh": "（无）"}  # an empty context section; the thought's fallback
+ENOUGH, MISSING = "Yes", "No"  # the forced choice after the judge's analysis: "Yes" = stop
 
 
 def pair_text(chunk: Chunk) -> str:
@@ -51,6 +57,11 @@ def format_chunks(chunks: Sequence[Chunk], *, max_words: int = 150, lang: str = 
         nodes.render_passages(pairs, FORMATS["qa_pairs"], max_words=max_words),
     ]
     return nodes.join_passages(parts) or Passages(NONE.get(lang, NONE["en"]))
+
+
+def render(name: str, **values: Any) -> RenderedPrompt:
+    """Prompt ``name`` with its worked example as a user/assistant turn pair."""
+    return with_example(PROMPTS[name], TURNS.get(name, {}), **values)
 
 
 def knowledge_base(ctx: Context, deps: Deps, which: KnowledgeBase) -> KnowledgeBaseRetriever:
@@ -77,9 +88,14 @@ def open_pairs(given: Any, path: str, gamma: float) -> Retriever:
     return pair_retriever(given if given is not None else open_pair_store(path), gamma=gamma)
 
 
+def chunk_budget(ctx: Context) -> tuple[int, int, int]:
+    """(first retrieval, per missing-knowledge query, missing-knowledge total)."""
+    return budget(ctx.top_k, ctx.budget_mode, ctx.k_mk_per_query, ctx.first_k)
+
+
 async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     ctx = runtime.context
-    k_orig, _, _ = budget(ctx.top_k, ctx.budget_mode, ctx.k_mk_per_query)
+    k_orig, _, _ = chunk_budget(ctx)
     query, _ = split_question(state.question)
     found = await knowledge_base(ctx, deps, ctx.kb_primary).achunks(
         query, k_orig, mode=ctx.retrieval_mode, retrieved_by="orig", round=1
@@ -96,7 +112,8 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
 async def generate_draft(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     ctx = runtime.context
     lang = language(ctx.language, state.question)
-    messages = PROMPTS[f"draft_{lang}"].render(
+    messages = render(
+        f"draft_{lang}",
         context=format_chunks(state.initial_contexts, max_words=ctx.max_passage_words, lang=lang),
         question=question_block(state.question, ctx.options_text, lang),
     )  # fmt: skip
@@ -105,8 +122,10 @@ async def generate_draft(state: State, runtime: Runtime[Context], deps: Deps) ->
 
 
 async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """The one judge call. Its verdict is the loop decision (no probability: a JSON reply);
-    an unparsable reply becomes 'nothing missing' (path ``default``)."""
+    """The one judge call (thought, verdict, missing knowledge, queries), then the loop
+    decision on P(nothing missing): a forced Yes/No choice asked after the judge's analysis,
+    read from first-token logprobs. Stop iff p >= ``judge_threshold``; without a probability
+    (no logprobs, no Yes/No among them) retrieve, and never stop in a calibration run."""
     ctx = runtime.context
     lang = language(ctx.language, state.question)
     messages = PROMPTS[f"judge_{lang}"].render(
@@ -114,17 +133,33 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
         context=format_chunks(state.initial_contexts, max_words=ctx.max_passage_words, lang=lang),
         draft=state.draft_answer or "(empty)",
     )  # fmt: skip
-    judged = await deps.chat(ctx).astructured(
+    llm = deps.chat(ctx)
+    judged = await llm.astructured(
         messages, Judgement, default=NOTHING_MISSING, max_tokens=ctx.judge_max_tokens,
         call="judge_missing",
     )  # fmt: skip
     verdict = judged.value
-    queries = mk_queries(verdict, ctx.max_mk_queries)
-    decision = "missing" if verdict.judge else "not_missing"
-    nodes.log_decision("judge_missing", 1, decision, p=None, path=judged.path)
-    emit(judge=verdict.judge, queries=queries, parse_ok=judged.path != "default")
+    p, path = await enough_probability(llm, messages, verdict.thought, lang)
+    stop = nodes.should_stop(p, ctx.judge_threshold, calibration=ctx.calibration)
+    stem, _ = split_question(state.question)
+    queries = [] if stop else search_queries(verdict, stem, ctx.max_mk_queries)
+    answer: str | None = None  # the answer had it stopped here, when known (always in calibration)
+    if ctx.calibration:
+        stopped = dataclasses.replace(
+            state, thought=verdict.thought, missing_knowledge=verdict.missing_knowledge
+        )
+        answer = await answer_without_new_chunks(stopped, ctx, deps, lang)
+    elif ctx.final_when_not_missing == "reuse_draft":
+        answer = state.draft_answer
+    nodes.log_decision(
+        "judge_missing", 1, "stop" if stop else "continue", p=p, path=path,
+        threshold=ctx.judge_threshold, answer=answer,
+    )  # fmt: skip
+    emit(judge=verdict.judge, p_enough=p, stop=stop, queries=queries,
+         parse_ok=judged.path != "default")  # fmt: skip
     return {
-        "missing": verdict.judge,
+        "missing": not stop,
+        "judge_verdict": verdict.judge,
         "thought": verdict.thought,
         "missing_knowledge": verdict.missing_knowledge,
         "mk_queries": queries,
@@ -132,15 +167,46 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
     }
 
 
+async def enough_probability(
+    llm: LLM, judge_messages: RenderedPrompt, thought: str, lang: str
+) -> tuple[float | None, str]:
+    """(P(nothing missing), how it was decided). The judge prompt, its analysis as the
+    assistant's turn (not its verdict, which the model would copy), then "enough? Yes/No";
+    p is P("Yes") among Yes/No in the first token's logprobs. An endpoint known to give no
+    logprobs is not asked (a reply without a probability cannot be used): (None, "default")."""
+    if not llm.supports_logprobs:
+        return None, "default"
+    messages = with_follow_up(
+        judge_messages, PROMPTS[f"enough_{lang}"], TURNS[f"enough_{lang}"], thought=thought
+    )
+    choice = await llm.achoose(messages, [ENOUGH, MISSING], default=MISSING, call="judge_enough")
+    return nodes.option_probability(choice, ENOUGH), choice.path
+
+
+async def answer_without_new_chunks(state: State, ctx: Context, deps: Deps, lang: str) -> str:
+    """The answer the method gives when it stops after the first retrieval (what
+    ``generate_answer`` returns then): the draft with ``reuse_draft``, else the final prompt
+    with the judge's thought and no new chunks (one extra call; calibration runs only)."""
+    if ctx.final_when_not_missing == "reuse_draft":
+        return state.draft_answer
+    messages = final_messages(dataclasses.replace(state, mk_contexts=[]), ctx, lang)
+    reply = await deps.chat(ctx).agenerate(messages, max_tokens=ctx.answer_max_tokens)
+    return nodes.clean_answer(reply) or state.draft_answer
+
+
 async def retrieve_missing(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """Each query's top chunks among those not retrieved yet: the first chunks and the
+    earlier queries' chunks are excluded, so every query brings new ones."""
     ctx = runtime.context
-    _, per_query, _ = budget(ctx.top_k, ctx.budget_mode, ctx.k_mk_per_query)
+    _, per_query, _ = chunk_budget(ctx)
     base = knowledge_base(ctx, deps, ctx.kb_secondary)
+    seen = {c["id"] for c in state.initial_contexts}
     candidates = []
     for q in state.mk_queries:
         found = await base.achunks(
-            q, per_query, mode=ctx.retrieval_mode, retrieved_by="mk", round=2
+            q, per_query, mode=ctx.retrieval_mode, retrieved_by="mk", round=2, exclude=seen
         )
+        seen.update(c["id"] for c in found)
         emit(round=2, query=q, kb=ctx.kb_secondary, found=len(found))
         candidates.append(found)
     return {"mk_candidates": candidates, "queries": list(state.mk_queries), "iterations": 2}
@@ -150,7 +216,7 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
     """Merge the queries' chunks rank by rank (md5 dedup against the first chunks and each
     other), within the budget; the evidence is the first chunks (round 1) plus these (2)."""
     ctx = runtime.context
-    _, _, total = budget(ctx.top_k, ctx.budget_mode, ctx.k_mk_per_query)
+    _, _, total = chunk_budget(ctx)
     seen = [c["md5"] for c in state.initial_contexts]
     limit = total if ctx.mk_budget == "round_robin" else None
     added = merge_round_robin(state.mk_candidates, seen, limit)
@@ -165,21 +231,36 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     ctx = runtime.context
-    stop = "single_pass" if state.missing else "nothing_missing"
+    stop = stop_reason(state)
     if not state.missing and ctx.final_when_not_missing == "reuse_draft":
         return {"answer": state.draft_answer, "stop_reason": stop}
     lang = language(ctx.language, state.question)
+    messages = final_messages(state, ctx, lang)
+    reply = await deps.chat(ctx).agenerate(messages, max_tokens=ctx.answer_max_tokens)
+    return {"answer": nodes.clean_answer(reply) or state.draft_answer, "stop_reason": stop}
+
+
+def stop_reason(state: State) -> str:
+    """``enough_knowledge``: the decision stopped after the first retrieval;
+    ``answered_after_missing_knowledge``: the one missing-knowledge round ran (the method's
+    bound); ``no_missing_knowledge_queries``: it decided to retrieve but had no query."""
+    if not state.missing:
+        return "enough_knowledge"
+    return "answered_after_missing_knowledge" if state.mk_round else "no_missing_knowledge_queries"
+
+
+def final_messages(state: State, ctx: Context, lang: str) -> RenderedPrompt:
+    """Context / Missing Knowledge Context (the thought, then the new chunks) / Question."""
     mk_context: str = ""
     if state.mk_contexts:
         mk_context = format_chunks(state.mk_contexts, max_words=ctx.max_passage_words, lang=lang)
     thought = state.thought
     if ctx.include_missing_list and state.missing_knowledge:
         thought = "\n".join([thought, *(f"- {m}" for m in state.missing_knowledge)]).strip()
-    messages = PROMPTS[f"answer_{lang}"].render(
+    return render(
+        f"answer_{lang}",
         context=format_chunks(state.initial_contexts, max_words=ctx.max_passage_words, lang=lang),
         thought=thought or NONE[lang],
         mk_context=mk_context,
         question=question_block(state.question, ctx.options_text, lang),
     )  # fmt: skip
-    reply = await deps.chat(ctx).agenerate(messages, max_tokens=ctx.answer_max_tokens)
-    return {"answer": nodes.clean_answer(reply) or state.draft_answer, "stop_reason": stop}

@@ -1,8 +1,9 @@
 """missing_knowledge's state: what one pass keeps between its nodes, and its output schema.
 
 One pass: retrieve with the user question from knowledge base A, draft an answer, one judge
-call (thought / knowledge missing? / missing knowledge / KB-aligned queries), retrieve with
-those queries from knowledge base B, merge by md5 within the budget, answer.
+call (thought / knowledge missing? / missing knowledge / KB-aligned queries) and the decision
+on P(nothing missing), retrieve with those queries from knowledge base B (new chunks only),
+merge by md5 within the budget, answer.
 """
 
 from __future__ import annotations
@@ -41,7 +42,18 @@ class OutputState(base.OutputState):
     """Common outputs plus the judge's verdict (``missing`` gives the evaluation's miss rate)."""
 
     missing: Annotated[
-        bool, Field(description="The judge said knowledge was missing (MK retrieval ran).")
+        bool,
+        Field(
+            description="The loop decision: knowledge missing, so retrieve for it (P(nothing "
+            "missing) below judge_threshold, or no probability, or a calibration run)."
+        ),
+    ] = False
+    judge_verdict: Annotated[
+        bool,
+        Field(
+            description="The judge's JSON verdict (true = knowledge missing), which the paper "
+            "routes on; here the route is taken on the probability (see decisions)."
+        ),
     ] = False
     thought: Annotated[str, Field(description="The judge's analysis, shown to the final call.")] = (
         ""
