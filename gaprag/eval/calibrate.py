@@ -34,8 +34,8 @@ from gaprag.nodes.short_answer import rule_answer
 
 #: method -> (its threshold setting, the decision nodes that setting governs)
 CALIBRATED: dict[str, tuple[str, tuple[str, ...]]] = {
-    "iterkey": ("validation_threshold", ("validate",)),
-    "missing_knowledge": ("judge_threshold", ("judge",)),
+    "iterkey": ("validation_threshold", ("validate_answer",)),
+    "missing_knowledge": ("judge_threshold", ("judge_missing",)),
     "migres": ("sufficiency_threshold", ("sufficiency",)),
     "rfm_rag": ("rf_threshold", ("r_feedback",)),
 }

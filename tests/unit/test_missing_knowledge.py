@@ -174,7 +174,7 @@ def pairs(tmp_path: Path) -> PairStore:
 def test_graph_nodes_and_edges() -> None:
     g = build_graph("missing_knowledge", llm=scripted()).get_graph()
     assert set(g.nodes) - {"__start__", "__end__"} == {
-        "retrieve", "generate_draft", "judge_missing", "retrieve_missing", "update_evidence_pool", "generate_answer",
+        "retrieve", "generate_draft", "judge_missing", "retrieve_missing", "update_evidence_pool", "generate_answer", "short_answer",
     }  # fmt: skip
     edges = {(e.source, e.target): e.conditional for e in g.edges}
     assert (

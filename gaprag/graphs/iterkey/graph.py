@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.graph import END, StateGraph
+from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
@@ -26,7 +26,7 @@ from gaprag.graphs.iterkey.nodes import (
     validate_answer,
 )
 from gaprag.graphs.iterkey.state import InputState, IterKeyOutput, IterKeyState
-from gaprag.nodes import add_nodes, add_router
+from gaprag.nodes import add_nodes, add_router, add_short_answer
 
 # A run takes 4 steps a round + 2 (22 at N=5); the loop is bounded by max_iterations, so the
 # step limit is only a safety net, never below LangGraph's current default.
@@ -61,7 +61,7 @@ def build(
     builder.add_edge("generate_answer", "validate_answer")
     add_router(builder, "validate_answer", route_after_validation)
     builder.add_edge("regenerate_keywords", "retrieve")
-    builder.add_edge("finalize", END)
+    add_short_answer(builder, deps, after="finalize")
     graph = builder.compile(checkpointer=checkpointer, name="iterkey")
     limit = max(4 * context().max_iterations + 10, RECURSION_FLOOR)
     return graph.with_config(recursion_limit=limit)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.graph import END, StateGraph
+from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
@@ -28,7 +28,7 @@ from gaprag.graphs.missing_knowledge.nodes import (
     update_evidence_pool,
 )
 from gaprag.graphs.missing_knowledge.state import InputState, OutputState, State
-from gaprag.nodes import add_nodes, add_router
+from gaprag.nodes import add_nodes, add_router, add_short_answer
 
 
 def route_after_judge(
@@ -58,7 +58,7 @@ def build(
     add_router(builder, "judge_missing", route_after_judge)
     builder.add_edge("retrieve_missing", "update_evidence_pool")
     builder.add_edge("update_evidence_pool", "generate_answer")
-    builder.add_edge("generate_answer", END)
+    add_short_answer(builder, deps, after="generate_answer")
     return builder.compile(checkpointer=checkpointer, name="missing_knowledge")
 
 
