@@ -172,11 +172,15 @@ def calibrate(
     base_url: str | None = None,
     resume: bool = True,
     progress: bool = True,
+    llm: Any = None,
+    embedder: Any = None,
 ) -> dict[str, Any]:
     """Run the calibration questions, replay the thresholds, write ``model``'s profile.
 
     ``model``: the embedded model's registry name (``gaprag llm models``), or with
-    ``base_url`` the model name that endpoint serves. Returns the curves."""
+    ``base_url`` the model name that endpoint serves; ``datasets``: bundled names or dataset
+    JSONL paths; ``llm``/``embedder``: objects to use instead (tests). Returns the curves and
+    the profile's path."""
     import os
 
     from gaprag.eval.runner import evaluate, read_results
@@ -187,7 +191,7 @@ def calibrate(
             f"no calibrated decision in: {', '.join(unknown)}",
             hint="calibrated methods: " + ", ".join(CALIBRATED),
         )
-    if base_url is None:
+    if base_url is None and llm is None:
         os.environ["GAPRAG_LOCAL_MODEL"] = model
     out_dir = Path(out)
     rows: list[dict[str, Any]] = []
@@ -205,6 +209,8 @@ def calibrate(
             options={m: {"calibration": True} for m in methods},
             base_url=base_url,
             model=model if base_url else None,
+            llm=llm,
+            embedder=embedder,
             progress=progress,
             report=False,
         )
@@ -214,7 +220,7 @@ def calibrate(
     notes = {
         "date": time.strftime("%Y-%m-%d"),
         "command": " ".join(["gaprag calibrate", *sys.argv[2:]]) or "gaprag calibrate",
-        "datasets": list(datasets),
+        "datasets": [Path(str(d)).name.split(".")[0] for d in datasets],
         "questions": f"index {start} to {start + limit - 1} of each set",
         "objective": f"mean F1 - {cost_per_call} x mean LLM calls",
         "cost_per_call": cost_per_call,

@@ -116,7 +116,7 @@ def _row(f1: float, calls: int, decisions: list[tuple[float | None, str]]) -> di
         "f1": f1,
         "llm_calls": calls,
         "decisions": [
-            {"node": "validate", "round": i + 1, "decision": "x", "p": p, "answer": a}
+            {"node": "validate_answer", "round": i + 1, "decision": "x", "p": p, "answer": a}
             for i, (p, a) in enumerate(decisions)
         ],
     }
@@ -129,15 +129,15 @@ def test_replay_stops_at_the_first_confident_decision() -> None:
         # round 1 right and sure: stopping early saves calls
         _row(1.0, 6, [(0.99, "William Shakespeare"), (0.6, "Shakespeare")]),
     ]
-    low = replay(rows, ["validate"], 0.5, cost_per_call=0.0)
+    low = replay(rows, ["validate_answer"], 0.5, cost_per_call=0.0)
     assert low.f1 == pytest.approx(0.5) and low.stop_rate == pytest.approx(1.0)
-    high = replay(rows, ["validate"], 0.95, cost_per_call=0.0)
+    high = replay(rows, ["validate_answer"], 0.95, cost_per_call=0.0)
     assert high.f1 == pytest.approx(1.0)
     assert high.llm_calls == pytest.approx((6 + 3) / 2)
-    never = replay(rows, ["validate"], 1.01, cost_per_call=0.0)
+    never = replay(rows, ["validate_answer"], 1.01, cost_per_call=0.0)
     assert never.f1 == pytest.approx(1.0) and never.llm_calls == pytest.approx(6)
     assert choose([low, high, never]).threshold == 1.01  # free calls: a tie, retrieve more
-    costly = [replay(rows, ["validate"], t, cost_per_call=0.1) for t in (0.5, 0.95, 1.01)]
+    costly = [replay(rows, ["validate_answer"], t, cost_per_call=0.1) for t in (0.5, 0.95, 1.01)]
     assert choose(costly).threshold == 0.95
     # ties go to the higher threshold (fail toward retrieving more)
     assert choose([never, dataclasses.replace(never, threshold=0.4)]).threshold == 1.01
@@ -145,7 +145,7 @@ def test_replay_stops_at_the_first_confident_decision() -> None:
 
 def test_decisions_without_p_or_answer_never_stop() -> None:
     rows = [_row(0.0, 4, [(None, "William Shakespeare"), (0.99, None)])]
-    point = replay(rows, ["validate"], 0.5)
+    point = replay(rows, ["validate_answer"], 0.5)
     assert point.f1 == 0.0 and point.stop_rate == 0.0
 
 
@@ -168,3 +168,51 @@ def test_calibration_refuses_the_evaluation_questions(tmp_path: Path) -> None:
         calibrate(model="qwen2.5-coder-1.5b", start=10, out=tmp_path, progress=False)
     with pytest.raises(InputError, match="no calibrated decision"):
         calibrate(model="qwen2.5-coder-1.5b", methods=["standard_rag"], out=tmp_path)
+
+
+def test_calibrate_end_to_end_with_a_scripted_model(tmp_path: Path) -> None:
+    """Real IterKey graphs on questions 60+ of a dataset file, a scripted model with logprobs:
+    every round is run and recorded, and the profile gets a threshold."""
+    import json
+
+    from gaprag.llm.client import LLM
+    from gaprag.testing import ScriptedChatModel
+
+    records = [
+        {
+            "id": f"q{i}",
+            "question": "Who wrote Hamlet?",
+            "answers": ["William Shakespeare"],
+            "supporting": ["hamlet"],
+            "paragraphs": [
+                {"id": "hamlet", "title": "Hamlet", "text": "Hamlet was written by Shakespeare."},
+                {"id": "paris", "title": "Paris", "text": "Paris is the capital of France."},
+            ],
+        }
+        for i in range(64)
+    ]
+    data = tmp_path / "mini.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
+    fake = ScriptedChatModel(default="William Shakespeare", logprobs={"True": -0.05, "False": -3.0})
+    profile = tmp_path / "mini.toml"
+    result = calibrate(
+        model="mini-model", methods=["iterkey"], datasets=[str(data)], limit=2, start=60,
+        out=tmp_path / "runs", profile_path=profile, llm=LLM(fake, supports_logprobs=True), embedder=HashingEmbedder(),
+        progress=False,
+    )  # fmt: skip
+    rows = [
+        json.loads(line)
+        for line in (tmp_path / "runs" / "mini" / "results.jsonl").read_text().splitlines()
+    ]
+    assert sorted(r["id"] for r in rows) == ["q60", "q61"]  # only calibration questions
+    for row in rows:
+        assert row["options"] == {"calibration": True}
+        decisions = [d for d in row["decisions"] if d["node"] == "validate_answer"]
+        assert len(decisions) == 5  # never stopped early: the paper's bound of 5 rounds
+        assert all(d["p"] > 0.9 and d["answer"] for d in decisions)
+    curve = result["curves"]["iterkey"]
+    assert curve["questions"] == 2 and curve["decisions_with_p"] == 10
+    # right and sure (p = 0.95) in round 1: stop there; ties go to the highest such threshold
+    assert curve["chosen"]["threshold"] == 0.95 and curve["chosen"]["stop_rate"] == 1.0
+    assert load_profile(profile).settings("iterkey")["validation_threshold"] == 0.95
+    assert (tmp_path / "runs" / "curves.json").is_file()
