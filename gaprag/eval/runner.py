@@ -438,18 +438,27 @@ def _graph_settings(graph: Any, method: str, options: Mapping[str, Any]) -> dict
     return json.loads(json.dumps(safe, default=str))  # type: ignore[no-any-return]
 
 
-def _profile_info(llm: Any, keys: Sequence[str], bases: Mapping[str, str]) -> dict[str, Any] | None:
-    """The model profile the run's graphs use (model, source, its settings per method key)."""
+def _profile_info(
+    llm: Any, keys: Sequence[str], bases: Mapping[str, str], opts: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The model profile the run's graphs use: model, source, and per method key the profile
+    settings that apply (explicit options and, in calibration runs, the calibrated threshold,
+    which such a run does not use, left out)."""
+    from gaprag.eval.calibrate import CALIBRATED
     from gaprag.profiles import model_in_use, profile_for
 
     profile = profile_for(model_in_use(llm))
     if profile is None:
         return None
-    return {
-        "model": profile.model,
-        "source": profile.source,
-        "settings": {k: profile.settings(bases[k]) for k in keys if profile.settings(bases[k])},
-    }
+    settings: dict[str, Any] = {}
+    for k in keys:
+        mine = profile.settings(bases[k])
+        if opts[k].get("calibration") and bases[k] in CALIBRATED:
+            mine.pop(CALIBRATED[bases[k]][0], None)
+        mine = {name: v for name, v in mine.items() if name not in opts[k]}
+        if mine:
+            settings[k] = mine
+    return {"model": profile.model, "source": profile.source, "settings": settings}
 
 
 def portable_path(path: str | Path) -> str:
@@ -469,6 +478,20 @@ def portable_path(path: str | Path) -> str:
         if resolved.is_relative_to(base):
             return f"{label}/{resolved.relative_to(base).as_posix()}"
     return str(path)
+
+
+def _profiles_differ(old: Any, new: Any) -> bool:
+    """Whether a resumed run would mix rows made under different profile settings: another
+    model's profile, or other values for a method both runs have. ``old`` is False for runs
+    from before profiles were recorded."""
+    if old is False:
+        return False
+    if old is None or new is None:
+        return bool(old != new)
+    if old.get("model") != new.get("model"):
+        return True
+    before, now = old.get("settings") or {}, new.get("settings") or {}
+    return any(before[k] != now.get(k, {}) for k in before if k in now)
 
 
 def _check_resume(run_file: Path, info: dict[str, Any]) -> dict[str, Any]:
@@ -496,7 +519,7 @@ def _check_resume(run_file: Path, info: dict[str, Any]) -> dict[str, Any]:
                 f"options for {method} differ from the run being resumed ({before} vs {opts})",
                 hint="resume with the same --set values, or use a new --out directory",
             )
-    if "profile" in old and old["profile"] != info.get("profile"):
+    if _profiles_differ(old.get("profile", False), info.get("profile")):
         raise InputError(
             f"the model profile differs from the run being resumed in {run_file.parent}",
             hint="resume with the same profile (see run.json: profile), or use a new --out directory",
@@ -892,7 +915,7 @@ async def _evaluate_locked(
         "variants": {k: m for k, m in bases.items() if k != m},
         "settings": {k: _graph_settings(graphs[k], bases[k], opts[k]) for k in keys},
         "setting_sources": {k: setting_sources(_context_of(graphs[k])) for k in keys},
-        "profile": _profile_info(chat, keys, bases),
+        "profile": _profile_info(chat, keys, bases, opts),
         "concurrency": concurrency,
         "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

@@ -216,3 +216,16 @@ def test_calibrate_end_to_end_with_a_scripted_model(tmp_path: Path) -> None:
     assert curve["chosen"]["threshold"] == 0.95 and curve["chosen"]["stop_rate"] == 1.0
     assert load_profile(profile).settings("iterkey")["validation_threshold"] == 0.95
     assert (tmp_path / "runs" / "curves.json").is_file()
+
+
+def test_resume_refuses_a_changed_profile_setting() -> None:
+    from gaprag.eval.runner import _profiles_differ
+
+    a = {"model": "m", "source": "x", "settings": {"iterkey": {"top_k": 5}}}
+    assert not _profiles_differ(False, a)  # a run from before profiles were recorded
+    assert not _profiles_differ(a, dict(a))
+    other = {"model": "m", "source": "x", "settings": {"iterkey": {"top_k": 3}}}
+    assert _profiles_differ(a, other)
+    more = {"model": "m", "source": "x", "settings": {"iterkey": {"top_k": 5}, "migres": {}}}
+    assert not _profiles_differ(a, more)  # another method joins the run
+    assert _profiles_differ(a, None) and _profiles_differ(a, {**a, "model": "n"})
