@@ -1083,12 +1083,16 @@ def test_decision_follow_up_shows_the_thought_not_the_verdict(store: Store) -> N
 
 
 def test_turns_count_as_instructions_in_the_token_split() -> None:
+    import dataclasses
+
     from gaprag.graphs.missing_knowledge.nodes import PROMPTS, TURNS, render
     from gaprag.graphs.missing_knowledge.turns import with_follow_up
 
-    plain = PROMPTS["draft_en"].render(context="C", question="Q")
+    bare = dataclasses.replace(PROMPTS["draft_en"], examples=())
+    plain = bare.render(context="C", question="Q")
     rendered = render("draft_en", context="C", question="Q")
-    example = len(TURNS["draft_en"]["example_user"]) + len(TURNS["draft_en"]["example_assistant"])
+    [(user, reply)] = PROMPTS["draft_en"].examples
+    example = len(user) + len(reply)
     assert rendered.parts == (plain.parts[0] + example, plain.parts[1], plain.parts[2] + example)
     follow = with_follow_up(plain, PROMPTS["enough_en"], TURNS["enough_en"], thought="T")
     ask = PROMPTS["enough_en"].user.strip()

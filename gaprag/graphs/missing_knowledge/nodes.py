@@ -26,7 +26,7 @@ from gaprag.graphs.missing_knowledge.knowledge_base import (
 )
 from gaprag.graphs.missing_knowledge.question import language, question_block, split_question
 from gaprag.graphs.missing_knowledge.state import Chunk, KnowledgeBase, State
-from gaprag.graphs.missing_knowledge.turns import load_turns, with_example, with_follow_up
+from gaprag.graphs.missing_knowledge.turns import load_turns, with_follow_up
 from gaprag.llm.client import LLM
 from gaprag.progress import emit
 from gaprag.prompts import Passages, RenderedPrompt, load_prompts
@@ -60,8 +60,8 @@ def format_chunks(chunks: Sequence[Chunk], *, max_words: int = 150, lang: str = 
 
 
 def render(name: str, **values: Any) -> RenderedPrompt:
-    """Prompt ``name`` with its worked example as a user/assistant turn pair."""
-    return with_example(PROMPTS[name], TURNS.get(name, {}), **values)
+    """Prompt ``name`` (its worked example, if any, goes as a user/assistant turn pair)."""
+    return PROMPTS[name].render(**values)
 
 
 def knowledge_base(ctx: Context, deps: Deps, which: KnowledgeBase) -> KnowledgeBaseRetriever:

@@ -1,9 +1,9 @@
 """Chat turns around missing_knowledge's prompts.
 
-- The worked example of an answer prompt (``example_user`` / ``example_assistant`` in
-  ``prompts.toml``) is sent as a user/assistant turn pair between the instructions and the real
-  question, not inside the instructions, where a small model took it for context and answered
-  with it.
+- The worked example of an answer prompt is a ``[[NAME.examples]]`` table in ``prompts.toml``,
+  which :class:`gaprag.prompts.Prompt` sends as a user/assistant turn pair between the
+  instructions and the real question (inside the instructions, a small model took it for
+  context and answered with it).
 - The judge's loop decision is a follow-up turn: the judge's analysis (its ``thought``, without
   its verdict) as the assistant's turn, then a forced Yes/No question.
 """
@@ -17,12 +17,11 @@ from importlib import resources
 
 from gaprag.prompts import Prompt, RenderedPrompt
 
-EXTRA_KEYS = ("example_user", "example_assistant", "assistant")
+EXTRA_KEYS = ("assistant",)
 
 
 def load_turns(package: str, filename: str = "prompts.toml") -> dict[str, dict[str, str]]:
-    """The turn texts of each prompt table (``example_user``, ``example_assistant``,
-    ``assistant``); :func:`gaprag.prompts.load_prompts` reads only ``system`` and ``user``."""
+    """The follow-up ``assistant`` template of each prompt table that has one."""
     data = tomllib.loads((resources.files(package) / filename).read_text(encoding="utf-8"))
     out: dict[str, dict[str, str]] = {}
     for name, table in data.items():
@@ -44,18 +43,6 @@ def with_turns(
     return out
 
 
-def with_example(prompt: Prompt, turns: dict[str, str], **values: object) -> RenderedPrompt:
-    """``prompt`` rendered, with its worked example (if it has one) as a user/assistant turn
-    pair right after the instructions."""
-    rendered = prompt.render(**values)
-    user, reply = turns.get("example_user"), turns.get("example_assistant")
-    if not user or reply is None:
-        return rendered
-    at = 1 if rendered and rendered[0][0] == "system" else 0
-    pair = [("user", user), ("assistant", reply)]
-    return with_turns(rendered, pair, at=at, fixed_chars=len(user) + len(reply))
-
-
 def with_follow_up(
     rendered: RenderedPrompt, question: Prompt, turns: dict[str, str], *, thought: str
 ) -> RenderedPrompt:
@@ -70,4 +57,4 @@ def with_follow_up(
     )
 
 
-__all__ = ["load_turns", "with_example", "with_follow_up", "with_turns"]
+__all__ = ["load_turns", "with_follow_up", "with_turns"]
