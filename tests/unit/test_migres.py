@@ -1337,3 +1337,19 @@ def test_few_shot_demos_do_not_name_evaluation_entities() -> None:
     for path in data.glob("*.jsonl"):
         content = path.read_text(encoding="utf-8")
         assert not [n for n in names if n in content], path.name
+
+
+# -- the filter calibration script refuses the evaluation questions ---------------------------
+def test_filter_calibration_refuses_the_reported_questions(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "calibrate_migres_filter.py"
+    spec = importlib.util.spec_from_file_location("calibrate_migres_filter", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    for start in ("0", "49", "59"):  # refused before any model is loaded
+        assert script.main(["--start", start, "--embedder", "hashing", "--limit", "1"]) == 2
+        assert "reserved" in capsys.readouterr().err
