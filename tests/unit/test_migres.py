@@ -1352,4 +1352,4 @@ def test_filter_calibration_refuses_the_reported_questions(
     spec.loader.exec_module(script)
     for start in ("0", "49", "59"):  # refused before any model is loaded
         assert script.main(["--start", start, "--embedder", "hashing", "--limit", "1"]) == 2
-        assert "reserved" in capsys.readouterr().err
+        assert "questions 0-59 are reserved" in capsys.readouterr().err
