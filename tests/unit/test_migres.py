@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import BaseMessage
+from langchain_core.outputs import ChatResult
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
 
@@ -53,6 +54,7 @@ QUERY = "New queries:"
 KNOW = "from what you know"
 FINAL = "If the information is not enough, answer from your own knowledge"
 VERIFY = "Answer (Yes or No):"
+SUFF = "enough to answer the question, with no needed fact"
 
 Q0 = "Do the directors of Levity and I Come with the Rain share a nationality?"
 UNANSWERABLE = json.dumps(
@@ -126,6 +128,50 @@ class FakeVerifier:
         return self.accept(premise, statement)
 
 
+def with_logprobs(chat: ScriptedChatModel) -> LLM:
+    return LLM(chat, supports_logprobs=True)
+
+
+def judged_sufficient(messages: list[BaseMessage]) -> float:
+    """P(Yes) of a model that agrees with its own judge reply (the last assistant turn)."""
+    said = next((str(m.content) for m in reversed(messages) if m.type == "ai"), "")
+    return 0.1 if "unanswerable" in said.lower() else 0.9
+
+
+class ChoiceChat(ScriptedChatModel):
+    """A scripted model that answers the sufficiency choice with first-token logprobs:
+    P(Yes) = ``p_yes`` (a number, or a function of the messages), P(No) = 1 - P(Yes); with
+    ``p_yes=None`` it gives no logprobs (the choice then falls back to parsing the reply).
+    Other choices (the verifier) get logprobs that agree with their scripted "Yes"/"No" reply,
+    or the base class's fixed ``logprobs`` when set."""
+
+    p_yes: Any = judged_sufficient
+
+    def _result(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
+        result = super()._result(messages, **kwargs)
+        if not kwargs.get("logprobs"):
+            return result
+        if messages and SUFF in str(messages[-1].content):
+            p = self.p_yes(messages) if callable(self.p_yes) else self.p_yes
+        elif self.logprobs:  # the base class's fixed logprobs
+            return result
+        else:  # another choice (the verifier): logprobs that agree with the scripted reply
+            reply = str(result.generations[0].message.content).strip()
+            p = {"Yes": 0.99, "No": 0.01}.get(reply)
+        if p is None:
+            result.generations[0].message.response_metadata.pop("logprobs", None)
+        else:
+            top = [
+                {"token": tok, "logprob": math.log(min(max(q, 1e-9), 1.0))}
+                for tok, q in (("Yes", p), ("No", 1.0 - p))
+            ]
+            result.generations[0].message.response_metadata["logprobs"] = {
+                "content": [{"token": top[0]["token"], "logprob": top[0]["logprob"],
+                             "top_logprobs": top}]
+            }  # fmt: skip
+        return result
+
+
 def _store(root: Path, docs: list[dict[str, str]]) -> Store:
     return Store.build(root, docs, embedder=HashingEmbedder(), progress=False)  # type: ignore[arg-type]
 
@@ -159,12 +205,15 @@ def run(
     scorer: Any = None,
     verify_with: Any = None,
     question: str = Q0,
+    p_yes: Any = judged_sufficient,
     **ctx: Any,
 ) -> tuple[dict[str, Any], ScriptedChatModel]:
-    chat = ScriptedChatModel(rules=rules)
+    """One question through the graph; the sufficiency choice answers "Yes" with P(Yes) =
+    ``p_yes`` (default: agrees with the judge's reply), and "Yes" when parsed as text."""
+    chat = ChoiceChat(rules=[(SUFF, "Yes"), *rules], p_yes=p_yes)
     ctx.setdefault("verifier", "off")
     graph = build_graph(
-        "migres", llm=chat, retriever=store,
+        "migres", llm=LLM(chat, supports_logprobs=True), retriever=store,
         scorer=scorer if scorer is not None else FakeScorer(1.0), fact_verifier=verify_with, **ctx,
     )  # fmt: skip
     return graph.invoke({"question": question}), chat
@@ -172,6 +221,11 @@ def run(
 
 def prompts_with(chat: ScriptedChatModel, needle: str) -> list[str]:
     return [p for p in chat.prompts() if needle in p]
+
+
+def asked(chat: ScriptedChatModel, needle: str) -> list[str]:
+    """The calls whose last message contains ``needle`` (not earlier turns)."""
+    return [c["messages"][-1][1] for c in chat.calls if needle in c["messages"][-1][1]]
 
 
 def counter_reply(make: Callable[[int], str]) -> Callable[[list[BaseMessage]], str]:
@@ -219,8 +273,8 @@ def test_early_stop_when_the_first_judge_answers(levity: Store) -> None:
     assert out["answer"] == "Paris"
     assert out["stop_reason"] == "answered" and out["status"] == "answered"
     assert out["iterations"] == 1 and out["judge_rounds"] == 1
-    assert out["usage"]["llm_calls"] == 2 == len(chat.calls)
-    assert out["llm_calls_by_kind"] == {"leaf": 1, "main": 1}
+    assert out["usage"]["llm_calls"] == 3 == len(chat.calls)  # leaf, main, sufficiency
+    assert out["llm_calls_by_kind"] == {"leaf": 1, "main": 1, "sufficiency": 1}
     assert out["queries"] == [Q0]
     assert out["known_info"] == ["Levity was directed by Ed Solomon."]
     assert out["confidence"] == 5
@@ -245,12 +299,12 @@ def test_budget_exhausted_forces_a_final_answer(tmp_path: Path, t: int, rounds: 
     ]
     out, chat = run(store, rules, max_iterations=t, question="Which film is the oldest drama film?")
     kinds = out["llm_calls_by_kind"]
-    assert kinds == {"main": t, "query": t, "leaf": rounds, "final": 1}
+    assert kinds == {"main": t, "sufficiency": t, "query": t, "leaf": rounds, "final": 1}
     assert out["iterations"] == rounds and out["judge_rounds"] == t
     assert out["status"] == "forced" and out["stop_reason"] == "max_iterations"
     assert out["answer"] == "No"
     assert len(out["known_info"]) == rounds
-    assert out["usage"]["llm_calls"] == len(chat.calls) == t + t + rounds + 1
+    assert out["usage"]["llm_calls"] == len(chat.calls) == t + t + t + rounds + 1
     assert len(out["passages_per_round"]) == rounds
 
 
@@ -529,7 +583,7 @@ def test_llm_knowledge_fallback_becomes_the_only_passage(levity: Store) -> None:
     assert leaf.endswith(f"Question: {Q0}\nYour response:")
     assert out["known_info"] == [KNOWLEDGE]
     assert out["evidence"][0]["source"] == "llm"
-    assert out["llm_calls_by_kind"] == {"knowledge": 1, "leaf": 1, "main": 1}
+    assert out["llm_calls_by_kind"] == {"knowledge": 1, "leaf": 1, "main": 1, "sufficiency": 1}
 
 
 def test_llm_knowledge_uses_the_first_pending_query(levity: Store) -> None:
@@ -783,7 +837,7 @@ def test_strategyqa_uses_the_yes_no_prompts(levity: Store) -> None:
         task_type="strategyqa",
     )
     assert out["answer"] == "Yes"
-    assert len(prompts_with(chat, "is yes or no")) == 1
+    assert len(asked(chat, "is yes or no")) == 1
 
 
 def test_seed_facts_for_grandparent_questions(levity: Store) -> None:
@@ -838,8 +892,10 @@ class RecordingRetriever:
 def test_retrieval_asks_bm25_for_n_candidates_and_retries_short_lists(levity: Store) -> None:
     answer = main_json("x", 5)
     spy = RecordingRetriever(levity)
-    chat = ScriptedChatModel(rules=[(LEAF, leaf_json(("Levity is a film.", [0]))), (MAIN, answer)])
-    graph = build_graph("migres", llm=chat, retriever=spy, verifier="off", scorer=FakeScorer(1.0))
+    chat = ChoiceChat(rules=[(LEAF, leaf_json(("Levity is a film.", [0]))), (MAIN, answer)])
+    graph = build_graph(
+        "migres", llm=with_logprobs(chat), retriever=spy, verifier="off", scorer=FakeScorer(1.0)
+    )
     out = graph.invoke({"question": "Who directed Levity?"})
     assert spy.calls == [
         ("Who directed Levity?", 50, "bm25"),
@@ -853,10 +909,12 @@ def test_retrieval_asks_bm25_for_n_candidates_and_retries_short_lists(levity: St
 # -- the default scorer ----------------------------------------------------------------------
 def test_default_scorer_uses_the_store_embedder(levity: Store) -> None:
     answer = main_json("Ed Solomon", 5)
-    chat = ScriptedChatModel(
+    chat = ChoiceChat(
         rules=[(LEAF, leaf_json(("Levity was directed by Ed Solomon.", [0]))), (MAIN, answer)]
     )
-    graph = build_graph("migres", llm=chat, retriever=levity, verifier="off", delta=0.2)
+    graph = build_graph(
+        "migres", llm=with_logprobs(chat), retriever=levity, verifier="off", delta=0.2
+    )
     out = graph.invoke({"question": "Who directed the film Levity?"})
     assert out["answer"] == "Ed Solomon"
     log = next(e for e in out["trace"] if e.get("node") == "rerank_filter")
@@ -872,14 +930,14 @@ def test_embedding_scorer_reuses_stored_vectors(levity: Store) -> None:
 
 
 def test_progress_events_are_streamed(levity: Store) -> None:
-    chat = ScriptedChatModel(
+    chat = ChoiceChat(
         rules=[
             (LEAF, leaf_json(("Levity was directed by Ed Solomon.", [0]))),
             (MAIN, main_json("x")),
         ]
     )
     graph = build_graph(
-        "migres", llm=chat, retriever=levity, verifier="off", scorer=FakeScorer(1.0)
+        "migres", llm=with_logprobs(chat), retriever=levity, verifier="off", scorer=FakeScorer(1.0)
     )
     events = [e for e in graph.stream({"question": Q0}, stream_mode="custom")]
     assert {"round": 1, "added": 1, "known": 1} in events
@@ -927,7 +985,7 @@ def no_wall(out: dict[str, Any]) -> dict[str, Any]:
 def test_a_second_question_on_a_thread_starts_clean(levity: Store) -> None:
     def graph(checkpointer: Any = None) -> Any:
         return build_graph(
-            "migres", llm=ScriptedChatModel(default=levity_then_rain), retriever=levity,
+            "migres", llm=with_logprobs(ChoiceChat(default=levity_then_rain)), retriever=levity,
             scorer=FakeScorer(1.0), verifier="off", checkpointer=checkpointer,
         )  # fmt: skip
 
@@ -941,7 +999,7 @@ def test_a_second_question_on_a_thread_starts_clean(levity: Store) -> None:
     assert second["stop_reason"] == "answered" and second["judge_rounds"] == 1
     assert second["known_info"] == ["Tran Anh Hung directed I Come with the Rain."]
     assert {e["round"] for e in second["evidence"]} == {1}
-    assert second["usage"]["llm_calls"] == 2
+    assert second["usage"]["llm_calls"] == 3  # leaf, main, sufficiency
     # everything equals the same question asked on a fresh graph
     alone = graph().invoke({"question": RAIN_Q})
     for key in ("queries", "evidence", "iterations", "stop_reason", "known_info", "trace"):
@@ -952,7 +1010,7 @@ def test_a_second_question_on_a_thread_starts_clean(levity: Store) -> None:
 def test_ainvoke_gives_the_same_output_as_invoke(levity: Store) -> None:
     def graph() -> Any:
         return build_graph(
-            "migres", llm=ScriptedChatModel(default=levity_then_rain), retriever=levity,
+            "migres", llm=with_logprobs(ChoiceChat(default=levity_then_rain)), retriever=levity,
             scorer=FakeScorer(1.0), verifier="llm",
         )  # fmt: skip
 
@@ -982,25 +1040,48 @@ def test_loop_decisions_are_recorded(levity: Store) -> None:
     leaf = counter_reply(
         lambda n: leaf_json(("Levity was directed by Ed Solomon.", [0])) if n == 1 else leaf_json()
     )
-    chat = ScriptedChatModel(
-        rules=[(VERIFY, "Yes"), (LEAF, leaf), (MAIN, UNANSWERABLE), (QUERY, "Who made Levity?"),
-               (FINAL, FINAL_REPLY)],
-        logprobs={"Yes": -0.1, "No": -2.4},
+    chat = ChoiceChat(
+        rules=[(VERIFY, "Yes"), (SUFF, "No"), (LEAF, leaf), (MAIN, UNANSWERABLE),
+               (QUERY, "Who made Levity?"), (FINAL, FINAL_REPLY)],
+        logprobs={"Yes": -0.1, "No": -2.4},  # the verifier's; the sufficiency choice: p_yes
     )  # fmt: skip
     graph = build_graph(
-        "migres", llm=LLM(chat, supports_logprobs=True), retriever=levity,
+        "migres", llm=with_logprobs(chat), retriever=levity,
         scorer=FakeScorer(1.0), verifier="llm", max_iterations=2,
     )  # fmt: skip
     out = graph.invoke({"question": Q0})
     yes, no = math.exp(-0.1), math.exp(-2.4)
     assert [(d["node"], d["round"], d["decision"], d["path"]) for d in out["decisions"]] == [
         ("verify_nli", 1, "accept", "logprobs"),
-        ("judge_missing", 1, "continue", "parsed"),
-        ("judge_missing", 2, "continue", "rule"),
+        ("sufficiency", 1, "continue", "logprobs"),
+        ("sufficiency", 2, "continue", "rule"),  # the skipped judge
     ]
-    assert out["decisions"][0]["p"] == pytest.approx(yes / (yes + no), rel=1e-5)
-    assert [d["p"] for d in out["decisions"][1:]] == [None, None]
-    assert all(d["threshold"] is None for d in out["decisions"])
+    verify, judged, skipped = out["decisions"]
+    assert verify["p"] == pytest.approx(yes / (yes + no), rel=1e-5)  # P(Yes) = P(entailed)
+    assert verify["threshold"] == 0.5
+    assert judged["p"] == pytest.approx(0.1) and judged["threshold"] == 0.5
+    assert skipped["p"] is None and skipped["threshold"] == 0.5
+    assert "answer" not in judged and "answer" not in skipped  # the judge gave none
+
+
+def test_a_rejected_fact_records_the_probability_of_yes() -> None:
+    snippet = Snippet(
+        id="lev", title="Levity (film)", text=LEVITY[0]["text"], origin_text=LEVITY[0]["text"],
+        score=2.0, query=Q0, source="corpus",
+    )  # fmt: skip
+    item = {"info": "Levity won an Oscar.", "support_passages": [0]}
+    state = State(question=Q0, leaf_passages=[snippet], extracted_info=[item], iterations=1)
+    chat = ChoiceChat(rules=[(VERIFY, "No")], logprobs={"No": -0.2, "Yes": -1.8})
+    ctx = Context(verifier="llm")
+    with metered() as meter:
+        update = asyncio.run(
+            verify_nli(state, Runtime(context=ctx), Deps.of(llm=with_logprobs(chat)))
+        )
+    assert update["verified_info"] == []
+    (decision,) = meter.loop_decisions
+    yes, no = math.exp(-1.8), math.exp(-0.2)
+    assert decision["decision"] == "reject" and decision["path"] == "logprobs"
+    assert decision["p"] == pytest.approx(yes / (yes + no), rel=1e-5)
 
 
 def test_a_custom_verifier_decision_has_no_probability() -> None:
@@ -1038,9 +1119,237 @@ def test_a_fact_in_a_prompt_counts_for_its_passages() -> None:
         question=Q0, judge_rounds=0, known_info=["Ed Solomon is American.", "A seed fact."],
         known_sources=[["sol", "lev"], []],
     )  # fmt: skip
-    chat = ScriptedChatModel(rules=[(MAIN, main_json("No"))])
+    chat = ChoiceChat(rules=[(SUFF, "Yes"), (MAIN, main_json("No"))])
     with metered() as meter:
-        update = asyncio.run(judge_missing(state, Runtime(context=Context()), Deps.of(llm=chat)))
+        update = asyncio.run(
+            judge_missing(state, Runtime(context=Context()), Deps.of(llm=with_logprobs(chat)))
+        )
     assert update["answer"] == "No"
     assert "Information: Ed Solomon is American.; A seed fact.\n" in chat.prompts()[0]
     assert meter.shown == ["sol", "lev"]
+
+
+# -- the sufficiency decision (issue 16) -----------------------------------------------------
+ONE_FACT = [(LEAF, leaf_json(("Levity was directed by Ed Solomon.", [0])))]
+ROUNDS_RULES = [
+    (LEAF, counter_reply(lambda n: leaf_json((f"Fact number {n} about Levity.", [0])))),
+    (QUERY, counter_reply(lambda n: f"Which film fact number {n} is missing?")),
+    (FINAL, FINAL_REPLY),
+]
+
+
+def sufficiency(out: dict[str, Any]) -> list[dict[str, Any]]:
+    return [d for d in out["decisions"] if d["node"] == "sufficiency"]
+
+
+def test_the_judge_writes_what_is_missing_before_the_answer() -> None:
+    assert list(MainReply.model_json_schema()["properties"]) == [
+        "missing_information", "explanation", "answer",
+    ]  # fmt: skip
+    from gaprag.graphs.migres.nodes import PROMPTS
+
+    form = PROMPTS["main"].user
+    assert (
+        form.index('"missing_information"') < form.index('"explanation"') < form.index('"answer"')
+    )
+    yesno = PROMPTS["main_yesno"].user
+    assert yesno.index('"missing_information"') < yesno.index('"answer"')
+
+
+@pytest.mark.parametrize(("p", "threshold", "stops"), [(0.7, 0.5, True), (0.7, 0.8, False)])
+def test_sufficiency_probability_against_the_threshold(
+    levity: Store, p: float, threshold: float, stops: bool
+) -> None:
+    rules = [*ROUNDS_RULES[:1], (MAIN, main_json("Ed Solomon")), *ROUNDS_RULES[1:]]
+    out, chat = run(levity, rules, p_yes=p, sufficiency_threshold=threshold, max_iterations=2)
+    first = sufficiency(out)[0]
+    assert first["p"] == pytest.approx(p) and first["threshold"] == threshold
+    assert first["path"] == "logprobs" and first["answer"] == "Ed Solomon"
+    # the choice is a follow-up turn after the judge's own reply
+    choice = next(c for c in chat.calls if SUFF in c["messages"][-1][1])
+    assert [role for role, _ in choice["messages"]][-3:] == ["human", "ai", "human"]
+    assert choice["messages"][-2][1] == main_json("Ed Solomon")
+    if stops:
+        assert first["decision"] == "stop"
+        assert out["stop_reason"] == "answered" and out["answer"] == "Ed Solomon"
+        assert out["judge_rounds"] == 1 and out["llm_calls_by_kind"]["sufficiency"] == 1
+    else:
+        assert first["decision"] == "continue"
+        assert out["stop_reason"] == "max_iterations" and out["judge_rounds"] == 2
+        assert [d["decision"] for d in sufficiency(out)] == ["continue", "continue"]
+        assert out["status"] == "forced" and out["answer"] == "No"  # the final call's
+        # an answer that did not stop the loop still drives the next queries
+        assert f"Missing Information: {Q0}\n" in prompts_with(chat, QUERY)[0]
+
+
+def test_no_logprobs_means_keep_retrieving(levity: Store) -> None:
+    rules = [*ROUNDS_RULES[:1], (MAIN, main_json("Ed Solomon")), *ROUNDS_RULES[1:]]
+    out, _ = run(levity, rules, p_yes=None, max_iterations=2)  # the choice parses "Yes"
+    assert [(d["decision"], d["p"], d["path"]) for d in sufficiency(out)] == [
+        ("continue", None, "parsed"), ("continue", None, "parsed"),
+    ]  # fmt: skip
+    assert [d["answer"] for d in sufficiency(out)] == ["Ed Solomon", "Ed Solomon"]
+    assert out["stop_reason"] == "max_iterations" and out["judge_rounds"] == 2
+
+
+def test_an_endpoint_without_logprobs_keeps_retrieving(levity: Store) -> None:
+    chat = ChoiceChat(rules=[(SUFF, "Yes"), *ONE_FACT, (MAIN, main_json("Ed Solomon"))])
+    graph = build_graph(
+        "migres", llm=chat, retriever=levity, scorer=FakeScorer(1.0), verifier="off",
+        max_iterations=1,
+    )  # fmt: skip
+    out = graph.invoke({"question": Q0})
+    assert sufficiency(out)[0]["p"] is None and out["stop_reason"] == "max_iterations"
+
+
+def test_malformed_judge_reply_continues_without_a_choice(levity: Store) -> None:
+    rules = [*ONE_FACT, (MAIN, "I think maybe."), (QUERY, "Who directed the film Levity?"),
+             (FINAL, FINAL_REPLY)]  # fmt: skip
+    out, chat = run(levity, rules, p_yes=0.99, max_iterations=1)
+    (decision,) = sufficiency(out)
+    assert (decision["decision"], decision["p"], decision["path"]) == ("continue", None, "default")
+    assert "sufficiency" not in out["llm_calls_by_kind"] and not asked(chat, SUFF)
+    assert out["stop_reason"] == "max_iterations"
+
+
+def test_a_salvaged_judge_reply_still_gets_the_choice(levity: Store) -> None:
+    broken = '{"missing_information": "", "explanation": "known", "answer": {"text": "Ed Solomon"'
+    out, _ = run(levity, [*ONE_FACT, (MAIN, broken)], p_yes=0.9)
+    assert out["answer"] == "Ed Solomon" and sufficiency(out)[0]["p"] == pytest.approx(0.9)
+
+
+def test_an_empty_pool_never_stops_the_loop(levity: Store) -> None:
+    rules = [(LEAF, leaf_json()), (MAIN, main_json("Paris")), (QUERY, "Where is Levity set?"),
+             (FINAL, FINAL_REPLY)]  # fmt: skip
+    out, chat = run(levity, rules, p_yes=0.99, max_iterations=2, skip_judge_if_no_new_info=False)
+    assert [(d["decision"], d["p"], d["path"]) for d in sufficiency(out)] == [
+        ("continue", None, "rule"), ("continue", None, "rule"),
+    ]  # fmt: skip
+    assert not asked(chat, SUFF) and out["known_info"] == []
+    assert out["stop_reason"] == "max_iterations" and out["status"] == "forced"
+
+
+def test_seed_facts_alone_are_an_empty_pool(levity: Store) -> None:
+    rules = [(LEAF, leaf_json()), (MAIN, main_json("Anna")), (FINAL, FINAL_REPLY)]
+    out, chat = run(
+        levity, rules, p_yes=0.99, max_iterations=1, seed_facts=True,
+        question="Who is the paternal grandmother of Ed Solomon?",
+    )  # fmt: skip
+    assert out["known_info"] == [SEED_FACTS["paternal grandmother"]]
+    assert sufficiency(out)[0]["path"] == "rule" and not asked(chat, SUFF)
+    assert out["stop_reason"] == "max_iterations"
+
+
+def test_unanswerable_judge_with_a_sufficient_choice_answers_from_the_pool(levity: Store) -> None:
+    out, _ = run(levity, [*ONE_FACT, (MAIN, UNANSWERABLE), (FINAL, FINAL_REPLY)], p_yes=0.8)
+    (decision,) = sufficiency(out)
+    assert decision["decision"] == "stop" and decision["answer"] == "No"
+    assert out["answer"] == "No" and out["stop_reason"] == "answered"
+    assert out["llm_calls_by_kind"]["candidate"] == 1 and "final" not in out["llm_calls_by_kind"]
+
+
+def test_calibration_runs_never_stop_early_and_record_answers(levity: Store) -> None:
+    judge = counter_reply(lambda n: main_json("Ed Solomon") if n == 1 else UNANSWERABLE)
+    rules = [*ROUNDS_RULES[:1], (MAIN, judge), *ROUNDS_RULES[1:]]
+    out, _ = run(levity, rules, p_yes=0.95, max_iterations=3, calibration=True)
+    decisions = sufficiency(out)
+    assert [d["decision"] for d in decisions] == ["continue"] * 3
+    assert [d["p"] for d in decisions] == [pytest.approx(0.95)] * 3
+    # the judge's answer, then the final prompt's answer where the judge had none
+    assert [d["answer"] for d in decisions] == ["Ed Solomon", "No", "No"]
+    assert out["llm_calls_by_kind"]["candidate"] == 2
+    assert out["stop_reason"] == "max_iterations" and out["judge_rounds"] == 3
+
+
+def test_calibration_records_an_answer_at_rule_decisions_too(levity: Store) -> None:
+    leaf = counter_reply(lambda n: leaf_json(("Levity is a film.", [0])) if n == 1 else leaf_json())
+    rules = [(LEAF, leaf), (MAIN, main_json("Ed Solomon")), (QUERY, "Who directed Levity?"),
+             (FINAL, FINAL_REPLY)]  # fmt: skip
+    out, _ = run(levity, rules, p_yes=0.95, max_iterations=2, calibration=True)
+    assert [(d["path"], d["answer"]) for d in sufficiency(out)] == [
+        ("logprobs", "Ed Solomon"), ("rule", "Ed Solomon"),  # skipped: the pool is unchanged
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("fallback", [True, False])
+def test_llm_knowledge_switch_decides_whether_model_facts_enter_the_pool(
+    levity: Store, fallback: bool
+) -> None:
+    rules = [(KNOW, KNOWLEDGE), (LEAF, leaf_json((KNOWLEDGE, [0]))), (MAIN, UNANSWERABLE),
+             (QUERY, "Who directed the 2003 film Levity?"), (FINAL, FINAL_REPLY)]  # fmt: skip
+    out, chat = run(
+        levity, rules, scorer=FakeScorer(0.1), delta=0.5, max_iterations=2,
+        llm_knowledge=fallback,
+    )  # fmt: skip
+    if fallback:
+        assert KNOWLEDGE in out["known_info"]
+        assert {e["source"] for e in out["evidence"]} == {"llm"}
+    else:
+        assert out["known_info"] == [] and out["evidence"] == []
+        assert not prompts_with(chat, KNOW) and not prompts_with(chat, LEAF)
+        assert "knowledge" not in out["llm_calls_by_kind"]
+
+
+# -- MIGRES* few-shot demonstrations ---------------------------------------------------------
+def test_few_shot_demos_are_user_assistant_turns(levity: Store) -> None:
+    from gaprag.graphs.migres.nodes import DEMOS, PROMPTS
+
+    assert set(DEMOS) == {"leaf", "main", "main_yesno", "query", "knowledge", "final",
+                          "final_yesno"}  # fmt: skip
+    assert all(len(d) == 2 for d in DEMOS.values())
+    for name, demos in DEMOS.items():
+        head = PROMPTS[name].user.split("{")[0]
+        for user, reply in demos:  # each demo is the live prompt filled with its own inputs
+            assert user.startswith(head)
+            assert not any(f"{{{v}}}" in user for v in PROMPTS[name].variables)
+            if name not in ("query", "knowledge"):
+                json.loads(reply)
+    rules = [*ONE_FACT, (MAIN, main_json("Ed Solomon"))]
+    _, plain = run(levity, rules)
+    _, shots = run(levity, rules, few_shot=True)
+    assert all(len(c["messages"]) == 2 for c in plain.calls if SUFF not in c["messages"][-1][1])
+    leaf_call = next(c for c in shots.calls if LEAF in c["messages"][-1][1])
+    assert [r for r, _ in leaf_call["messages"]] == [
+        "system",
+        "human",
+        "ai",
+        "human",
+        "ai",
+        "human",
+    ]
+    assert leaf_call["messages"][2][1] == DEMOS["leaf"][0][1]
+    assert "Passage 0: (Title: The Salt Road (film))" in leaf_call["messages"][1][1]
+    assert leaf_call["messages"][-1][1].endswith(f"Question: {Q0}\nYour response:")
+    main_call = next(c for c in shots.calls if c["messages"][-1][1].endswith("Your response:")
+                     and MAIN in c["messages"][-1][1])  # fmt: skip
+    assert main_call["messages"][2][1] == DEMOS["main"][0][1]
+
+
+def test_few_shot_demos_do_not_name_evaluation_entities() -> None:
+    """The demos are invented: none of their names occurs in a bundled evaluation file."""
+    from gaprag.graphs.migres.nodes import DEMOS
+
+    names = ["Salt Road", "Ilse Varga", "Northern Lanterns", "Aki Toivonen", "Kestrel Records",
+             "Tomas Brandt"]  # fmt: skip
+    text = "\n".join(u + r for demos in DEMOS.values() for u, r in demos)
+    assert all(n in text for n in names)
+    data = Path(__file__).resolve().parents[2] / "gaprag" / "data" / "eval"
+    for path in data.glob("*.jsonl"):
+        content = path.read_text(encoding="utf-8")
+        assert not [n for n in names if n in content], path.name
+
+
+# -- the filter calibration script refuses the evaluation questions ---------------------------
+def test_filter_calibration_refuses_the_reported_questions(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "calibrate_migres_filter.py"
+    spec = importlib.util.spec_from_file_location("calibrate_migres_filter", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    for start in ("0", "49", "59"):  # refused before any model is loaded
+        assert script.main(["--start", start, "--embedder", "hashing", "--limit", "1"]) == 2
+        assert "questions 0-59 are reserved" in capsys.readouterr().err

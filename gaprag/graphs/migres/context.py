@@ -57,7 +57,24 @@ class Context(BaseContext):
         True, "Filter inside kept passages at sentence level (MIGRES's default)."
     )
     llm_knowledge: bool = describe(
-        True, "When no passage clears delta, ask the LLM for background from its own knowledge."
+        True,
+        "When no passage clears delta, ask the LLM for background from its own knowledge; its "
+        "verified facts join the known information (paper: on; its Table 6 ablates it). Off: "
+        "only facts cut from retrieved passages enter the pool.",
+    )
+    sufficiency_threshold: float = describe(
+        0.5,
+        "The loop stops when P(Yes) of the forced choice 'is the known information enough to "
+        "answer?' (first-token logprobs, asked after the judge's reply) is at least this. 0.5 = "
+        "the judge's own verdict (the paper); higher = keep retrieving unless the model is "
+        "sure. No logprobs or no retrieved fact: never stops before T.",
+        minimum=0,
+    )
+    few_shot: bool = describe(
+        False,
+        "MIGRES*: two demonstrations per prompt (extraction, judge, queries, LLM knowledge, "
+        "final answer) as user/assistant turns before the live one (our own demos, "
+        "prompts.toml [demos]).",
     )
     verifier: Literal["llm", "off"] = describe(
         "llm",
@@ -68,7 +85,10 @@ class Context(BaseContext):
         True, "Skip the judge call (and reuse the missing information) when a round adds no fact."
     )
     seed_facts: bool = describe(
-        False, "Seed the definitions of maternal/paternal grandparents (2Wiki preset)."
+        False,
+        "Start the known information with the definition of each maternal/paternal "
+        "grandmother/grandfather the question names (the released code's 2WikiMultiHopQA "
+        "helper): on for 2Wiki, off elsewhere.",
     )
     max_shown: int = describe(
         2,

@@ -10,10 +10,13 @@ filter, the LLM writes background from its own knowledge instead.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import re
 import sys
+import tomllib
+from importlib import resources
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -45,7 +48,7 @@ from gaprag.graphs.migres.parsing import (
 from gaprag.graphs.migres.state import InfoItem, Snippet, State
 from gaprag.graphs.migres.verify import LLMVerifier, Verifier
 from gaprag.progress import emit
-from gaprag.prompts import Passages, load_prompts
+from gaprag.prompts import Passages, Prompt, RenderedPrompt, load_prompts
 from gaprag.state.base import Evidence
 from gaprag.stores.embeddings import default_embedder
 from gaprag.stores.retriever import Retriever
@@ -62,6 +65,45 @@ SEED_FACTS: dict[str, str] = {  # the released code's 2Wiki "inference" helpers 
 }
 WHOLE = sys.maxsize  # facts and verifier premises are shown whole, never cut
 _HTML = re.compile(r"</?b>|<br\s*/?>", re.I)
+
+
+def _load_demos() -> dict[str, tuple[tuple[str, str], ...]]:
+    """MIGRES* demonstrations, ``[[demos.<prompt>]]`` in prompts.toml: each demo holds the
+    prompt's variables and the ``reply``; its user turn is the prompt's own user text filled
+    with those variables, so a demo looks exactly like the live turn that follows it."""
+    data = tomllib.loads((resources.files(__package__) / "prompts.toml").read_text("utf-8"))
+    out: dict[str, tuple[tuple[str, str], ...]] = {}
+    for name, demos in data.get("demos", {}).items():
+        template = PROMPTS[name].user.strip()
+        out[name] = tuple(
+            (
+                template.format(**{k: str(v).strip() for k, v in demo.items() if k != "reply"}),
+                str(demo["reply"]).strip(),
+            )
+            for demo in demos
+        )
+    return out
+
+
+DEMOS = _load_demos()
+FEW_SHOT: dict[str, Prompt] = {
+    name: dataclasses.replace(PROMPTS[name], examples=demos) for name, demos in DEMOS.items()
+}
+
+
+def prompt(name: str, ctx: Context) -> Prompt:
+    """Prompt ``name``, with its MIGRES* demonstrations as user/assistant turns when
+    ``few_shot`` is on."""
+    return FEW_SHOT[name] if ctx.few_shot and name in FEW_SHOT else PROMPTS[name]
+
+
+def seeds_for(question: str, ctx: Context) -> list[str]:
+    """The seeded definition facts for ``question`` (``seed_facts``; the released code's 2Wiki
+    helpers): one per grandparent relation the question names."""
+    if not ctx.seed_facts:
+        return []
+    low = question.lower()
+    return [fact for phrase, fact in SEED_FACTS.items() if phrase in low]
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -124,22 +166,20 @@ async def _entails(check: Verifier, sn: Snippet, statement: str, round_: int) ->
     if isinstance(check, LLMVerifier):
         choice = await check.acheck(premise, statement)
         ok, path = choice.value == "Yes", choice.path
-        total = sum(choice.probs.values())
-        p = choice.probs.get(choice.value, 0.0) / total if total > 0 else None
+        p = nodes.option_probability(choice, "Yes")  # P(entailed); ties accept, so p >= 0.5
     else:
         ok, path = await to_thread(check.entails, str(premise), statement), "model"
-    nodes.log_decision("verify_nli", round_, "accept" if ok else "reject", p=p, path=path)
+    nodes.log_decision(
+        "verify_nli", round_, "accept" if ok else "reject", p=p, path=path,
+        threshold=None if p is None else 0.5,
+    )  # fmt: skip
     return ok
 
 
 # -- nodes -----------------------------------------------------------------------------------
 def init(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     q0 = state.question.strip()
-    seeds = (
-        [fact for phrase, fact in SEED_FACTS.items() if phrase in q0.lower()]
-        if runtime.context.seed_facts
-        else []
-    )
+    seeds = seeds_for(q0, runtime.context)
     return {
         "pending_queries": [q0], "query_history": [q0], "known_info": seeds,
         "known_sources": [[] for _ in seeds],
@@ -191,7 +231,7 @@ async def llm_knowledge(state: State, runtime: Runtime[Context], deps: Deps) -> 
     ctx = runtime.context
     query = (state.pending_queries or [state.question])[0]
     text = await deps.chat(ctx).agenerate(
-        PROMPTS["knowledge"].render(question=query), max_tokens=ctx.knowledge_max_tokens
+        prompt("knowledge", ctx).render(question=query), max_tokens=ctx.knowledge_max_tokens
     )
     snippets: list[Snippet] = []
     if usable_knowledge(text):
@@ -235,7 +275,7 @@ async def extract(state: State, runtime: Runtime[Context], deps: Deps) -> dict[s
         [_snippet_item(sn) for sn in shown], FORMATS["leaf"], max_words=ctx.max_passage_words
     )
     reply = await deps.chat(ctx).astructured(
-        PROMPTS["leaf"].render(passages=passages, question=question), LeafReply,
+        prompt("leaf", ctx).render(passages=passages, question=question), LeafReply,
         default=LeafReply(), max_tokens=ctx.leaf_max_tokens, call="leaf",
     )  # fmt: skip
     facts = reply.value.useful_information if reply.path != "default" else None
@@ -320,42 +360,103 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
     }  # fmt: skip
 
 
+async def _pool_answer(
+    state: State, ctx: Context, deps: Deps, *, call: str
+) -> tuple[FinalReply | MainReply | None, str]:
+    """P5 over the known facts: the parsed reply (None if unparseable) and its cleaned answer
+    text ("" when there is none)."""
+    name = "final_yesno" if ctx.task_type == "strategyqa" else "final"
+    reply = await deps.chat(ctx).astructured(
+        prompt(name, ctx).render(known_info=known_passages(state), question=state.question),
+        FinalReply, default=FinalReply(), max_tokens=ctx.judge_max_tokens, call=call,
+    )  # fmt: skip
+    value: FinalReply | MainReply | None = reply.value
+    if reply.path == "default":
+        value = salvage_main(reply.raw)
+    return value, clean_answer_text(value.answer.text) if value is not None else ""
+
+
 async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The main module, then the sufficiency decision.
+
+    The main call writes what is missing, an explanation and an answer (or "unanswerable").
+    The loop then stops on a forced Yes/No choice asked as a follow-up turn ("is the
+    information enough?"): p = P(Yes) from first-token logprobs, stop iff p >=
+    ``sufficiency_threshold``. No probability (no logprobs, an unreadable choice), an
+    unreadable judge reply, a pool with no retrieved fact, a skipped judge, or a calibration
+    run: continue. A stop whose judge said "unanswerable" takes its answer from the
+    final-answer prompt; calibration runs get that answer at every judged round, so that
+    ``gaprag calibrate`` can replay any threshold from the records.
+    """
     ctx = runtime.context
     rounds = state.judge_rounds + 1
+    t = ctx.sufficiency_threshold
     if ctx.skip_judge_if_no_new_info and rounds > 1 and state.new_info_this_round == 0:
-        nodes.log_decision("judge_missing", rounds, "continue", path="rule")
+        nodes.log_decision(
+            "sufficiency", rounds, "continue", path="rule", threshold=t,
+            answer=state.candidate_answer or None,
+        )  # fmt: skip
         return {
             "judge_rounds": rounds,
             "trace": [{"node": "judge_missing", "event": "skipped", "reason": "no new facts"}],
         }
-    prompt = PROMPTS["main_yesno" if ctx.task_type == "strategyqa" else "main"]
-    reply = await deps.chat(ctx).astructured(
-        prompt.render(known_info=known_passages(state), question=state.question),
-        MainReply, default=MainReply(answer=AnswerField(text="unanswerable")),
+    llm = deps.chat(ctx)
+    messages = prompt("main_yesno" if ctx.task_type == "strategyqa" else "main", ctx).render(
+        known_info=known_passages(state), question=state.question
+    )
+    reply = await llm.astructured(
+        messages, MainReply, default=MainReply(answer=AnswerField(text="unanswerable")),
         max_tokens=ctx.judge_max_tokens, call="main",
     )  # fmt: skip
-    path: str = reply.path
     if reply.path != "default":
         verdict = judgement(reply.value)
     else:  # the key-scan salvage of the raw reply
         salvaged = salvage_main(reply.raw)
         verdict = judgement(salvaged or reply.value, parsed_ok=salvaged is not None)
-        path = "parsed" if salvaged is not None else "default"
-    decision = "answer" if verdict["answered"] else "continue"
-    nodes.log_decision("judge_missing", rounds, decision, path=path)
-    update: dict[str, Any] = {"judge_rounds": rounds, "llm_calls_by_kind": {"main": 1}}
-    if verdict["answered"]:
+    calls: dict[str, int] = {"main": 1}
+    seeds = set(seeds_for(state.question, ctx))
+    p: float | None = None
+    path: str = "rule"  # nothing retrieved yet: never a model stop
+    if not verdict["parsed_ok"]:  # a judge reply nothing could read: keep retrieving
+        path = "default"
+    elif any(fact not in seeds for fact in state.known_info):
+        said, ask = reply.raw.strip() or "{}", PROMPTS["sufficiency"].render()
+        follow = RenderedPrompt([*messages, ("assistant", said), *ask])
+        fixed, passages, total = messages.parts
+        follow.parts = (fixed + ask.parts[0], passages, total + len(said) + ask.parts[2])
+        choice = await llm.achoose(follow, ["Yes", "No"], default="No", call="sufficiency")
+        calls["sufficiency"] = 1
+        p, path = nodes.option_probability(choice, "Yes"), choice.path
+    stop = nodes.should_stop(p, t, calibration=ctx.calibration)
+    answer = verdict["answer_text"] if verdict["answered"] else ""
+    confidence, explanation, source = verdict["confidence"], verdict["explanation"], "judge"
+    if not answer and (stop or ctx.calibration):
+        final, answer = await _pool_answer(state, ctx, deps, call="candidate")
+        if final is not None:
+            confidence, explanation = final.answer.confidence, final.explanation
+        calls["candidate"] = 1
+        source = "final"
+    stop = stop and bool(answer)
+    nodes.log_decision(
+        "sufficiency", rounds, "stop" if stop else "continue", p=p, path=path, threshold=t,
+        answer=answer or None,
+    )  # fmt: skip
+    update: dict[str, Any] = {
+        "judge_rounds": rounds, "llm_calls_by_kind": calls, "candidate_answer": answer,
+        "trace": [{"node": "judge_missing", "round": rounds, "answered": verdict["answered"],
+                   "p_sufficient": p, "path": path, "stop": stop, "answer_from": source}],
+    }  # fmt: skip
+    if stop:
         update.update(
-            answer=verdict["answer_text"], confidence=verdict["confidence"],
-            explanation=verdict["explanation"], status="answered", stop_reason="answered",
+            answer=answer, confidence=confidence, explanation=explanation, status="answered",
+            stop_reason="answered",
         )  # fmt: skip
     else:
         missing = verdict["missing_information"]
         if missing.strip().lower() in ("", "none"):
             missing = state.missing_info or state.question
         update["missing_info"] = missing
-    emit(round=state.iterations, answered=verdict["answered"], missing=update.get("missing_info"))
+    emit(round=state.iterations, answered=stop, p_sufficient=p, missing=update.get("missing_info"))
     return update
 
 
@@ -365,7 +466,7 @@ async def regenerate_keywords(
     ctx = runtime.context
     history = state.query_history or [state.question]
     text = await deps.chat(ctx).agenerate(
-        PROMPTS["query"].render(
+        prompt("query", ctx).render(
             question=state.question, history=" ".join(history),
             known_info=known_passages(state), missing_info=state.missing_info or state.question,
         ),
@@ -387,16 +488,7 @@ async def regenerate_keywords(
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    ctx = runtime.context
-    prompt = PROMPTS["final_yesno" if ctx.task_type == "strategyqa" else "final"]
-    reply = await deps.chat(ctx).astructured(
-        prompt.render(known_info=known_passages(state), question=state.question),
-        FinalReply, default=FinalReply(), max_tokens=ctx.judge_max_tokens, call="final",
-    )  # fmt: skip
-    value: FinalReply | MainReply | None = reply.value
-    if reply.path == "default":
-        value = salvage_main(reply.raw)
-    text = clean_answer_text(value.answer.text) if value is not None else ""
+    value, text = await _pool_answer(state, runtime.context, deps, call="final")
     failed = not text
     return {
         "answer": "unanswerable" if failed else text,

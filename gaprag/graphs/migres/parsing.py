@@ -60,36 +60,44 @@ class AnswerField(BaseModel):
         return "" if value is None else str(value)
 
 
-class _HasAnswer(BaseModel):
-    answer: AnswerField = Field(default_factory=AnswerField)
-    explanation: str = ""
-
-    @field_validator("answer", mode="before")
-    @classmethod
-    def _answer(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return value
-        return {"text": "" if value is None else str(value)}  # a plain string is the text
-
-    @field_validator("explanation", mode="before")
-    @classmethod
-    def _explanation(cls, value: Any) -> str:
-        return "" if value is None else str(value)
+def _answer_field(value: Any) -> Any:
+    if isinstance(value, dict):
+        return value
+    return {"text": "" if value is None else str(value)}  # a plain string is the text
 
 
-class MainReply(_HasAnswer):
-    """P2: answer (text, confidence), explanation, missing_information."""
+def _text_field(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+class MainReply(BaseModel):
+    """P2: missing_information, explanation, then answer (text, confidence).
+
+    The fields are in the order the model writes them (a JSON-schema constraint follows this
+    order): what is missing and why come before the answer, so the model reasons before it
+    commits to an answer (the paper's released format puts the answer first)."""
 
     missing_information: str = "None"
+    explanation: str = ""
+    answer: AnswerField = Field(default_factory=AnswerField)
 
     @field_validator("missing_information", mode="before")
     @classmethod
     def _missing(cls, value: Any) -> str:
         return "None" if value is None else str(value)
 
+    _explanation = field_validator("explanation", mode="before")(_text_field)
+    _answer = field_validator("answer", mode="before")(_answer_field)
 
-class FinalReply(_HasAnswer):
+
+class FinalReply(BaseModel):
     """P5: answer (text, confidence), explanation."""
+
+    answer: AnswerField = Field(default_factory=AnswerField)
+    explanation: str = ""
+
+    _explanation = field_validator("explanation", mode="before")(_text_field)
+    _answer = field_validator("answer", mode="before")(_answer_field)
 
 
 # -- salvage: what the code's regex / key-scan fallbacks recover -------------------------------

@@ -95,6 +95,8 @@ class State(BaseState, Output):
     known_sources: list[list[str]] = field(default_factory=list)
     known_info_len_at_round_start: int = 0
     new_info_this_round: int = 0
+    # the answer the method would give if it stopped now (the last judged round's answer)
+    candidate_answer: str = ""
 
 
 __all__ = [
