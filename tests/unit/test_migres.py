@@ -212,6 +212,9 @@ def run(
     ``p_yes`` (default: agrees with the judge's reply), and "Yes" when parsed as text."""
     chat = ChoiceChat(rules=[(SUFF, "Yes"), *rules], p_yes=p_yes)
     ctx.setdefault("verifier", "off")
+    ctx.setdefault(
+        "answer_style", "paper"
+    )  # MIGRES's own answers (the shared step is tested apart)
     graph = build_graph(
         "migres", llm=LLM(chat, supports_logprobs=True), retriever=store,
         scorer=scorer if scorer is not None else FakeScorer(1.0), fact_verifier=verify_with, **ctx,
@@ -240,7 +243,7 @@ def test_graph_has_the_method_nodes_and_edges(levity: Store) -> None:
     assert set(drawn.nodes) - {"__start__", "__end__"} == {
         "init", "retrieve", "rerank_filter", "llm_knowledge", "extract", "verify_nli",
         "update_evidence_pool", "judge_missing", "regenerate_keywords", "generate_answer",
-        "finalize",
+        "finalize", "short_answer",
     }  # fmt: skip
     edges = {(e.source, e.target, e.conditional) for e in drawn.edges}
     assert edges == {
@@ -259,7 +262,8 @@ def test_graph_has_the_method_nodes_and_edges(levity: Store) -> None:
         ("judge_missing", "regenerate_keywords", True),
         ("regenerate_keywords", "retrieve", False),
         ("generate_answer", "finalize", False),
-        ("finalize", "__end__", False),
+        ("finalize", "short_answer", False),
+        ("short_answer", "__end__", False),
     }
 
 

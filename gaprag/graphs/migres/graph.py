@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.graph import END, StateGraph
+from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
@@ -31,7 +31,7 @@ from gaprag.graphs.migres.nodes import (
     verify_nli,
 )
 from gaprag.graphs.migres.state import InputState, Output, State
-from gaprag.nodes import add_nodes, add_router
+from gaprag.nodes import add_nodes, add_router, add_short_answer
 
 
 def after_filter(
@@ -74,7 +74,7 @@ def build(
     add_router(builder, "judge_missing", after_judge)
     builder.add_edge("regenerate_keywords", "retrieve")
     builder.add_edge("generate_answer", "finalize")
-    builder.add_edge("finalize", END)
+    add_short_answer(builder, deps, after="finalize")
     graph = builder.compile(checkpointer=checkpointer, name="migres")
     # at most 8 nodes per round, T+1 rounds, plus init / generate_answer / finalize
     return graph.with_config(recursion_limit=max(100, 8 * (budget(context()) + 1) + 10))
