@@ -174,13 +174,15 @@ def calibrate(
     progress: bool = True,
     llm: Any = None,
     embedder: Any = None,
+    run: bool = True,
 ) -> dict[str, Any]:
     """Run the calibration questions, replay the thresholds, write ``model``'s profile.
 
     ``model``: the embedded model's registry name (``gaprag llm models``), or with
     ``base_url`` the model name that endpoint serves; ``datasets``: bundled names or dataset
-    JSONL paths; ``llm``/``embedder``: objects to use instead (tests). Returns the curves and
-    the profile's path."""
+    JSONL paths; ``llm``/``embedder``: objects to use instead (tests); ``run=False``: replay the
+    rows already under ``out`` (of an interrupted calibration, say) without running anything.
+    Returns the curves and the profile's path."""
     import os
 
     from gaprag.eval.runner import evaluate, read_results
@@ -199,6 +201,12 @@ def calibrate(
         ds = load_dataset(name)
         picked = calibration_slice(ds.examples, start, limit, what="calibration")
         offset = start
+        if not run:
+            path = out_dir / ds.name / "results.jsonl"
+            if path.is_file():
+                wanted = {ex.id for ex in picked}
+                rows.extend(r for r in read_results(path) if r.get("id") in wanted)
+            continue
         evaluate(
             methods=list(methods),
             dataset=ds,
@@ -215,6 +223,9 @@ def calibrate(
             report=False,
         )
         rows.extend(read_results(out_dir / ds.name / "results.jsonl"))
+    rows = [r for r in rows if not r.get("error") and (r.get("options") or {}).get("calibration")]
+    if not rows:
+        raise InputError(f"no calibration rows under {out_dir}", hint="run gaprag calibrate first")
     result = curves(rows, methods, cost_per_call=cost_per_call)
     (out_dir / "curves.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     notes = {
@@ -222,6 +233,7 @@ def calibrate(
         "command": " ".join(["gaprag calibrate", *sys.argv[2:]]) or "gaprag calibrate",
         "datasets": [Path(str(d)).name.split(".")[0] for d in datasets],
         "questions": f"index {start} to {start + limit - 1} of each set",
+        "rows": {m: r["questions"] for m, r in result.items()},
         "objective": f"mean F1 - {cost_per_call} x mean LLM calls",
         "cost_per_call": cost_per_call,
     }

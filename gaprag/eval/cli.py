@@ -92,6 +92,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         profile_path=args.profile,
         base_url=args.base_url,
         progress=not args.quiet,
+        run=not args.replay_only,
     )
     for method, res in result["curves"].items():
         best = res["chosen"]
@@ -188,5 +189,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", help="run directory (default: gaprag-calibration/MODEL)")
     p.add_argument("--profile", help="profile file to write (default: the shipped one)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint serving --model")
+    p.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="run nothing: replay the calibration rows already in --out and write the profile",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_calibrate)

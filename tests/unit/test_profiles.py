@@ -229,3 +229,30 @@ def test_resume_refuses_a_changed_profile_setting() -> None:
     more = {"model": "m", "source": "x", "settings": {"iterkey": {"top_k": 5}, "migres": {}}}
     assert not _profiles_differ(a, more)  # another method joins the run
     assert _profiles_differ(a, None) and _profiles_differ(a, {**a, "model": "n"})
+
+
+def test_replay_only_uses_the_rows_already_there(tmp_path: Path) -> None:
+    import json
+
+    runs = tmp_path / "runs" / "hotpotqa"
+    runs.mkdir(parents=True)
+    from gaprag.eval.datasets import load_dataset
+
+    ids = [ex.id for ex in load_dataset("hotpotqa").examples[60:62]]
+    rows = [
+        {**_row(1.0, 6, [(0.99, "William Shakespeare"), (0.5, "x")]), "id": i,
+         "options": {"calibration": True}, "error": None}
+        for i in ids
+    ]  # fmt: skip
+    rows.append({**rows[0], "id": "not-a-calibration-question"})
+    (runs / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    profile = tmp_path / "p.toml"
+    result = calibrate(
+        model="m", methods=["iterkey"], datasets=["hotpotqa"], limit=5, out=tmp_path / "runs",
+        profile_path=profile, run=False,
+    )  # fmt: skip
+    assert result["curves"]["iterkey"]["questions"] == 2
+    assert load_profile(profile).notes["rows"] == {"iterkey": 2}
+    with pytest.raises(InputError, match="no calibration rows"):
+        calibrate(model="m", methods=["iterkey"], datasets=["musique"], out=tmp_path / "runs",
+                  profile_path=profile, run=False)  # fmt: skip
