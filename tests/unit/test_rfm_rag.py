@@ -32,6 +32,8 @@ from gaprag.graphs.rfm_rag.model import (
     FeedbackResult,
     RFeedbackMLP,
     expected_embedder,
+    fit_platt,
+    monotonicity_violations,
     shipped_weights_path,
 )
 from gaprag.graphs.rfm_rag.state import EvidenceItem, State
@@ -39,6 +41,8 @@ from gaprag.graphs.rfm_rag.train import (
     EVAL_RESERVED,
     auc,
     build_dataset,
+    graph_pool_dataset,
+    graph_pool_samples,
     load_records,
     question_material,
     refuse_evaluation_questions,
@@ -46,6 +50,7 @@ from gaprag.graphs.rfm_rag.train import (
     train_mlp,
 )
 from gaprag.llm.accounting import metered
+from gaprag.llm.client import LLM
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.documents import Document
 from gaprag.testing import ScriptedChatModel
@@ -108,8 +113,9 @@ def fake_llm(
     structure: str = STRUCTURE,
     extract: str | Callable[[list[BaseMessage]], str] = extract_reply,
     fills: str = '{"fills": ["Xawery Żuławski", "<X2>"]}',
-    judge: str = '{"sufficient": false}',
+    judge: str = "No",
     answer: str = "Żuławski's mother is Małgorzata Braunek. So the answer is Małgorzata Braunek.",
+    logprobs: dict[str, float] | None = None,
 ) -> ScriptedChatModel:
     replies: dict[str, Any] = {
         "structure": structure,
@@ -118,7 +124,7 @@ def fake_llm(
         "judge": judge,
         "answer": answer,
     }
-    return ScriptedChatModel(rules=[(KINDS[k], replies[k]) for k in KINDS])
+    return ScriptedChatModel(rules=[(KINDS[k], replies[k]) for k in KINDS], logprobs=logprobs)
 
 
 class SeqJudge:
@@ -142,7 +148,7 @@ def store(tmp_path: Path) -> Store:
 
 
 def make_graph(
-    fake: ScriptedChatModel,
+    fake: ScriptedChatModel | LLM,
     store: Store,
     judge: Any = None,
     checkpointer: Any = None,
@@ -357,15 +363,51 @@ def test_query_construction() -> None:
     assert parsing.build_query(["Move"], ["move"], QUESTION)[1] == "Move"
 
 
-def test_answer_extraction() -> None:
-    assert parsing.extract_answer("Victor's dog. So the answer is Nipper.") == "Nipper"
+@pytest.mark.parametrize(
+    ("reply", "answer"),
+    [
+        ("Victor's dog. So the answer is Nipper.", "Nipper"),
+        ("So the answer is J. R. R. Tolkien.", "J. R. R. Tolkien"),
+        # a period inside the answer does not end it: abbreviations, initialisms, decimals
+        ("So the answer is St. Louis. It lies in Missouri.", "St. Louis"),
+        ("So the answer is Washington, D.C.", "Washington, D.C."),
+        ("So the answer is the U.S.", "the U.S."),
+        ("So the answer is 3.5 million.", "3.5 million"),
+        # markdown, quotes and brackets around the span
+        ("So the answer is **Nipper**.", "Nipper"),
+        ('So the answer is: "The Copper Bridge".', "The Copper Bridge"),
+        ("So the answer is <Ghent>.", "Ghent"),
+        # the first marker wins when the model runs on into a new example
+        ("So the answer is Nipper.\n\nContext: x\nQuestion: y\nSo the answer is z.", "Nipper"),
+        # weaker markers, as seen in the audited rows ("The answer is George Benson")
+        ("The answer is Bank of America Corporation.", "Bank of America Corporation"),
+        ("Reasoning first.\nAnswer: Paris", "Paris"),
+        ("Final answer: Ilse Brandt.", "Ilse Brandt"),
+        # no marker: the last line, but not a new Question:/Context: block
+        ("I think\n\nMałgorzata Braunek\n", "Małgorzata Braunek"),
+        ("Braunek is his mother.\nQuestion: Who is the father?", "Braunek is his mother"),
+        ("", ""),
+    ],
+)
+def test_answer_extraction(reply: str, answer: str) -> None:
+    assert parsing.extract_answer(reply) == answer
+
+
+def test_yes_no_answers_and_task_type() -> None:
     assert parsing.extract_answer("Both are Polish.\nSo the answer is yes.", "yes_no") == "yes"
     assert parsing.extract_answer("So the answer is: No, they differ.", "yes_no") == "no"
-    assert parsing.extract_answer("I think\n\nMałgorzata Braunek\n") == "Małgorzata Braunek"
-    assert parsing.extract_answer("So the answer is J. R. R. Tolkien.") == "J. R. R. Tolkien"
+    assert parsing.extract_answer("The answer is **Yes**.", "yes_no") == "yes"
+    # only the span counts: a "no" in the reasoning is not the answer
+    assert (
+        parsing.extract_answer("There is no doubt. So the answer is Poland.", "yes_no") == "Poland"
+    )
     assert parsing.detect_task_type("Are both films from the same country?") == "yes_no"
+    assert parsing.detect_task_type("Did the director of Move die before 1990?") == "yes_no"
     assert parsing.detect_task_type("Who directed Move?") == "short_answer"
     assert parsing.detect_task_type("Is it?", "short_answer") == "short_answer"
+    # a question offering alternatives is answered with one of them, not yes/no
+    assert parsing.detect_task_type("Is Jerry Seinfeld or Larry David older?") == "short_answer"
+    assert parsing.detect_task_type("Was Move a film or a play?") == "short_answer"
 
 
 # -- 18. the paper's case study, replayed ----------------------------------------------------
@@ -378,7 +420,7 @@ def test_polish_russian_war_case(store: Store) -> None:
     assert [e["text"] for e in out["evidence_pool"]] == [FACT_FILM, FACT_MOTHER]
     answer_prompt = next(p for p in fake.prompts() if kind_of(p) == "answer")
     assert FACT_FILM in answer_prompt and FACT_MOTHER in answer_prompt
-    assert answer_prompt.rstrip().endswith(f"Question: {QUESTION}\nAnswer:")  # q_0, last
+    assert answer_prompt.rstrip().endswith(f"Question: {QUESTION}")  # q_0, last
     fills_prompt = next(p for p in fake.prompts() if kind_of(p) == "fills")
     assert "1. (Polish-Russian War, director, <X1>)" in fills_prompt and FACT_FILM in fills_prompt
     extract_prompts = [p for p in fake.prompts() if kind_of(p) == "extract"]
@@ -398,7 +440,7 @@ def test_prompt1_question_modes(store: Store) -> None:
 # -- checkpointed threads -------------------------------------------------------------------------
 def test_pool_persists_across_turns_of_a_thread(store: Store) -> None:
     fake = fake_llm()
-    graph = make_graph(fake, store, SeqJudge(True), checkpointer=InMemorySaver())
+    graph = make_graph(fake, store, SeqJudge(True), checkpointer=InMemorySaver(), pool_scope="thread")  # fmt: skip
     cfg: Any = {"configurable": {"thread_id": "t1"}}
     first = graph.invoke({"question": QUESTION}, cfg)
     assert [e["text"] for e in first["evidence_pool"]] == [FACT_FILM]
@@ -411,18 +453,41 @@ def test_pool_persists_across_turns_of_a_thread(store: Store) -> None:
     assert FACT_FILM in fake.prompts()[-1] and follow in fake.prompts()[-1]
     other = graph.invoke({"question": follow}, {"configurable": {"thread_id": "t2"}})
     assert all(e["question"] == follow for e in other["evidence_pool"])
-    scoped = make_graph(fake_llm(extract="NONE"), store, SeqJudge(True), checkpointer=InMemorySaver(), pool_scope="question")  # fmt: skip
+    # the default (the paper's per-question pool): a second question starts empty, and the
+    # answer prompt shows only its own facts
+    fake = fake_llm()
+    scoped = make_graph(fake, store, SeqJudge(True), checkpointer=InMemorySaver())
     scoped.invoke({"question": QUESTION}, cfg)
-    assert scoped.invoke({"question": follow}, cfg)["evidence_pool"] == []
+    again = scoped.invoke({"question": follow}, cfg)
+    assert again["evidence_pool"] and all(e["question"] == follow for e in again["evidence_pool"])
+    assert Context().pool_scope == "question"
 
 
 # -- feedback modes ------------------------------------------------------------------------------
+def _yes(p_yes: float) -> dict[str, float]:
+    return {"Yes": float(np.log(p_yes)), "No": float(np.log(1 - p_yes))}
+
+
 def test_llm_judge_mode(store: Store) -> None:
-    fake = fake_llm(judge='{"sufficient": true, "missing": []}')
-    out = make_graph(fake, store, feedback_mode="llm_judge").invoke({"question": QUESTION})
+    # P(Yes) from the first token's logprobs against llm_judge_threshold
+    fake = fake_llm(judge="Yes", logprobs=_yes(0.9))
+    out = make_graph(LLM(fake, supports_logprobs=True), store, feedback_mode="llm_judge").invoke({"question": QUESTION})  # fmt: skip
     assert out["iterations"] == 1 and call_counts(fake)["judge"] == 1
     assert out["stop_reason"] == "sufficient"
-    fake = fake_llm(judge="I cannot tell.")  # unparseable -> not sufficient
+    assert [(d["path"], d["threshold"]) for d in out["decisions"]] == [("logprobs", 0.5)]
+    assert out["decisions"][0]["p"] == pytest.approx(0.9)
+    # below the threshold: retrieve again
+    fake = fake_llm(judge="Yes", logprobs=_yes(0.9))
+    out = make_graph(LLM(fake, supports_logprobs=True), store, feedback_mode="llm_judge",
+                     llm_judge_threshold=0.95).invoke({"question": QUESTION})  # fmt: skip
+    assert out["iterations"] == 3 and [d["decision"] for d in out["decisions"]] == ["continue"] * 2
+    # no token probabilities (a "Yes" in text only): no p, so the loop goes on
+    fake = fake_llm(judge="Yes")
+    out = make_graph(fake, store, feedback_mode="llm_judge").invoke({"question": QUESTION})
+    assert out["iterations"] == 3 and out["stop_reason"] == "max_iterations"
+    assert all(d["p"] is None and d["path"] != "logprobs" for d in out["decisions"])
+    # malformed reply: the default (No), no p: the loop goes on
+    fake = fake_llm(judge="I cannot tell.")
     out = make_graph(fake, store, feedback_mode="llm_judge").invoke({"question": QUESTION})
     assert out["iterations"] == 3 and out["stop_reason"] == "max_iterations"
 
@@ -498,10 +563,10 @@ def _fixture_records(n: int = 20) -> list[dict[str, Any]]:
 
 def test_dataset_builder() -> None:
     records = _fixture_records()
-    data = build_dataset(records, n_train=200, n_val=40, n_test=40, seed=3)
-    assert (len(data.train), len(data.val), len(data.test)) == (200, 40, 40)
+    data = build_dataset(records, n_train=200, n_val=40, n_test=40, n_cal=40, seed=3)
+    assert (len(data.train), len(data.val), len(data.test), len(data.cal)) == (200, 40, 40, 40)
     support = {r["id"]: question_material(r) for r in records}
-    for split in (data.train, data.val, data.test):
+    for split in (data.train, data.val, data.test, data.cal):
         assert sum(s.label for s in split) == len(split) // 2
         kinds = [s.kind for s in split]
         assert kinds.count("partial") == kinds.count("irrelevant") == len(split) // 4
@@ -516,8 +581,10 @@ def test_dataset_builder() -> None:
                 assert 0 < len(inside) < len(gold) and len(set(s.sentences) - gold) >= 1
             else:
                 assert inside == set()
-    qids = [{s.qid for s in split} for split in (data.train, data.val, data.test)]
-    assert not (qids[0] & qids[1]) and not (qids[0] & qids[2]) and not (qids[1] & qids[2])
+    qids = [{s.qid for s in split} for split in (data.train, data.val, data.test, data.cal)]
+    for i in range(4):
+        for j in range(i + 1, 4):
+            assert not qids[i] & qids[j]
     defaults = build_dataset.__kwdefaults__
     assert defaults["n_train"] == 10_000 and defaults["n_val"] == 800
 
@@ -547,8 +614,15 @@ def test_feature_extractor_and_entities() -> None:
 
 
 # -- training CLI, data hygiene, shipped weights -------------------------------------------------
+def bundled_records(name: str) -> list[dict[str, Any]]:
+    from gaprag.eval.datasets import data_dir
+
+    lines = (data_dir() / f"{name}.dev.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
 def test_training_skips_the_evaluated_questions() -> None:
-    all_records = load_records("2wikimultihopqa", skip_first=0)
+    all_records = bundled_records("2wikimultihopqa")
     kept = load_records("2wikimultihopqa")
     assert kept[0]["id"] == all_records[60]["id"] and len(kept) == len(all_records) - 60
     first_ids = {r["id"] for r in all_records[:60]}
@@ -560,15 +634,19 @@ def test_rfm_train_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     out = tmp_path / "w"
     args = ["rfm", "train", "--out", str(out), "--embedder", "hashing-256", "--datasets",
             "2wikimultihopqa", "--n-train", "200", "--n-val", "40", "--n-test", "40",
-            "--epochs", "3", "--seed", "1", "--quiet"]  # fmt: skip
+            "--n-cal", "40", "--epochs", "3", "--seed", "1", "--quiet"]  # fmt: skip
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["embedder"] == "hashing-256" and 0.0 <= summary["test"]["auc"] <= 1.0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["data"]["skip_first"] == 60 and metrics["training"]["epochs_run"] <= 3
-    assert metrics["data"]["samples"] == {"train": 200, "val": 40, "test": 40}
+    assert metrics["data"]["samples"] == {"train": 200, "val": 40, "cal": 40, "test": 40}
+    assert metrics["monotone"] == ["syntactic_coverage", "semantic_relevance"]
+    assert set(metrics["test"]["monotonicity_violations"].values()) == {0}
     assert RFeedbackMLP.load(out / "weights.json", expect_embedder="hashing-256").sizes == (2, 32, 16, 1)  # fmt: skip
     assert main(["rfm", "train", "--datasets", "nope", "--quiet", "--embedder", "hashing-256"]) == 2
+    assert main(["rfm", "train", "--monotone", "nope", "--quiet", "--embedder", "hashing-256"]) == 2
+    assert main(["rfm", "train", "--source", "graph_pools", "--quiet"]) == 2  # no --runs
 
 
 def test_shipped_weights_and_metrics() -> None:
@@ -618,7 +696,7 @@ def test_second_question_on_a_thread_reports_only_itself(store: Store) -> None:
         (KINDS["structure"], STRUCTURE), (KINDS["extract"], mowa_extract),
         (KINDS["fills"], '{"fills": ["Xawery Żuławski", "<X2>"]}'), (KINDS["answer"], answer_reply),
     ])  # fmt: skip
-    graph = make_graph(fake, store, checkpointer=InMemorySaver())
+    graph = make_graph(fake, store, checkpointer=InMemorySaver(), pool_scope="thread")
     cfg: Any = {"configurable": {"thread_id": "t"}}
     first = graph.invoke({"question": QUESTION}, cfg, context={"feedback_mode": "never_sufficient"})
     calls_first = len(fake.calls)
@@ -675,16 +753,16 @@ def test_decisions_are_recorded(store: Store, tmp_path: Path) -> None:
     out = make_graph(fake_llm(), store, SeqJudge(False, True)).invoke({"question": QUESTION})
     assert out["decisions"] == [
         {"node": "feedback_classifier", "round": 1, "decision": "continue", "p": 0.0,
-         "path": "model", "threshold": None},
+         "path": "model", "threshold": 0.5},
         {"node": "feedback_classifier", "round": 2, "decision": "stop", "p": 1.0,
-         "path": "model", "threshold": None},
+         "path": "model", "threshold": 0.5},
     ]  # fmt: skip
     out = make_graph(fake_llm(), store, feedback_mode="heuristic").invoke({"question": QUESTION})
     assert out["decisions"] == [{"node": "feedback_classifier", "round": 1, "decision": "stop",
                                  "p": None, "path": "rule", "threshold": 0.5}]  # fmt: skip
-    fake = fake_llm(judge='{"sufficient": true, "missing": []}')
-    out = make_graph(fake, store, feedback_mode="llm_judge").invoke({"question": QUESTION})
-    assert [(d["decision"], d["path"], d["p"]) for d in out["decisions"]] == [("stop", "parsed", None)]  # fmt: skip
+    fake = fake_llm(judge="Yes", logprobs=_yes(0.8))
+    out = make_graph(LLM(fake, supports_logprobs=True), store, feedback_mode="llm_judge").invoke({"question": QUESTION})  # fmt: skip
+    assert [(d["decision"], d["path"]) for d in out["decisions"]] == [("stop", "logprobs")]
     out = make_graph(fake_llm(), store, feedback_mode="never_sufficient").invoke({"question": QUESTION})  # fmt: skip
     assert [(d["round"], d["decision"], d["path"]) for d in out["decisions"]] == [
         (1, "continue", "rule"),
@@ -739,18 +817,227 @@ def test_invalid_settings_fail_with_a_clear_message() -> None:
 
 # -- training never sees evaluation questions ---------------------------------------------------
 def test_training_refuses_evaluation_questions(tmp_path: Path) -> None:
+    """The shared split guard (check_no_overlap): no record that is one of a bundled set's
+    first 60 questions, by index, id or question text, whatever the source."""
     assert EVAL_RESERVED == 60
-    with pytest.raises(InputError, match="refusing to train on 1 evaluation question"):
-        refuse_evaluation_questions([load_records("hotpotqa", skip_first=0)[59]])
+    with pytest.raises(InputError, match="reserved question"):
+        refuse_evaluation_questions([bundled_records("hotpotqa")[59]])
     refuse_evaluation_questions(load_records("hotpotqa", skip_first=60))  # index 60 on is fine
-    with pytest.raises(InputError, match="evaluation question"):
+    with pytest.raises(InputError, match="may not start at question 10"):
+        load_records("musique", skip_first=10)  # calibration_slice refuses the start
+    with pytest.raises(InputError, match="may not start at question 10"):
         run_training(tmp_path / "w", HashingEmbedder(), datasets=["musique"], skip_first=10,
                      progress=False)  # fmt: skip
     copy = tmp_path / "copy.jsonl"  # a renamed copy is caught by the question text
-    record = {**load_records("2wikimultihopqa", skip_first=0)[3], "id": "renamed"}
+    record = {**bundled_records("2wikimultihopqa")[3], "id": "renamed"}
     copy.write_text(json.dumps(record) + "\n", encoding="utf-8")
-    with pytest.raises(InputError, match="evaluation question"):
+    with pytest.raises(InputError, match=r"reserved question.*index 3"):
         run_training(tmp_path / "w", HashingEmbedder(), datasets=[str(copy)], skip_first=0,
                      progress=False)  # fmt: skip
     assert not (tmp_path / "w").exists()
     assert main(["rfm", "train", "--skip-first", "10", "--quiet", "--embedder", "hashing-256"]) == 2
+
+
+# -- issue 16: monotone, calibrated R-Feedback; the decision convention; graph-pool training -----
+def _bumpy(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Labels that FALL with coverage above 0.5: what an unconstrained model learns to mimic."""
+    s_f = rng.uniform(0, 1, n)
+    g_f = rng.uniform(0, 1, n)
+    y = ((s_f > 0.2) & (s_f < 0.5) | (g_f > 0.8)).astype(float)
+    return np.column_stack([s_f, g_f]), y
+
+
+def test_monotone_model_never_falls_as_coverage_rises() -> None:
+    rng = np.random.default_rng(0)
+    x, y = _bumpy(1500, rng)
+    free = train_mlp(x, y, x, y, epochs=40, patience=40, monotone=()).model
+    mono = train_mlp(x, y, x, y, epochs=40, patience=40, x_cal=x, y_cal=y).model
+    assert mono.monotone == ("syntactic_coverage", "semantic_relevance")
+    assert mono.satisfies_constraints()
+    assert monotonicity_violations(free, x, "syntactic_coverage") > 0  # the audited defect
+    for feature in mono.features:
+        assert monotonicity_violations(mono, x, feature) == 0
+    # explicitly: other features fixed, the probability is non-decreasing in S_f
+    for g in (0.0, 0.3, 0.6, 0.9, 1.5):
+        grid = np.column_stack([np.linspace(-0.5, 1.5, 201), np.full(201, g)])
+        assert np.all(np.diff(mono.probs(grid)) >= -1e-12)
+
+
+def test_shipped_weights_are_monotone_and_calibrated() -> None:
+    model = RFeedbackMLP.load()
+    assert set(model.monotone) == {"syntactic_coverage", "semantic_relevance"}
+    assert model.satisfies_constraints() and model.calibration[0] > 0
+    s_f = np.linspace(0.0, 1.0, 101)
+    for g in (0.2, 0.4, 0.6, 0.8):
+        probs = model.probs(np.column_stack([s_f, np.full_like(s_f, g)]))
+        assert np.all(np.diff(probs) >= -1e-12)
+    metrics = json.loads((shipped_weights_path().parent / "metrics.json").read_text())
+    assert metrics["calibration"]["split"] == "cal" and metrics["data"]["samples"]["cal"] > 0
+    assert set(metrics["test"]["monotonicity_violations"].values()) == {0}
+
+
+def test_monotone_weights_that_break_the_constraint_are_refused(tmp_path: Path) -> None:
+    model = RFeedbackMLP.init(seed=0, monotone=["syntactic_coverage"])
+    assert model.satisfies_constraints()
+    model.layers[1][0][0, 0] = -1.0
+    with pytest.raises(GapragError, match="break the constraint"):
+        RFeedbackMLP.from_dict(model.to_dict())
+    old = RFeedbackMLP.init(seed=0).to_dict() | {"format": "gaprag-rfeedback-mlp/1"}
+    del old["calibration"], old["monotone"]
+    assert RFeedbackMLP.from_dict(old).calibration == (1.0, 0.0)  # the first release loads
+
+
+def test_platt_scaling() -> None:
+    rng = np.random.default_rng(1)
+    z = rng.normal(0, 2, 4000)
+    y = (rng.uniform(size=4000) < 1 / (1 + np.exp(-(0.5 * z - 1.0)))).astype(float)
+    a, b = fit_platt(z, y)
+    assert a == pytest.approx(0.5, abs=0.08) and b == pytest.approx(-1.0, abs=0.15)
+    a, b = fit_platt(-z, y)  # anti-informative scores: the slope stays positive (monotone)
+    assert a > 0 and a == pytest.approx(1e-3)
+    assert fit_platt(z, np.ones_like(z)) == (1.0, 0.0)
+    model = RFeedbackMLP.init(seed=2)
+    model.calibration = (2.0, -0.5)
+    x = np.array([[0.3, 0.4]])
+    assert model.logits(x)[0] == pytest.approx(2.0 * model.raw_logits(x)[0] - 0.5)
+
+
+class ProbJudge:
+    """A trained-model stand-in: always the same probability that the pool is sufficient."""
+
+    def __init__(self, p: float | None, verdict: bool = False) -> None:
+        self.p = p
+        self.verdict = verdict
+
+    def judge(
+        self, question: str, entities: list[str], sentences: list[str], s_f: float
+    ) -> FeedbackResult:
+        return FeedbackResult(self.verdict, self.p)
+
+
+@pytest.mark.parametrize(
+    ("p", "threshold", "rounds"), [(0.7, 0.6, 1), (0.6, 0.6, 1), (0.5, 0.6, 3), (0.99, 1.0, 3)]
+)
+def test_decision_on_p_against_rf_threshold(store: Store, p: float, threshold: float, rounds: int) -> None:  # fmt: skip
+    out = make_graph(fake_llm(), store, ProbJudge(p), rf_threshold=threshold).invoke({"question": QUESTION})  # fmt: skip
+    assert out["iterations"] == rounds
+    assert out["stop_reason"] == ("sufficient" if rounds == 1 else "max_iterations")
+    assert {(d["p"], d["threshold"], d["path"]) for d in out["decisions"]} == {(p, threshold, "model")}  # fmt: skip
+    assert out["feedback_prob"] == p
+
+
+def test_a_judge_without_probability_decides_by_its_rule(store: Store) -> None:
+    out = make_graph(fake_llm(), store, ProbJudge(None, verdict=True)).invoke({"question": QUESTION})  # fmt: skip
+    assert out["iterations"] == 1 and out["decisions"][0]["path"] == "rule"
+    assert out["decisions"][0]["p"] is None
+
+
+def test_calibration_run_never_stops_early_and_records_answers(store: Store) -> None:
+    fake = fake_llm()
+    out = make_graph(fake, store, ProbJudge(0.99), calibration=True).invoke({"question": QUESTION})
+    assert out["iterations"] == 3 and out["stop_reason"] == "max_iterations"
+    assert [(d["round"], d["decision"], d["p"]) for d in out["decisions"]] == [
+        (1, "continue", 0.99),
+        (2, "continue", 0.99),
+    ]
+    assert all(d["answer"] == "Małgorzata Braunek" for d in out["decisions"])
+    # one extra answer call per decision, in calibration runs only
+    assert call_counts(fake)["answer"] == 3 and out["usage"]["llm_calls"] == 9
+    fake = fake_llm()
+    out = make_graph(fake, store, ProbJudge(0.1)).invoke({"question": QUESTION})
+    assert call_counts(fake)["answer"] == 1 and all("answer" not in d for d in out["decisions"])
+    # rules do not stop a calibration run either
+    out = make_graph(fake_llm(), store, feedback_mode="always_sufficient", calibration=True).invoke({"question": QUESTION})  # fmt: skip
+    assert out["iterations"] == 3
+
+
+def test_passage_budget_is_the_baselines() -> None:
+    from gaprag.graphs.standard_rag.context import Context as BaselineContext
+
+    assert Context().top_k >= BaselineContext().top_k == 5
+    assert Context().max_passage_words >= BaselineContext().max_passage_words
+
+
+def test_every_round_shows_top_k_passages_to_the_evidence_prompt(store: Store) -> None:
+    fake = fake_llm()
+    out = build_graph("rfm_rag", llm=fake, retriever=store, sufficiency_model=SeqJudge(False)).invoke({"question": QUESTION})  # fmt: skip
+    extract_prompts = [p for p in fake.prompts() if kind_of(p) == "extract"]
+    assert sum(f"[{n}] " in extract_prompts[0] for n in range(1, 7)) == 5
+    assert [p["round"] for p in out["retrieved_passages"]].count(1) == 5
+
+
+def _trace_of(out: dict[str, Any], *, qid: str, question: str, dataset: str = "fixture",
+              supporting: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """What `gaprag eval` writes to traces/rfm_rag/ID.json for one question."""
+    standard = {"answer", "stop_reason", "iterations", "queries", "evidence", "usage", "trace",
+                "decisions", "shown_ids", "retrieved_ids"}  # fmt: skip
+    return {
+        "dataset": dataset, "id": qid, "method": "rfm_rag", "base_method": "rfm_rag",
+        "input": question, "answers": ["Małgorzata Braunek"],
+        "supporting": supporting if supporting is not None else ["prw", "xz"],
+        "prediction": out["answer"], "stop_reason": out["stop_reason"],
+        "iterations": out["iterations"], "decisions": out["decisions"],
+        "trace": out["trace"], "extra": {k: v for k, v in out.items() if k not in standard},
+        "error": None,
+    }  # fmt: skip
+
+
+def _write_runs(tmp_path: Path, store: Store, n: int = 6) -> Path:
+    run = tmp_path / "run" / "traces" / "rfm_rag"
+    run.mkdir(parents=True)
+    out = make_graph(fake_llm(), store, ProbJudge(0.3), calibration=True).invoke({"question": QUESTION})  # fmt: skip
+    for i in range(n):
+        trace = _trace_of(out, qid=f"q{i}", question=f"{QUESTION} ({i})")
+        (run / f"q{i}.json").write_text(json.dumps(trace), encoding="utf-8")
+    return tmp_path / "run"
+
+
+def test_graph_pool_samples_from_traces(store: Store, tmp_path: Path) -> None:
+    out = make_graph(fake_llm(), store, ProbJudge(0.3), calibration=True).invoke({"question": QUESTION})  # fmt: skip
+    record = next(t for t in out["trace"] if t["node"] == "feedback_classifier")
+    assert record["pool"] == [FACT_FILM] and "prw" in record["pool_passages"]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_trace_of(out, qid="x", question=QUESTION)), encoding="utf-8")
+    support = graph_pool_samples([path])
+    # round 1: the film fact only (the Braunek passage not yet behind the pool) -> 0; round 2
+    # adds the mother fact -> 1; the final pool (round 3) is the same as round 2's, not repeated
+    assert [(s.kind, s.label) for s in support] == [("round1", 0), ("round2", 1)]
+    assert support[1].sentences == [FACT_FILM, FACT_MOTHER]
+    assert support[0].entities == ["Polish-Russian War"] and support[0].question == QUESTION
+    answer = graph_pool_samples([path], label="answer")
+    assert [(s.kind, s.label) for s in answer] == [("round1", 1), ("round2", 1)]
+    other = tmp_path / "other.json"  # another method's trace is ignored
+    other.write_text(json.dumps({"base_method": "standard_rag"}), encoding="utf-8")
+    assert len(graph_pool_samples([path, other])) == 2
+
+
+def test_graph_pools_refuse_evaluation_questions(store: Store, tmp_path: Path) -> None:
+    out = make_graph(fake_llm(), store, ProbJudge(0.3)).invoke({"question": QUESTION})
+    reserved = bundled_records("hotpotqa")[12]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_trace_of(out, qid=reserved["id"], question=reserved["question"],
+                                         dataset="hotpotqa")), encoding="utf-8")  # fmt: skip
+    with pytest.raises(InputError, match=r"reserved question.*index 12"):
+        graph_pool_samples([path])
+    ok = bundled_records("hotpotqa")[75]
+    path.write_text(json.dumps(_trace_of(out, qid=ok["id"], question=ok["question"],
+                                         dataset="hotpotqa")), encoding="utf-8")  # fmt: skip
+    assert graph_pool_samples([path])
+
+
+def test_train_from_graph_pools(store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    runs = _write_runs(tmp_path, store, n=8)
+    data = graph_pool_dataset(graph_pool_samples([runs]))
+    qids = [{s.qid for s in part} for part in (data.train, data.val, data.cal, data.test)]
+    assert all(qids) and sum(len(q) for q in qids) == len(set().union(*qids)) == 8
+    out = tmp_path / "w"
+    args = ["rfm", "train", "--source", "graph_pools", "--runs", str(runs), "--out", str(out),
+            "--embedder", "hashing-256", "--epochs", "3", "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["source"] == "graph_pools"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["data"]["label"] == "support" and metrics["data"]["samples"]["train"] > 0
+    assert RFeedbackMLP.load(out / "weights.json", expect_embedder="hashing-256").satisfies_constraints()  # fmt: skip
+    with pytest.raises(GapragError, match="traced questions"):
+        graph_pool_dataset(graph_pool_samples([runs])[:2])

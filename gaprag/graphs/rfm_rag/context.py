@@ -23,7 +23,12 @@ class Context(BaseContext):
         "Maximum retrievals per question (paper: 3). The loop also stops when the pool is sufficient.",
         minimum=1,
     )
-    top_k: int = describe(3, "Passages per retrieval (not given in the paper; 3 here).", minimum=1)
+    top_k: int = describe(
+        5,
+        "Passages per retrieval (not given in the paper; 5 here, the standard_rag baseline's "
+        "budget).",
+        minimum=1,
+    )
     retrieval_mode: RetrievalMode = describe(
         "bm25", "bm25 (paper), dense or hybrid. Passages already seen for the question are skipped."
     )
@@ -39,7 +44,14 @@ class Context(BaseContext):
     )
     rf_threshold: float = describe(
         0.5,
-        "Pool is sufficient when sigmoid(logit) >= this (not given in the paper; 0.5 here).",
+        "Stop when the R-Feedback model's (calibrated) probability that the pool is sufficient "
+        "is >= this (not given in the paper; 0.5 here).",
+        minimum=0,
+    )
+    llm_judge_threshold: float = describe(
+        0.5,
+        "feedback_mode=llm_judge: stop when P(Yes) of the judge's Yes/No choice is >= this "
+        "(without token probabilities the loop goes on).",
         minimum=0,
     )
     coverage_threshold: float = describe(
@@ -60,9 +72,10 @@ class Context(BaseContext):
         "short_answer, yes_no, or auto (yes/no when the question starts with is/are/did...).",
     )
     pool_scope: PoolScope = describe(
-        "thread",
-        "thread: with a checkpointer the evidence pool persists across the turns of a thread; "
-        "question: every question starts from an empty pool.",
+        "question",
+        "question: every question starts from an empty pool (paper); thread: with a "
+        "checkpointer the pool persists across the turns of a thread and earlier turns' facts "
+        "are shown to the judge and the answer too.",
     )
     answer_max_tokens: int = describe(
         128, "Output cap for the final (chain-of-thought) answer.", minimum=1
@@ -74,4 +87,4 @@ class Context(BaseContext):
         320, "Output cap for the evidence-condensing call.", minimum=1
     )
     fills_max_tokens: int = describe(128, "Output cap for the placeholder-filling call.", minimum=1)
-    judge_max_tokens: int = describe(96, "Output cap for the llm_judge call.", minimum=1)
+    judge_max_tokens: int = describe(8, "Output cap for the llm_judge's Yes/No choice.", minimum=1)

@@ -10,6 +10,7 @@ from gaprag.deps import Deps
 from gaprag.graphs.rfm_rag.context import Context
 from gaprag.graphs.rfm_rag.features import FeatureExtractor
 from gaprag.graphs.rfm_rag.model import (
+    FeedbackResult,
     FixedJudge,
     HeuristicJudge,
     MLPJudge,
@@ -57,13 +58,12 @@ def choose_judge(ctx: Context, deps: Deps) -> SufficiencyJudge | None:
     return mlp_judge(ctx, deps)
 
 
-def decision_path(judge: SufficiencyJudge) -> tuple[str, float | None, bool]:
-    """How a judge decides: (path, threshold, whether its ``prob`` is the probability the
-    decision was taken on) for the decision record."""
-    if isinstance(judge, MLPJudge):
-        return "model", judge.threshold, True
-    if isinstance(judge, HeuristicJudge):
-        return "rule", judge.tau_s, False
-    if isinstance(judge, FixedJudge):
-        return "rule", None, False
-    return "model", getattr(judge, "threshold", None), True
+def decision_path(judge: SufficiencyJudge, result: FeedbackResult) -> tuple[str, float | None]:
+    """How a verdict was reached, for the decision record: ``("model", p)`` when the judge
+    gives a probability that the pool is sufficient (the R-Feedback MLP, an injected model
+    with a ``prob``): the graph stops on ``p`` against ``rf_threshold``; ``("rule", None)`` for
+    the fixed rules (heuristic, never/always sufficient, an injected judge without ``prob``),
+    whose own verdict decides."""
+    if isinstance(judge, HeuristicJudge | FixedJudge) or result.prob is None:
+        return "rule", None
+    return "model", result.prob

@@ -27,10 +27,8 @@ from gaprag.graphs.rfm_rag.evidence_pool import (
 )
 from gaprag.graphs.rfm_rag.features import coverage_map, syntactic_coverage
 from gaprag.graphs.rfm_rag.judges import choose_judge, decision_path
-from gaprag.graphs.rfm_rag.model import FeedbackResult
 from gaprag.graphs.rfm_rag.parsing import (
     FillsReply,
-    JudgeReply,
     QuestionStructure,
     build_query,
     clean_fills,
@@ -55,7 +53,7 @@ async def extract_question_structure(
     state: State, runtime: Runtime[Context], deps: Deps
 ) -> dict[str, Any]:
     """Prompt 2, once per question: entities and triples. Starts the question: the pool is
-    kept from earlier questions of the thread unless ``pool_scope="question"``."""
+    emptied unless ``pool_scope="thread"`` keeps the thread's earlier questions' facts."""
     ctx = runtime.context
     reply = await deps.chat(ctx).astructured(
         PROMPTS["structure"].render(question=state.question), QuestionStructure,
@@ -141,42 +139,56 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
 async def feedback_classifier(
     state: State, runtime: Runtime[Context], deps: Deps
 ) -> dict[str, Any]:
-    """Is the pool sufficient? The R-Feedback model (or the configured judge) decides."""
+    """Is the pool sufficient? ``p`` = the judge's probability that it is; stop iff
+    ``nodes.should_stop(p, threshold, calibration=...)``: without a probability the loop goes
+    on, and a calibration run never stops here (it records the answer it would have given)."""
     ctx = runtime.context
     judge = await to_thread(choose_judge, ctx, deps)  # may load the weights and embedder
+    sentences = [e["text"] for e in state.evidence_pool]
+    g_f: float | None = None
     path: str
     threshold: float | None
-    p: float | None
-    if judge is None:  # the optional LLM judge; an unparseable reply means "not sufficient"
-        reply = await deps.chat(ctx).astructured(
+    if judge is None:  # the optional LLM judge: a Yes/No choice, P(Yes) from logprobs
+        choice = await deps.chat(ctx).achoose(
             PROMPTS["judge"].render(question=state.question, pool=nodes.render_passages(
                 facts_for_prompt(state.evidence_pool), FORMATS["pool_judge"], max_words=FACT_WORDS,
             )),
-            JudgeReply, default=JudgeReply(), max_tokens=ctx.judge_max_tokens, call="judge",
+            ["Yes", "No"], default="No", max_tokens=ctx.judge_max_tokens, call="judge",
         )  # fmt: skip
-        ok = reply.value.sufficient
-        result = FeedbackResult(ok, 1.0 if ok else 0.0)
-        path, threshold, p = reply.path, None, None
+        p = nodes.option_probability(choice, "Yes")
+        path, threshold = choice.path, ctx.llm_judge_threshold
+        stop = nodes.should_stop(p, threshold, calibration=ctx.calibration)
     else:
         result = await to_thread(
-            judge.judge, state.question, list(state.entities),
-            [e["text"] for e in state.evidence_pool], state.syntactic_coverage,
-        )  # fmt: skip
-        path, threshold, has_p = decision_path(judge)
-        p = result.prob if has_p else None
+            judge.judge, state.question, list(state.entities), sentences, state.syntactic_coverage
+        )
+        g_f = result.g_f
+        path, p = decision_path(judge, result)
+        if path == "rule":  # a fixed rule decides; it has no probability to put a threshold on
+            threshold = getattr(judge, "tau_s", None)
+            stop = result.sufficient and not ctx.calibration
+        else:
+            threshold = ctx.rf_threshold
+            stop = nodes.should_stop(p, threshold, calibration=ctx.calibration)
+    answer: str | None = None
+    if ctx.calibration:  # what the method would answer had it stopped here (an extra call)
+        answer = (await answer_from_pool(state, ctx, deps))[1]
     nodes.log_decision(
-        "feedback_classifier", state.iterations, "stop" if result.sufficient else "continue",
-        p=p, path=path, threshold=threshold,
+        "feedback_classifier", state.iterations, "stop" if stop else "continue",
+        p=p, path=path, threshold=threshold, answer=answer,
     )  # fmt: skip
-    emit(method="rfm_rag", round=state.iterations, sufficient=result.sufficient,
-         prob=result.prob)  # fmt: skip
+    emit(method="rfm_rag", round=state.iterations, sufficient=stop, prob=p)
     mode = ctx.feedback_mode if deps.sufficiency_model is None else type(judge).__name__
     return {
-        "sufficient": result.sufficient,
-        "feedback_prob": result.prob,
+        "sufficient": stop,
+        "feedback_prob": p,
         "trace": [{"node": "feedback_classifier", "mode": mode, "round": state.iterations,
-                   "s_f": state.syntactic_coverage, "g_f": result.g_f, "prob": result.prob,
-                   "sufficient": result.sufficient}],
+                   "s_f": state.syntactic_coverage, "g_f": g_f, "prob": p, "sufficient": stop,
+                   # the pool judged, for retraining on graph pools (`gaprag rfm train
+                   # --source graph_pools`)
+                   "pool": sentences,
+                   "pool_passages": sorted({i for e in state.evidence_pool
+                                            for i in e["source_passage_ids"]})}],
     }  # fmt: skip
 
 
@@ -214,18 +226,24 @@ async def regenerate_keywords(
     return {"current_query": query}
 
 
-async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """The answer, once, from the whole pool: a short chain of thought ending in the span."""
-    ctx = runtime.context
+async def answer_from_pool(state: State, ctx: Context, deps: Deps) -> tuple[str, str]:
+    """(raw reply, answer span) of the QA call over the current pool: the final answer, and
+    in calibration runs the answer each decision would have led to."""
     pool = nodes.render_passages(
         facts_for_prompt(state.evidence_pool), FORMATS["pool_answer"], max_words=FACT_WORDS
     )
     messages = PROMPTS["answer"].render(pool=pool, question=state.question)
     raw = await deps.chat(ctx).agenerate(messages, max_tokens=ctx.answer_max_tokens)
+    return raw, extract_answer(raw, state.task_type)
+
+
+async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The answer, once, from the pool: a short chain of thought ending in the span."""
+    raw, answer = await answer_from_pool(state, runtime.context, deps)
     stop = "sufficient" if state.sufficient else "max_iterations"
     return {
         "raw_answer": raw,
-        "answer": extract_answer(raw, state.task_type),
+        "answer": answer,
         "stop_reason": stop,
         "evidence": pool_as_evidence(facts_of(state.evidence_pool, state.found_fact_ids)),
         "trace": [{"node": "generate_answer", "stop_reason": stop,

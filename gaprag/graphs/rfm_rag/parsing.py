@@ -21,8 +21,26 @@ _TUPLE = re.compile(r"\(([^,()]+),\s*([^,()]+),\s*([^()]+?)\)")
 _EMPTY_EVIDENCE = {"", "none", "empty", "n/a", "no relevant information", "nothing"}
 _BULLET = re.compile(r"^\s*(?:[-*•]+|\d+[.)]|\(\d+\))\s*")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_ANSWER = re.compile(r"(?i)so the answer is[:\s]*(.+?)(?:(?<!\b[A-Z])\.\s|\.$|\n|$)")
+# answer markers, strongest first: the exemplars' "So the answer is", a bare "The answer is",
+# then an "Answer:" / "Final answer:" line
+_MARKERS = (
+    re.compile(r"(?i)\bso,?\s+the\s+(?:final\s+)?answer\s+is\b\s*[:：]?\s*"),
+    re.compile(r"(?i)\bthe\s+(?:final\s+|short\s+)?answer\s+is\b\s*[:：]?\s*"),
+    re.compile(r"(?im)^\W*(?:final\s+answer|answer)\s*[:：]\s*"),
+)
+# a period that ends the answer sentence: followed by a space or the end, and not the period
+# of an initial ("J. R. R."), an initialism ("U.S.") or a common abbreviation ("St.")
+_PERIOD = re.compile(r"\.(?=\s|$)")
+_ABBREVIATIONS = {
+    "st", "mt", "ft", "dr", "mr", "mrs", "ms", "jr", "sr", "inc", "co", "corp", "ltd", "no",
+    "vs", "gen", "col", "lt", "sgt", "capt", "rev", "prof", "bros", "ave", "fr", "sts", "etc",
+    "e.g", "i.e", "approx", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept",
+    "oct", "nov", "dec",
+}  # fmt: skip
+_EXEMPLAR_LINE = re.compile(r"(?i)^\s*(?:question|context)\s*:")
+_WRAPPERS = "*_`\"'“”‘’<> "
 _NONE_FILLS = {"none", "unknown", "n/a", "null", "end", ""}
+_ALTERNATIVE = re.compile(r"\bor\b", re.I)  # "Is X older or younger than Y?" is not yes/no
 _YES_NO_START = re.compile(
     r"^(is|are|was|were|do|does|did|can|could|has|have|had|will|would|should|shall|may|might)\b",
     re.I,
@@ -167,25 +185,62 @@ def build_query(gaps: Sequence[str], fills: Sequence[str], question: str) -> tup
 
 
 def detect_task_type(question: str, setting: str = "auto") -> str:
+    """``yes_no`` for a question opening with an auxiliary verb (is/are/did/can...) that does
+    not offer alternatives ("Is A or B older?" is answered with A or B); else short_answer."""
     if setting in ("short_answer", "yes_no"):
         return setting
-    return "yes_no" if _YES_NO_START.match(question.strip()) else "short_answer"
+    q = question.strip().split("\nOptions:", 1)[0]
+    if _YES_NO_START.match(q) and not _ALTERNATIVE.search(q):
+        return "yes_no"
+    return "short_answer"
+
+
+def _ends_answer(span: str, period: int) -> bool:
+    """Whether the period at index ``period`` ends the sentence (see :data:`_PERIOD`)."""
+    word = re.split(r"[\s(\[]", span[:period])[-1].strip("\"'")
+    if re.fullmatch(r"(?:[A-Za-z]\.)*[A-Za-z]", word):  # an initial, or "U.S", "D.C"
+        return False
+    return word.casefold() not in _ABBREVIATIONS
+
+
+def _cut_sentence(span: str) -> str:
+    for m in _PERIOD.finditer(span):
+        if _ends_answer(span, m.start()):
+            return span[: m.start()]
+    return span
+
+
+def _strip_span(span: str) -> str:
+    span = span.strip().strip(_WRAPPERS).rstrip(",;:!?").strip().strip(_WRAPPERS)
+    if span.endswith(".") and _ends_answer(span, len(span) - 1):
+        span = span[:-1].strip().strip(_WRAPPERS)
+    return span.strip()
+
+
+def answer_span(text: str) -> str:
+    """The answer in a chain-of-thought reply: the rest of the sentence after the first
+    "So the answer is" (else "The answer is", else an "Answer:" line), up to the line's end
+    or the sentence's final period (not an initial's or an abbreviation's); with no marker,
+    the last line that does not start a new "Question:"/"Context:" block. Markdown, quotes
+    and final punctuation are stripped."""
+    for marker in _MARKERS:
+        m = marker.search(text)
+        if m:
+            rest = text[m.end() :].lstrip()
+            span = _strip_span(_cut_sentence(rest.splitlines()[0] if rest else ""))
+            if span:
+                return span
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    kept = [ln for ln in lines if not _EXEMPLAR_LINE.match(ln)] or lines
+    return _strip_span(kept[-1]) if kept else ""
 
 
 def extract_answer(text: str, task_type: str = "short_answer") -> str:
-    """The span after "So the answer is" (else the last non-empty line); yes/no if asked."""
-    m = _ANSWER.search(text)
-    if m:
-        span = m.group(1).strip()
-    else:
-        lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-        span = lines[-1] if lines else ""
-        span = re.sub(r"(?i)^(final answer|answer)\s*[:：-]\s*", "", span)
-    span = span.strip().strip("*").strip().strip("\"'").strip()
-    if span.endswith(".") and not re.search(r"\b[A-Z]\.$", span):
-        span = span[:-1].strip()
+    """The answer span (:func:`answer_span`); for ``yes_no`` questions ``yes``/``no`` when
+    the span says so (the span only: a "no" in the reasoning is not the answer)."""
+    span = answer_span(text)
     if task_type == "yes_no":
-        yn = re.search(r"\b(yes|no)\b", span, re.I) or re.search(r"\b(yes|no)\b", text, re.I)
+        yn = re.match(r"\W*(yes|no)\b", span, re.I) or re.search(r"\b(yes|no)\b", span, re.I)
         return yn.group(1).lower() if yn else span
     return span
 

@@ -2,8 +2,9 @@
 working fields.
 
 The evidence pool is the method's memory. Within a question it only grows (a longer sentence
-may replace one it contains); across the questions of a checkpointed thread it is kept (it is
-the one field marked :data:`~gaprag.state.base.PERSISTENT`), unless ``pool_scope="question"``.
+may replace one it contains). It is the one field marked :data:`~gaprag.state.base.PERSISTENT`,
+so with ``pool_scope="thread"`` and a checkpointer it is kept across a thread's questions; with
+the default ``pool_scope="question"`` (the paper's per-question pool) the first node empties it.
 Every other field is reset when a question starts, and every list is written whole by the node
 that owns it (plain replace semantics), so nothing accumulates by surprise.
 """
@@ -51,9 +52,9 @@ class OutputState(base.OutputState):
         Field(description="The curated fact pool the answer was built from."),
         PERSISTENT,
     ] = field(default_factory=list)
-    """Kept across a thread's questions: the pool is RFM-RAG's memory, so a follow-up question
-    can be answered from facts gathered earlier (``pool_scope="thread"``, the default; the
-    first node empties it with ``pool_scope="question"``)."""
+    """Per question by default (``pool_scope="question"``, the paper's setting: the first node
+    empties it); with ``pool_scope="thread"`` it is kept across a checkpointed thread's
+    questions, so a follow-up can be answered from facts gathered earlier."""
     entities: list[str] = field(default_factory=list)
     triples: list[Triple] = field(default_factory=list)
     retrieved_passages: Annotated[

@@ -1,19 +1,33 @@
 """Training data and training for the R-Feedback Model (adapted to gaprag's data;
 see docs/methods/rfm_rag.md).
 
-The bundled multi-hop sets (``gaprag/data/eval``) give each question its paragraphs and the
-ids of the supporting ones. From them we build labelled ``(question, pool)`` examples:
+Two sources of labelled ``(question, entities, pool)`` examples:
+
+``paragraphs`` (the default, no LLM needed; the paper's recipe on our data). The bundled
+multi-hop sets (``gaprag/data/eval``) give each question its paragraphs and the ids of the
+supporting ones:
 
 * ``sufficient`` (y=1): every sentence of every supporting paragraph, shuffled;
 * ``partial`` (y=0): the sentences of a non-empty proper subset of the supporting paragraphs,
   plus sentences from distractor paragraphs, to about the same length;
 * ``irrelevant`` (y=0): only distractor sentences, the same number as the positive has.
 
-Half the examples are positive, a quarter of each negative kind. Questions are split into
-train / validation (early stopping) / test (the reported held-out metrics), disjoint.
-The first ``skip_first`` questions of every set are never used: evaluation reports on them.
-Training refuses outright any record that is one of the first :data:`EVAL_RESERVED` questions
-of a bundled set (matched by id or question text, so a copied JSONL is caught too).
+Half the examples are positive, a quarter of each negative kind; the question's entities come
+from a capitalised-span heuristic.
+
+``graph_pools``: the pools the graph itself built, read from the traces of ``gaprag eval``
+runs of rfm_rag on calibration questions (index >= 60): each judged round's pool (curated
+fact sentences, the LLM's entities) and the final pool, labelled ``support`` (every gold
+supporting paragraph is behind some pool fact) or ``answer`` (the answer the method would have
+given from that pool, recorded at every decision of a ``calibration`` run, scores F1 >= 0.5).
+These are the inputs the model sees at run time.
+
+Questions are split into train / validation (early stopping) / calibration (Platt scaling) /
+test (the reported held-out metrics), disjoint. No evaluation question is ever used: bundled
+sets are read from :data:`~gaprag.eval.datasets.CALIBRATION_START` on
+(:func:`~gaprag.eval.datasets.calibration_slice`), and every record, whatever its source, is
+matched by id and question text against the bundled sets and refused by
+:func:`~gaprag.eval.datasets.check_no_overlap` if it is one of their first questions.
 """
 
 from __future__ import annotations
@@ -31,7 +45,9 @@ from typing import Any, Literal
 import numpy as np
 
 from gaprag.errors import GapragError, InputError
+from gaprag.eval.datasets import CALIBRATION_START, calibration_slice, check_no_overlap
 from gaprag.graphs.rfm_rag.features import (
+    FEATURE_NAMES,
     LengthUnit,
     coverage_map,
     heuristic_entities,
@@ -39,14 +55,34 @@ from gaprag.graphs.rfm_rag.features import (
     split_sentences,
     syntactic_coverage,
 )
-from gaprag.graphs.rfm_rag.model import METRICS_FILE, WEIGHTS_FILE, Array, RFeedbackMLP
+from gaprag.graphs.rfm_rag.model import (
+    METRICS_FILE,
+    WEIGHTS_FILE,
+    Array,
+    RFeedbackMLP,
+    fit_platt,
+    monotonicity_violations,
+)
 from gaprag.stores.embeddings import Embedder
 
 Kind = Literal["sufficient", "partial", "irrelevant"]
+Source = Literal["paragraphs", "graph_pools"]
+PoolLabel = Literal["support", "answer"]
 DEFAULT_DATASETS: tuple[str, ...] = ("hotpotqa", "2wikimultihopqa", "musique")
-EVAL_RESERVED = 60
+EVAL_RESERVED = CALIBRATION_START
 """Questions 0-59 of every bundled set are reserved for evaluation: never trained on."""
 DEFAULT_SKIP_FIRST = EVAL_RESERVED
+DEFAULT_MONOTONE: tuple[str, ...] = FEATURE_NAMES
+"""The probability is non-decreasing in both features (coverage and relevance)."""
+LR = 3e-3
+PATIENCE = 10
+MAX_EPOCHS = 100
+"""Optimiser settings (the paper's are in its missing Appendix A). The monotone model needs
+more steps than the unconstrained one to reach its fit: with lr 1e-3 and patience 5 it stopped
+early, underfitted, below a plain logistic regression on the same features."""
+CV_FOLDS = 5
+ANSWER_F1 = 0.5
+"""``answer`` label: the pool is sufficient when the answer given from it has F1 >= this."""
 
 
 @dataclass
@@ -69,7 +105,7 @@ class Sample:
     entities: list[str]
     sentences: list[str]
     label: int
-    kind: Kind
+    kind: str  # paragraphs: sufficient / partial / irrelevant; graph pools: round1, round2...
 
 
 @dataclass
@@ -77,24 +113,30 @@ class Dataset:
     train: list[Sample]
     val: list[Sample]
     test: list[Sample] = field(default_factory=list)
+    cal: list[Sample] = field(default_factory=list)
+    """Held-out questions for the Platt calibration (neither trained on nor reported)."""
 
 
 # -- loading ------------------------------------------------------------------------------
 def load_records(name: str, *, skip_first: int = DEFAULT_SKIP_FIRST) -> list[dict[str, Any]]:
-    """Records of a bundled eval set (``hotpotqa``...) or a JSONL path, after ``skip_first``."""
+    """Records of a bundled eval set (``hotpotqa``...) from index ``skip_first`` on (the
+    shared :func:`~gaprag.eval.datasets.calibration_slice`: refused below 60), or of a JSONL
+    path after its first ``skip_first`` (its records are checked by content in training)."""
     path = Path(name)
     if path.suffix == ".jsonl" and path.is_file():
-        text = path.read_text(encoding="utf-8")
-    else:
-        res = resources.files("gaprag.data") / "eval" / f"{name}.dev.jsonl"
-        if not res.is_file():
-            raise GapragError(
-                f"no bundled multi-hop set {name!r}",
-                hint="use hotpotqa, 2wikimultihopqa, musique or a JSONL path",
-            )
-        text = res.read_text(encoding="utf-8")
+        lines = path.read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines if line.strip()][skip_first:]
+    res = resources.files("gaprag.data") / "eval" / f"{name}.dev.jsonl"
+    if not res.is_file():
+        raise GapragError(
+            f"no bundled multi-hop set {name!r}",
+            hint="use hotpotqa, 2wikimultihopqa, musique or a JSONL path",
+        )
+    text = res.read_text(encoding="utf-8")
     records = [json.loads(line) for line in text.splitlines() if line.strip()]
-    return records[skip_first:]
+    if skip_first >= len(records) >= CALIBRATION_START:
+        return []
+    return calibration_slice(records, start=skip_first, what="R-Feedback training")
 
 
 def question_material(
@@ -134,38 +176,38 @@ def _question_key(text: str) -> str:
     return " ".join(str(text).split()).casefold()
 
 
-def reserved_questions() -> tuple[set[str], set[str]]:
-    """(ids, normalised question texts) of the evaluation questions: the first
-    :data:`EVAL_RESERVED` records of every bundled set.
-
-    A local check: ``gaprag.eval.datasets`` has no shared guard for this yet.
-    """
+def bundled_indices() -> dict[str, tuple[dict[str, int], dict[str, int]]]:
+    """For every bundled set: (id -> index, normalised question text -> first index)."""
     from gaprag.eval.datasets import SUFFIX, bundled, data_dir
 
-    ids: set[str] = set()
-    texts: set[str] = set()
+    out: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
     for name in bundled():
         lines = (data_dir() / f"{name}{SUFFIX}").read_text(encoding="utf-8").splitlines()
-        records = [json.loads(line) for line in lines if line.strip()][:EVAL_RESERVED]
-        ids.update(str(r.get("id", "")) for r in records if r.get("id"))
-        texts.update(_question_key(r["question"]) for r in records if r.get("question"))
-    return ids, texts
+        by_id: dict[str, int] = {}
+        by_text: dict[str, int] = {}
+        for i, r in enumerate(json.loads(line) for line in lines if line.strip()):
+            if r.get("id"):
+                by_id.setdefault(str(r["id"]), i)
+            if r.get("question"):
+                by_text.setdefault(_question_key(r["question"]), i)
+        out[name] = (by_id, by_text)
+    return out
 
 
 def refuse_evaluation_questions(records: Sequence[dict[str, Any]]) -> None:
-    """Raise if any record is an evaluation question (index < 60 of a bundled set)."""
-    ids, texts = reserved_questions()
-    hits = [
-        r for r in records
-        if str(r.get("id", "")) in ids or _question_key(r.get("question", "")) in texts
-    ]  # fmt: skip
-    if hits:
-        raise InputError(
-            f"refusing to train on {len(hits)} evaluation question(s) "
-            f"(e.g. {str(hits[0].get('id') or hits[0].get('question'))[:60]!r}): questions 0-"
-            f"{EVAL_RESERVED - 1} of every bundled set are reserved for evaluation",
-            hint=f"use --skip-first {EVAL_RESERVED} or more, and no copy of those questions",
-        )
+    """Raise :class:`InputError` if any record is one of the reserved questions (index < 60)
+    of a bundled set, matched by id or by question text (so a renamed copy is caught too);
+    the refusal is the shared one, :func:`gaprag.eval.datasets.check_no_overlap`."""
+    indices: dict[str, list[int]] = {}
+    for name, (by_id, by_text) in bundled_indices().items():
+        for r in records:
+            i = by_id.get(str(r.get("id", "")))
+            if i is None:
+                i = by_text.get(_question_key(r.get("question", "")))
+            if i is not None:
+                indices.setdefault(name, []).append(i)
+    for name, found in indices.items():
+        check_no_overlap(found, what=f"R-Feedback training ({name})")
 
 
 # -- building samples ---------------------------------------------------------------------
@@ -213,12 +255,14 @@ def build_dataset(
     n_train: int = 10_000,
     n_val: int = 800,
     n_test: int = 800,
+    n_cal: int = 800,
     val_fraction: float = 0.15,
     test_fraction: float = 0.15,
+    cal_fraction: float = 0.1,
     seed: int = 0,
     entity_fn: Callable[[str], list[str]] = heuristic_entities,
 ) -> Dataset:
-    """Balanced samples from question-disjoint train / validation / test splits."""
+    """Balanced samples from question-disjoint train / validation / calibration / test splits."""
     rng = random.Random(seed)
     materials = [
         m for r in records if (m := question_material(r, entity_fn=entity_fn, rng=rng)) is not None
@@ -229,16 +273,30 @@ def build_dataset(
             hint="add datasets or lower --skip-first",
         )
     rng.shuffle(materials)
-    n_val_q = max(1, math.ceil(len(materials) * val_fraction)) if n_val else 0
-    n_test_q = max(1, math.ceil(len(materials) * test_fraction)) if n_test else 0
-    val_m = materials[:n_val_q]
-    test_m = materials[n_val_q : n_val_q + n_test_q]
-    train_m = materials[n_val_q + n_test_q :]
+    val_m, cal_m, test_m, train_m = split_by_question(
+        materials, val=val_fraction if n_val else 0.0, cal=cal_fraction if n_cal else 0.0,
+        test=test_fraction if n_test else 0.0,
+    )  # fmt: skip
     return Dataset(
         train=build_samples(train_m, n_train, rng),
         val=build_samples(val_m, n_val, rng),
         test=build_samples(test_m, n_test, rng),
+        cal=build_samples(cal_m, n_cal, rng),
     )
+
+
+def split_by_question(
+    items: Sequence[Any], *, val: float, cal: float, test: float
+) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+    """(validation, calibration, test, train) parts of an already shuffled list of questions
+    (or of per-question groups): at least one question in each part whose fraction is > 0."""
+    sizes = [max(1, math.ceil(len(items) * f)) if f > 0 else 0 for f in (val, cal, test)]
+    parts: list[list[Any]] = []
+    start = 0
+    for size in sizes:
+        parts.append(list(items[start : start + size]))
+        start += size
+    return parts[0], parts[1], parts[2], list(items[start:])
 
 
 # -- features -----------------------------------------------------------------------------
@@ -314,16 +372,23 @@ def train_mlp(
     x_val: Array,
     y_val: Array,
     *,
-    epochs: int = 50,
+    epochs: int = MAX_EPOCHS,
     batch_size: int = 64,
-    lr: float = 1e-3,
-    patience: int = 5,
+    lr: float = LR,
+    patience: int = PATIENCE,
     seed: int = 0,
     embedder: str = "",
     hidden: tuple[int, int] = (32, 16),
+    monotone: Sequence[str] = DEFAULT_MONOTONE,
+    x_cal: Array | None = None,
+    y_cal: Array | None = None,
 ) -> TrainResult:
-    """Adam on mean BCE-with-logits; early stopping on validation loss (best epoch kept)."""
-    model = RFeedbackMLP.init((x_train.shape[1], *hidden, 1), seed=seed, embedder=embedder)
+    """Projected Adam on mean BCE-with-logits (the ``monotone`` features' constraint is
+    restored after every step); early stopping on validation loss (best epoch kept); then
+    Platt scaling fitted on ``(x_cal, y_cal)`` when given (identity otherwise)."""
+    model = RFeedbackMLP.init(
+        (x_train.shape[1], *hidden, 1), seed=seed, embedder=embedder, monotone=monotone
+    )
     model.mean = x_train.mean(axis=0)
     model.std = np.where(x_train.std(axis=0) > 1e-8, x_train.std(axis=0), 1.0)
     rng = np.random.default_rng(seed)
@@ -346,9 +411,10 @@ def train_mlp(
                 m1[k] = b1 * m1[k] + (1 - b1) * g
                 m2[k] = b2 * m2[k] + (1 - b2) * g * g
                 p -= lr * (m1[k] / (1 - b1**step)) / (np.sqrt(m2[k] / (1 - b2**step)) + eps)
-        val_loss = model.loss(x_val, y_val) if len(y_val) else float("nan")
+            model.project()
+        val_loss = model.loss(x_val, y_val, calibrated=False) if len(y_val) else float("nan")
         val_acc = (
-            float(np.mean((model.probs(x_val) >= 0.5) == y_val)) if len(y_val) else float("nan")
+            float(np.mean((model.raw_logits(x_val) >= 0) == y_val)) if len(y_val) else float("nan")
         )
         history.append(
             {"epoch": epoch, "train_loss": round(sum(losses) / len(y_train), 5),
@@ -360,22 +426,90 @@ def train_mlp(
             break
     for p, saved in zip(params, best[2], strict=True):
         p[...] = saved
+    if x_cal is not None and y_cal is not None and len(y_cal):
+        model.calibration = fit_platt(model.raw_logits(x_cal), y_cal)
     return TrainResult(model, history, best[1] or len(history))
 
 
+def cross_validate(
+    xy: dict[str, tuple[Array, Array]],
+    splits: dict[str, list[Sample]],
+    *,
+    folds: int = CV_FOLDS,
+    epochs: int = MAX_EPOCHS,
+    seed: int = 0,
+    monotone: Sequence[str] = DEFAULT_MONOTONE,
+) -> dict[str, Any]:
+    """Question-grouped k-fold AUC over every example of every split (a steadier estimate than
+    one test split of ~40 questions): the model as configured, the same network without the
+    monotone constraint, and each feature alone (the relevance-only baseline is ``g_f``).
+    In each fold a sixth of the training questions is held out for early stopping."""
+    if folds < 2:
+        return {}
+    x = np.concatenate([xy[k][0] for k in splits])
+    y = np.concatenate([xy[k][1] for k in splits])
+    qids = np.asarray([s.qid for k in splits for s in splits[k]])
+    questions = np.unique(qids)
+    if len(questions) < 2 * folds:
+        return {}
+    np.random.default_rng(seed).shuffle(questions)
+    out: dict[str, list[float]] = {"model": [], "unconstrained": [], "s_f": [], "g_f": []}
+    for part in np.array_split(questions, folds):
+        test = np.isin(qids, part)
+        rest = questions[~np.isin(questions, part)]
+        val = np.isin(qids, rest[: max(1, len(rest) // 6)])
+        train = ~test & ~val
+        if len(np.unique(y[test])) < 2:
+            continue
+        for name, mono in (("model", monotone), ("unconstrained", ())):
+            fit = train_mlp(x[train], y[train], x[val], y[val], epochs=epochs, seed=seed,
+                            monotone=mono).model  # fmt: skip
+            out[name].append(auc(fit.probs(x[test]), y[test]))
+        out["s_f"].append(auc(x[test][:, 0], y[test]))
+        out["g_f"].append(auc(x[test][:, 1], y[test]))
+    return {
+        "folds": folds,
+        "grouped_by": "question",
+        **{f"auc_{k}": {"mean": round(float(np.mean(v)), 4), "per_fold": [round(a, 4) for a in v]}
+           for k, v in out.items() if v},
+    }  # fmt: skip
+
+
+def calibration_error(p: Array, y: Array, bins: int = 10) -> float:
+    """Expected calibration error: the mean |predicted - observed| rate over equal-width
+    probability bins, weighted by the bins' sizes."""
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    which = np.clip(np.digitize(p, edges[1:-1]), 0, bins - 1)
+    total = 0.0
+    for b in range(bins):
+        mask = which == b
+        if mask.any():
+            total += float(mask.sum()) * abs(float(p[mask].mean()) - float(y[mask].mean()))
+    return total / len(p)
+
+
 def evaluate(model: RFeedbackMLP, x: Array, y: Array, kinds: Sequence[str] = ()) -> dict[str, Any]:
+    """Held-out metrics: accuracy and positive rate at the model's threshold, AUC against the
+    single-feature baselines, calibration (loss, Brier, ECE) and monotonicity on the data."""
     if len(y) == 0:
         return {}
     p = model.probs(x)
     pred = p >= model.threshold
     out: dict[str, Any] = {
         "n": len(y),
+        "positive_rate": round(float(np.mean(y)), 4),
         "accuracy": round(float(np.mean(pred == y)), 4),
         "auc": round(auc(p, y), 4),
         "loss": round(model.loss(x, y), 4),
+        "brier": round(float(np.mean((p - y) ** 2)), 4),
+        "ece": round(calibration_error(p, y), 4),
+        "mean_prob": round(float(np.mean(p)), 4),
         "positive_rate_predicted": round(float(np.mean(pred)), 4),
         "auc_s_f_only": round(auc(x[:, 0], y), 4),
         "auc_g_f_only": round(auc(x[:, 1], y), 4),
+        "monotonicity_violations": {
+            f: monotonicity_violations(model, x, f) for f in model.features
+        },
     }
     if kinds:
         arr = np.asarray(kinds)
@@ -390,70 +524,223 @@ def _xy(samples: Sequence[Sample], embedder: Embedder, progress: bool) -> tuple[
     return x, np.asarray([s.label for s in samples], dtype=np.float64)
 
 
+# -- graph pools: what the graph built, read from `gaprag eval` traces ------------------------
+def trace_files(paths: Sequence[str | Path]) -> list[Path]:
+    """rfm_rag trace files under the given run folders (``gaprag eval --out``), trace folders
+    or files: every ``traces/*/ID.json`` whose method is rfm_rag (or a variant of it)."""
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            files.extend(sorted(path.rglob("*.json")))
+        else:
+            raise InputError(f"no run folder or trace file {str(raw)!r}", hint="check the path")
+    return files
+
+
+def _read_trace(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("base_method", data.get("method")) != "rfm_rag":
+        return None
+    if data.get("error") or not isinstance(data.get("extra"), dict):
+        return None
+    return data
+
+
+def pool_snapshots(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each judged round's pool and the final pool of one traced question:
+    ``{round, sentences, passages, answer}``; the final pool only when it differs from the
+    last judged one (a loop stopped by the judge answers from that same pool)."""
+    question = str(trace.get("input", ""))
+    answers_by_round = {
+        d.get("round"): d.get("answer")
+        for d in trace.get("decisions") or []
+        if isinstance(d, dict) and d.get("node") == "feedback_classifier"
+    }
+    out: list[dict[str, Any]] = []
+    for rec in trace.get("trace") or []:
+        if isinstance(rec, dict) and rec.get("node") == "feedback_classifier" and "pool" in rec:
+            out.append({
+                "round": int(rec.get("round", 0)),
+                "sentences": [str(t) for t in rec["pool"]],
+                "passages": [str(i) for i in rec.get("pool_passages") or []],
+                "answer": answers_by_round.get(rec.get("round")),
+            })  # fmt: skip
+    pool = [
+        e for e in trace["extra"].get("evidence_pool") or []
+        if isinstance(e, dict) and e.get("question", question) == question
+    ]  # fmt: skip
+    final = {
+        "round": int(trace.get("iterations") or 0),
+        "sentences": [str(e.get("text", "")) for e in pool],
+        "passages": sorted({str(i) for e in pool for i in e.get("source_passage_ids") or []}),
+        "answer": trace.get("prediction"),
+    }
+    if not out or out[-1]["sentences"] != final["sentences"]:
+        out.append(final)
+    return out
+
+
+def graph_pool_samples(
+    paths: Sequence[str | Path], *, label: PoolLabel = "support", answer_f1: float = ANSWER_F1
+) -> list[Sample]:
+    """Labelled samples from the pools rfm_rag runs built (see the module docstring). Refuses
+    any traced question that is an evaluation question (index < 60 of a bundled set)."""
+    from gaprag.eval.metrics import f1_score
+
+    traces = [t for f in trace_files(paths) if (t := _read_trace(f)) is not None]
+    refuse_evaluation_questions(
+        [{"id": t.get("id", ""), "question": t.get("input", "")} for t in traces]
+    )
+    samples: list[Sample] = []
+    for t in traces:
+        qid = f"{t.get('dataset', '')}/{t.get('id', '')}"
+        entities = [str(e) for e in t["extra"].get("entities") or []]
+        gold = {str(i) for i in t.get("supporting") or []}
+        for snap in pool_snapshots(t):
+            if label == "support":
+                if not gold:
+                    continue
+                y = int(gold <= set(snap["passages"]))
+            else:
+                if snap["answer"] is None:
+                    continue
+                y = int(f1_score(str(snap["answer"]), t.get("answers") or []) >= answer_f1)
+            samples.append(Sample(qid, str(t.get("input", "")), entities, snap["sentences"], y,
+                                  f"round{snap['round']}"))  # fmt: skip
+    return samples
+
+
+def graph_pool_dataset(
+    samples: Sequence[Sample],
+    *,
+    val_fraction: float = 0.15,
+    cal_fraction: float = 0.15,
+    test_fraction: float = 0.2,
+    seed: int = 0,
+) -> Dataset:
+    """Question-disjoint splits of graph-pool samples (all of a question's rounds together)."""
+    by_q: dict[str, list[Sample]] = {}
+    for s in samples:
+        by_q.setdefault(s.qid, []).append(s)
+    groups = list(by_q.values())
+    if len(groups) < 4:
+        raise GapragError(
+            f"only {len(groups)} traced questions with usable pools (need >= 4)",
+            hint="run `gaprag eval --methods rfm_rag --offset 60 --set calibration=true` on more "
+            "questions",
+        )
+    random.Random(seed).shuffle(groups)
+    val, cal, test, train = split_by_question(
+        groups, val=val_fraction, cal=cal_fraction, test=test_fraction
+    )
+
+    def flat(parts: list[list[Sample]]) -> list[Sample]:
+        return [s for g in parts for s in g]
+
+    return Dataset(train=flat(train), val=flat(val), test=flat(test), cal=flat(cal))
+
+
 def run_training(
     out_dir: str | Path,
     embedder: Embedder,
     *,
+    source: Source = "paragraphs",
     datasets: Sequence[str] = DEFAULT_DATASETS,
+    runs: Sequence[str | Path] = (),
+    label: PoolLabel = "support",
     skip_first: int = DEFAULT_SKIP_FIRST,
-    epochs: int = 50,
+    epochs: int = MAX_EPOCHS,
     seed: int = 0,
     n_train: int = 10_000,
     n_val: int = 800,
     n_test: int = 800,
+    n_cal: int = 800,
+    monotone: Sequence[str] = DEFAULT_MONOTONE,
+    cv_folds: int = CV_FOLDS,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Build the data, train, evaluate on the held-out test questions, write weights + metrics."""
+    """Build the data from ``source``, train, calibrate, evaluate on the held-out test
+    questions, write weights + metrics."""
     start = time.perf_counter()
-    records: list[dict[str, Any]] = []
     per_set: dict[str, int] = {}
-    for name in datasets:
-        recs = load_records(name, skip_first=skip_first)
-        per_set[name] = len(recs)
-        records.extend(recs)
-    refuse_evaluation_questions(records)
-    data = build_dataset(records, n_train=n_train, n_val=n_val, n_test=n_test, seed=seed)
-    x_tr, y_tr = _xy(data.train, embedder, progress)
-    x_va, y_va = _xy(data.val, embedder, progress)
-    x_te, y_te = _xy(data.test, embedder, progress)
-    result = train_mlp(x_tr, y_tr, x_va, y_va, epochs=epochs, seed=seed, embedder=embedder.name)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    result.model.save(out / WEIGHTS_FILE)
-    metrics: dict[str, Any] = {
-        "embedder": embedder.name,
-        "features": list(result.model.features),
-        "sizes": list(result.model.sizes),
-        "parameters": result.model.n_params,
-        "threshold": result.model.threshold,
-        "data": {
+    if source == "graph_pools":
+        if not runs:
+            raise InputError("graph_pools needs the traces of rfm_rag runs", hint="--runs DIR")
+        data = graph_pool_dataset(graph_pool_samples(runs, label=label), seed=seed)
+        data_info: dict[str, Any] = {
+            "source": "graph_pools",
+            "runs": [str(r) for r in runs],
+            "label": label,
+            "entities": "the LLM's (Prompt 2), as recorded in the traces",
+            "pools": "the graph's curated fact pools, one per judged round plus the final one",
+        }
+    else:
+        records: list[dict[str, Any]] = []
+        for name in datasets:
+            recs = load_records(name, skip_first=skip_first)
+            per_set[name] = len(recs)
+            records.extend(recs)
+        refuse_evaluation_questions(records)
+        data = build_dataset(
+            records, n_train=n_train, n_val=n_val, n_test=n_test, n_cal=n_cal, seed=seed
+        )
+        data_info = {
+            "source": "paragraphs",
             "datasets": list(datasets),
             "skip_first": skip_first,
             "note": f"only questions at index >= {skip_first} of each bundled set are used; "
             "evaluation reports on the first questions",
             "questions_after_skip": per_set,
-            "questions": {
-                "train": len({s.qid for s in data.train}),
-                "val": len({s.qid for s in data.val}),
-                "test": len({s.qid for s in data.test}),
-            },
-            "samples": {"train": len(data.train), "val": len(data.val), "test": len(data.test)},
             "entities": "heuristic capitalised spans of the question (no LLM at training time)",
+            "pools": "raw sentences of the gold supporting / distractor paragraphs",
+        }
+    splits = {"train": data.train, "val": data.val, "cal": data.cal, "test": data.test}
+    data_info["questions"] = {k: len({s.qid for s in v}) for k, v in splits.items()}
+    data_info["samples"] = {k: len(v) for k, v in splits.items()}
+    xy = {k: _xy(v, embedder, progress) for k, v in splits.items()}
+    result = train_mlp(
+        *xy["train"], *xy["val"], epochs=epochs, seed=seed, embedder=embedder.name,
+        monotone=monotone, x_cal=xy["cal"][0], y_cal=xy["cal"][1],
+    )  # fmt: skip
+    model = result.model
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save(out / WEIGHTS_FILE)
+    metrics: dict[str, Any] = {
+        "embedder": embedder.name,
+        "features": list(model.features),
+        "monotone": list(model.monotone),
+        "sizes": list(model.sizes),
+        "parameters": model.n_params,
+        "threshold": model.threshold,
+        "calibration": {
+            "method": "platt",
+            "split": "cal",
+            "a": round(model.calibration[0], 6),
+            "b": round(model.calibration[1], 6),
         },
+        "data": data_info,
         "training": {
-            "optimizer": "adam",
-            "lr": 1e-3,
+            "optimizer": "adam (projected: monotone weights clipped to >= 0 after each step)",
+            "lr": LR,
             "batch_size": 64,
             "max_epochs": epochs,
-            "early_stopping": "validation loss, patience 5, best epoch kept",
+            "early_stopping": f"validation loss, patience {PATIENCE}, best epoch kept",
             "best_epoch": result.best_epoch,
             "epochs_run": len(result.history),
             "seed": seed,
             "history": result.history,
         },
-        "train": evaluate(result.model, x_tr, y_tr, [s.kind for s in data.train]),
-        "val": evaluate(result.model, x_va, y_va, [s.kind for s in data.val]),
-        "test": evaluate(result.model, x_te, y_te, [s.kind for s in data.test]),
+        **{k: evaluate(model, *xy[k], [s.kind for s in v]) for k, v in splits.items()},
+        "cross_validation": cross_validate(
+            xy, splits, folds=cv_folds, epochs=epochs, seed=seed, monotone=monotone
+        ),
         "wall_s": round(time.perf_counter() - start, 1),
     }
     (out / METRICS_FILE).write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
