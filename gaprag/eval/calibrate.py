@@ -37,7 +37,7 @@ CALIBRATED: dict[str, tuple[str, tuple[str, ...]]] = {
     "iterkey": ("validation_threshold", ("validate_answer",)),
     "missing_knowledge": ("judge_threshold", ("judge_missing",)),
     "migres": ("sufficiency_threshold", ("sufficiency",)),
-    "rfm_rag": ("rf_threshold", ("r_feedback",)),
+    "rfm_rag": ("rf_threshold", ("feedback_classifier",)),
 }
 GRID: tuple[float, ...] = (
     0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 1.01,

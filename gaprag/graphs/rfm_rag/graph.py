@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.graph import END, StateGraph
+from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
@@ -29,7 +29,7 @@ from gaprag.graphs.rfm_rag.nodes import (
     update_evidence_pool,
 )
 from gaprag.graphs.rfm_rag.state import InputState, OutputState, State
-from gaprag.nodes import add_nodes, add_router
+from gaprag.nodes import add_nodes, add_router, add_short_answer
 
 
 def after_pool(
@@ -65,7 +65,7 @@ def build(
     add_router(builder, "feedback_classifier", after_feedback)
     builder.add_edge("judge_missing", "regenerate_keywords")
     builder.add_edge("regenerate_keywords", "retrieve")
-    builder.add_edge("generate_answer", END)
+    add_short_answer(builder, deps, after="generate_answer")
     return builder.compile(checkpointer=checkpointer, name="rfm_rag")
 
 
