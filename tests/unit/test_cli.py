@@ -92,6 +92,9 @@ def test_ask_json_with_a_fake_endpoint(tmp_path: Path, tiny_docs: list[Document]
     out = json.loads(proc.stdout)
     assert out["answer"] == "William Shakespeare" and out["stop_reason"] == "answered"
     assert out["usage"]["llm_calls"] == 1 and out["evidence"][0]["id"] == "hamlet"
+    # every effective setting with where it came from
+    assert out["settings"]["retrieval_mode"] == {"value": "bm25", "source": "explicit"}
+    assert out["settings"]["top_k"] == {"value": 5, "source": "default"}
     sent = server.requests[0]
     assert sent["max_tokens"] == 48  # the cap travels in the body
 

@@ -256,3 +256,18 @@ def test_replay_only_uses_the_rows_already_there(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no calibration rows"):
         calibrate(model="m", methods=["iterkey"], datasets=["musique"], out=tmp_path / "runs",
                   profile_path=profile, run=False)  # fmt: skip
+
+
+def test_studio_form_shows_profile_values_and_their_source(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The served graphs are built with the default model: its profile fills Studio's form."""
+    monkeypatch.delenv("GAPRAG_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.setenv("GAPRAG_LOCAL_MODEL", "qwen2.5-coder-1.5b")
+    form = build_graph("iterkey").get_context_jsonschema()["properties"]
+    assert form["top_k"]["default"] == 5
+    assert form["top_k"]["description"].endswith("[from profile qwen2.5-coder-1.5b]")
+    assert "[from profile" not in form["cot"]["description"]  # not in the profile
+    monkeypatch.setenv("GAPRAG_LOCAL_MODEL", "smollm2-135m")  # no profile: the paper's values
+    assert build_graph("iterkey").get_context_jsonschema()["properties"]["top_k"]["default"] == 3
