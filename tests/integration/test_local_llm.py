@@ -65,7 +65,10 @@ def test_index_then_ask_end_to_end(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert out["stop_reason"] == "answered" and out["usage"]["llm_calls"] == 1
+    shortened = sum(
+        1 for t in out["trace"] if t.get("call") == "short_answer" and t["path"] == "llm"
+    )
+    assert out["stop_reason"] == "answered" and out["usage"]["llm_calls"] == 1 + shortened
     assert out["usage"]["prompt_tokens"] > 20 and 0 < out["usage"]["completion_tokens"] <= 48
     assert out["evidence"][0]["id"] == "p2"  # hybrid retrieval with real MiniLM vectors
     assert "paris" in out["answer"].lower()

@@ -73,7 +73,7 @@ def test_subgraph_updates_stream_with_their_namespace(store: Store) -> None:
         )
     )
     inner = [(ns, next(iter(upd))) for ns, upd in chunks if ns]
-    assert [name for _, name in inner] == ["retrieve", "generate_answer"]
+    assert [name for _, name in inner] == ["retrieve", "generate_answer", "short_answer"]
     assert all(ns[0].startswith("rag:") for ns, _ in inner)
     assert chunks[-1] == ((), {"rag": {"answer": "Berlin"}})  # the parent sees shared keys only
 
@@ -207,7 +207,7 @@ def test_stream_updates_and_custom_show_each_node(store: Store) -> None:
         graph.stream({"question": "capital of France"}, stream_mode=["updates", "custom"])
     )
     updates = [payload for mode, payload in chunks if mode == "updates"]
-    assert [next(iter(u)) for u in updates] == ["retrieve", "generate_answer"]
+    assert [next(iter(u)) for u in updates] == ["retrieve", "generate_answer", "short_answer"]
     retrieved = updates[0]["retrieve"]
     assert retrieved["queries"] == ["capital of France"] and retrieved["iterations"] == 1
     assert retrieved["evidence"][0]["id"] == "fr"
