@@ -39,6 +39,9 @@ CALIBRATED: dict[str, tuple[str, tuple[str, ...]]] = {
     "migres": ("sufficiency_threshold", ("sufficiency",)),
     "rfm_rag": ("rf_threshold", ("feedback_classifier",)),
 }
+#: LLM-call segments after a method's last recorded decision: IterKey's last validation is at
+#: its bound (its answer is chosen among the rounds); the others still answer after it
+AFTER_LAST: dict[str, int] = {"iterkey": 0}
 GRID: tuple[float, ...] = (
     0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 1.01,
 )  # fmt: skip
@@ -69,8 +72,13 @@ def replay(
     threshold: float,
     *,
     cost_per_call: float = 0.005,
+    after_last: int = 1,
 ) -> Point:
-    """What ``threshold`` would have given on calibration ``rows`` of one method."""
+    """What ``threshold`` would have given on calibration ``rows`` of one method.
+
+    The calls spent up to decision ``i`` of ``n`` are estimated as ``calls * (i+1) / (n +
+    after_last)``, where ``after_last`` is 1 when the method still works after its last
+    decision (an answer step) and 0 when the last decision ends the run."""
     f1s: list[float] = []
     calls: list[float] = []
     stopped = 0
@@ -80,14 +88,15 @@ def replay(
         total = float(row.get("llm_calls") or 0)
         decisions = _stops(row, nodes)
         f1, spent = float(row.get("f1") or 0.0), total
+        segments = len(decisions) + after_last
         for i, d in enumerate(decisions):
             p, answer = d.get("p"), d.get("answer")
             if p is None or answer is None or p < threshold:
                 continue
             short = rule_answer(str(row.get("question", "")), str(answer))
             f1 = f1_score(short if short is not None else str(answer), row.get("answers") or [])
-            spent = total * (i + 1) / len(decisions)
-            stopped += i + 1 < len(decisions)
+            spent = total * (i + 1) / segments
+            stopped += i + 1 < segments
             break
         f1s.append(f1)
         calls.append(spent)
@@ -121,7 +130,10 @@ def curves(
         mine = [r for r in rows if r.get("method") == method]
         if not mine:
             continue
-        points = [replay(mine, nodes, t, cost_per_call=cost_per_call) for t in grid]
+        after = AFTER_LAST.get(method, 1)
+        points = [
+            replay(mine, nodes, t, cost_per_call=cost_per_call, after_last=after) for t in grid
+        ]
         best = choose(points)
         with_p = sum(1 for r in mine for d in _stops(r, nodes) if d.get("p") is not None)
         out[method] = {
@@ -197,15 +209,20 @@ def calibrate(
         os.environ["GAPRAG_LOCAL_MODEL"] = model
     out_dir = Path(out)
     rows: list[dict[str, Any]] = []
+    used: dict[str, str] = {}
     for name in datasets:
         ds = load_dataset(name)
         picked = calibration_slice(ds.examples, start, limit, what="calibration")
         offset = start
+        position = {ex.id: i for i, ex in enumerate(ds.examples)}
         if not run:
             path = out_dir / ds.name / "results.jsonl"
             if path.is_file():
                 wanted = {ex.id for ex in picked}
                 rows.extend(r for r in read_results(path) if r.get("id") in wanted)
+                indices = sorted({position[r["id"]] for r in rows if r.get("id") in position})
+                if indices:
+                    used[ds.name] = f"{indices[0]}-{indices[-1]} ({len(indices)} questions)"
             continue
         evaluate(
             methods=list(methods),
@@ -223,6 +240,9 @@ def calibrate(
             report=False,
         )
         rows.extend(read_results(out_dir / ds.name / "results.jsonl"))
+        indices = sorted({position[r["id"]] for r in rows if r.get("id") in position})
+        if indices:
+            used[ds.name] = f"{indices[0]}-{indices[-1]} ({len(indices)} questions)"
     rows = [r for r in rows if not r.get("error") and (r.get("options") or {}).get("calibration")]
     if not rows:
         raise InputError(f"no calibration rows under {out_dir}", hint="run gaprag calibrate first")
@@ -232,7 +252,7 @@ def calibrate(
         "date": time.strftime("%Y-%m-%d"),
         "command": " ".join(["gaprag calibrate", *sys.argv[2:]]) or "gaprag calibrate",
         "datasets": [Path(str(d)).name.split(".")[0] for d in datasets],
-        "questions": f"index {start} to {start + limit - 1} of each set",
+        "questions": used,
         "rows": {m: r["questions"] for m, r in result.items()},
         "objective": f"mean F1 - {cost_per_call} x mean LLM calls",
         "cost_per_call": cost_per_call,

@@ -131,9 +131,12 @@ def test_replay_stops_at_the_first_confident_decision() -> None:
     ]
     low = replay(rows, ["validate_answer"], 0.5, cost_per_call=0.0)
     assert low.f1 == pytest.approx(0.5) and low.stop_rate == pytest.approx(1.0)
-    high = replay(rows, ["validate_answer"], 0.95, cost_per_call=0.0)
+    high = replay(rows, ["validate_answer"], 0.95, cost_per_call=0.0, after_last=0)
     assert high.f1 == pytest.approx(1.0)
-    assert high.llm_calls == pytest.approx((6 + 3) / 2)
+    assert high.llm_calls == pytest.approx((6 + 3) / 2)  # the last decision ends the run
+    tail = replay(rows, ["validate_answer"], 0.95, cost_per_call=0.0, after_last=1)
+    assert tail.llm_calls == pytest.approx((6 * 2 / 3 + 6 * 1 / 3) / 2)  # an answer step follows
+    assert tail.stop_rate == pytest.approx(1.0)  # stopping at the last decision skips it
     never = replay(rows, ["validate_answer"], 1.01, cost_per_call=0.0)
     assert never.f1 == pytest.approx(1.0) and never.llm_calls == pytest.approx(6)
     assert choose([low, high, never]).threshold == 1.01  # free calls: a tie, retrieve more
