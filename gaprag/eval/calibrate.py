@@ -213,34 +213,30 @@ def calibrate(
     for name in datasets:
         ds = load_dataset(name)
         picked = calibration_slice(ds.examples, start, limit, what="calibration")
-        offset = start
+        path = out_dir / ds.name / "results.jsonl"
+        if run:
+            evaluate(
+                methods=list(methods),
+                dataset=ds,
+                limit=len(picked),
+                offset=start,
+                out=out_dir / ds.name,
+                resume=resume,
+                options={m: {"calibration": True} for m in methods},
+                base_url=base_url,
+                model=model if base_url else None,
+                llm=llm,
+                embedder=embedder,
+                progress=progress,
+                report=False,
+            )
+        mine = read_results(path) if path.is_file() else []
+        if not run:  # a replay keeps to the questions asked for
+            wanted = {ex.id for ex in picked}
+            mine = [r for r in mine if r.get("id") in wanted]
+        rows.extend(mine)
         position = {ex.id: i for i, ex in enumerate(ds.examples)}
-        if not run:
-            path = out_dir / ds.name / "results.jsonl"
-            if path.is_file():
-                wanted = {ex.id for ex in picked}
-                rows.extend(r for r in read_results(path) if r.get("id") in wanted)
-                indices = sorted({position[r["id"]] for r in rows if r.get("id") in position})
-                if indices:
-                    used[ds.name] = f"{indices[0]}-{indices[-1]} ({len(indices)} questions)"
-            continue
-        evaluate(
-            methods=list(methods),
-            dataset=ds,
-            limit=len(picked),
-            offset=offset,
-            out=out_dir / ds.name,
-            resume=resume,
-            options={m: {"calibration": True} for m in methods},
-            base_url=base_url,
-            model=model if base_url else None,
-            llm=llm,
-            embedder=embedder,
-            progress=progress,
-            report=False,
-        )
-        rows.extend(read_results(out_dir / ds.name / "results.jsonl"))
-        indices = sorted({position[r["id"]] for r in rows if r.get("id") in position})
+        indices = sorted({position[r["id"]] for r in mine if r.get("id") in position})
         if indices:
             used[ds.name] = f"{indices[0]}-{indices[-1]} ({len(indices)} questions)"
     rows = [r for r in rows if not r.get("error") and (r.get("options") or {}).get("calibration")]

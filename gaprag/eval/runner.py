@@ -406,6 +406,12 @@ def method_options(
     return plan_methods(methods, None, sets, options)[2]
 
 
+def _public_settings(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Settings as run.json keeps them: JSON-safe, secrets (``api_key``, ``token``...) left out."""
+    safe = {k: v for k, v in values.items() if not _SECRET.search(k)}
+    return json.loads(json.dumps(safe, default=str))  # type: ignore[no-any-return]
+
+
 def resolved_settings(method: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """Every setting a method runs with (its context: defaults plus ``options``), JSON-safe.
 
@@ -418,8 +424,7 @@ def resolved_settings(method: str, options: Mapping[str, Any]) -> dict[str, Any]
         values = {f.name: getattr(ctx, f.name) for f in dataclasses.fields(ctx)}
     except Exception:  # an old run's options may no longer fit the current schema
         values = dict(options)
-    safe = {k: v for k, v in values.items() if not _SECRET.search(k)}
-    return json.loads(json.dumps(safe, default=str))  # type: ignore[no-any-return]
+    return _public_settings(values)
 
 
 def _context_of(graph: Any) -> Any:
@@ -434,8 +439,7 @@ def _graph_settings(graph: Any, method: str, options: Mapping[str, Any]) -> dict
     if not found:  # not a gaprag graph: its method's defaults and the options
         return resolved_settings(method, options)
     values = {k: v["value"] for k, v in found.items()}
-    safe = {k: v for k, v in values.items() if not _SECRET.search(k)}
-    return json.loads(json.dumps(safe, default=str))  # type: ignore[no-any-return]
+    return _public_settings(values)
 
 
 def _profile_info(

@@ -185,9 +185,7 @@ async def feedback_classifier(
         verdict = "unknown" if choice.path == "default" else choice.value
         info = {"path": choice.path, "probs": choice.probs}
         path = choice.path
-        total = sum(choice.probs.values())
-        if choice.path == "logprobs" and total > 0:
-            p = choice.probs.get(choice.value, 0.0) / total
+        p = nodes.option_probability(choice, choice.value)
     else:
         verdict = "unknown"
     review = ctx.review or verdict == "incorrect"
