@@ -1024,11 +1024,21 @@ def test_ainvoke_gives_the_same_output_as_invoke(levity: Store) -> None:
     assert no_wall(sync) == no_wall(asyn)
 
 
+def levity_snippet() -> Snippet:
+    """The first Levity passage as a retrieved snippet, for nodes run alone."""
+    return Snippet(
+        id="lev",
+        title="Levity (film)",
+        text=LEVITY[0]["text"],
+        origin_text=LEVITY[0]["text"],
+        score=2.0,
+        query=Q0,
+        source="corpus",
+    )
+
+
 def test_a_node_runs_alone_on_a_hand_made_state() -> None:
-    snippet = Snippet(
-        id="lev", title="Levity (film)", text=LEVITY[0]["text"], origin_text=LEVITY[0]["text"],
-        score=2.0, query=Q0, source="corpus",
-    )  # fmt: skip
+    snippet = levity_snippet()
     state = State(question=Q0, pending_queries=[Q0], filtered_snippets=[snippet])
     chat = ScriptedChatModel(rules=[(LEAF, leaf_json(("Levity was directed by Ed Solomon.", [0])))])
     update = asyncio.run(extract(state, Runtime(context=Context()), Deps.of(llm=chat)))
@@ -1069,10 +1079,7 @@ def test_loop_decisions_are_recorded(levity: Store) -> None:
 
 
 def test_a_rejected_fact_records_the_probability_of_yes() -> None:
-    snippet = Snippet(
-        id="lev", title="Levity (film)", text=LEVITY[0]["text"], origin_text=LEVITY[0]["text"],
-        score=2.0, query=Q0, source="corpus",
-    )  # fmt: skip
+    snippet = levity_snippet()
     item = {"info": "Levity won an Oscar.", "support_passages": [0]}
     state = State(question=Q0, leaf_passages=[snippet], extracted_info=[item], iterations=1)
     chat = ChoiceChat(rules=[(VERIFY, "No")], logprobs={"No": -0.2, "Yes": -1.8})
@@ -1089,10 +1096,7 @@ def test_a_rejected_fact_records_the_probability_of_yes() -> None:
 
 
 def test_a_custom_verifier_decision_has_no_probability() -> None:
-    snippet = Snippet(
-        id="lev", title="Levity (film)", text=LEVITY[0]["text"], origin_text=LEVITY[0]["text"],
-        score=2.0, query=Q0, source="corpus",
-    )  # fmt: skip
+    snippet = levity_snippet()
     item = {"info": "Levity won an Oscar.", "support_passages": [0]}
     state = State(question=Q0, leaf_passages=[snippet], extracted_info=[item], iterations=3)
     deps = Deps(fact_verifier=FakeVerifier(lambda _p, _s: False))

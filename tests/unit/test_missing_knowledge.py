@@ -53,11 +53,12 @@ ASK = "Answer Yes or No."  # only the decision's follow-up question (after the j
 
 
 class Recorder:
-    """Wraps a retriever and records every (query, k)."""
+    """Wraps a retriever and records every (query, k) and the ids each search excluded."""
 
     def __init__(self, inner: Retriever) -> None:
         self.inner = inner
         self.calls: list[tuple[str, int]] = []
+        self.excluded: list[set[str]] = []
 
     def search(
         self,
@@ -68,6 +69,7 @@ class Recorder:
         exclude: Collection[str] = (),
     ) -> list[Evidence]:
         self.calls.append((query, k))
+        self.excluded.append(set(exclude))
         return self.inner.search(query, k, mode=mode, exclude=exclude)
 
 
@@ -953,30 +955,13 @@ def test_calibration_records_the_answer_without_logprobs(store: Store) -> None:
 
 
 # -- missing-knowledge retrieval brings chunks not retrieved yet ------------------------------
-class ExcludeRecorder(Recorder):
-    def __init__(self, inner: Retriever) -> None:
-        super().__init__(inner)
-        self.excluded: list[set[str]] = []
-
-    def search(
-        self,
-        query: str,
-        k: int = 5,
-        *,
-        mode: RetrievalMode | None = None,
-        exclude: Collection[str] = (),
-    ) -> list[Evidence]:
-        self.excluded.append(set(exclude))
-        return super().search(query, k, mode=mode, exclude=exclude)
-
-
 @pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid"])
 def test_mk_retrieval_excludes_seen_chunks_and_fills_its_budget(
     store: Store, mode: RetrievalMode
 ) -> None:
     """The audit: missing-knowledge queries close to the question re-fetched the first chunks,
     which the md5 merge then dropped, so nothing was added. Now the store skips them."""
-    rec = ExcludeRecorder(store)
+    rec = Recorder(store)
     # both queries would rank the first chunks at the top
     fake = fake_llm(verdict(True, [QUESTION, "who carried the US flag 2014 Olympics"]))
     state = full_state(
