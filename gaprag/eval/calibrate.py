@@ -147,6 +147,9 @@ def curves(
     return out
 
 
+_NOTE_TABLES = ("questions", "rows")
+
+
 def write_profile(
     path: Path, model: str, chosen: Mapping[str, Mapping[str, Any]], notes: Mapping[str, Any]
 ) -> None:
@@ -159,10 +162,19 @@ def write_profile(
     if path.is_file():
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     data["model"] = model
+    # how each threshold was made, one table per method, so a later calibration of other
+    # methods keeps the earlier record (a flat table of an older profile is split up)
+    record: dict[str, Any] = dict(data.get("calibration", {}))
+    if "date" in record:
+        flat = {k: v for k, v in record.items() if not isinstance(v, dict) or k in _NOTE_TABLES}
+        record = {k: v for k, v in record.items() if k not in flat}
+        for name, n in dict(flat.get("rows", {})).items():
+            record[name] = {**{k: v for k, v in flat.items() if k != "rows"}, "rows": n}
     for method, result in chosen.items():
         threshold = float(result["chosen"]["threshold"])
         data.setdefault(method, {})[result["setting"]] = min(threshold, 1.0)
-    data["calibration"] = dict(notes)
+        record[method] = {**notes, "rows": result["questions"]}
+    data["calibration"] = record
     path.parent.mkdir(parents=True, exist_ok=True)
     header = (
         f"# Model profile of {model}: written by `gaprag calibrate` (thresholds) and by hand\n"
@@ -249,7 +261,6 @@ def calibrate(
         "command": " ".join(["gaprag calibrate", *sys.argv[2:]]) or "gaprag calibrate",
         "datasets": [Path(str(d)).name.split(".")[0] for d in datasets],
         "questions": used,
-        "rows": {m: r["questions"] for m, r in result.items()},
         "objective": f"mean F1 - {cost_per_call} x mean LLM calls",
         "cost_per_call": cost_per_call,
     }

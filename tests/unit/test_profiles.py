@@ -163,7 +163,26 @@ def test_curves_and_profile_writing_keep_switches(tmp_path: Path) -> None:
     prof = load_profile(path)
     assert prof.settings("migres") == {"seed_facts": True}
     assert 0 < prof.settings("iterkey")["validation_threshold"] <= 1.0
-    assert prof.notes["date"] == "2026-11-23"
+    assert prof.notes["iterkey"]["date"] == "2026-11-23"
+    assert prof.notes["iterkey"]["rows"] == 1
+
+
+def test_a_later_calibration_keeps_the_record_of_earlier_ones(tmp_path: Path) -> None:
+    rows = [_row(1.0, 6, [(0.99, "William Shakespeare"), (0.6, "x")])]
+    path = tmp_path / "p.toml"
+    # a profile written before the record was kept per method: one flat table
+    path.write_text(
+        'model = "m"\n[missing_knowledge]\njudge_threshold = 1.0\n'
+        '[calibration]\ndate = "2026-11-01"\ncommand = "a"\n'
+        "[calibration.rows]\nmissing_knowledge = 16\n",
+        encoding="utf-8",
+    )
+    write_profile(path, "m", curves(rows, ["iterkey"]), {"date": "2026-11-24", "command": "b"})
+    notes = load_profile(path).notes
+    assert notes["missing_knowledge"] == {"date": "2026-11-01", "command": "a", "rows": 16}
+    assert notes["iterkey"] == {"date": "2026-11-24", "command": "b", "rows": 1}
+    assert set(notes) == {"missing_knowledge", "iterkey"}
+    assert load_profile(path).settings("missing_knowledge") == {"judge_threshold": 1.0}
 
 
 def test_calibration_refuses_the_evaluation_questions(tmp_path: Path) -> None:
@@ -255,7 +274,7 @@ def test_replay_only_uses_the_rows_already_there(tmp_path: Path) -> None:
         profile_path=profile, run=False,
     )  # fmt: skip
     assert result["curves"]["iterkey"]["questions"] == 2
-    assert load_profile(profile).notes["rows"] == {"iterkey": 2}
+    assert load_profile(profile).notes["iterkey"]["rows"] == 2
     with pytest.raises(InputError, match="no calibration rows"):
         calibrate(model="m", methods=["iterkey"], datasets=["musique"], out=tmp_path / "runs",
                   profile_path=profile, run=False)  # fmt: skip
