@@ -24,7 +24,13 @@ from pathlib import Path
 from gaprag import build_graph
 from gaprag.eval.datasets import load_dataset
 from gaprag.eval.metrics import accuracy
-from gaprag.graphs.rag_ef.ladder import build_ladder, evaluate_ladder, golden_chunk, paraphrase
+from gaprag.graphs.rag_ef.ladder import (
+    build_ladder,
+    evaluate_ladder,
+    expert_divergence,
+    golden_chunk,
+    paraphrase,
+)
 from gaprag.llm.factory import default_llm
 from gaprag.stores.pairs import PairStore
 
@@ -102,6 +108,7 @@ def main() -> None:
         "questions": args.limit,
         "corpus_paragraphs": len(data.documents()),
         "pairs": {s: store.count(source=s) for s in ("synthetic", "expert", "oracle")},
+        "expert_divergence": expert_divergence(store),
         "build_s": round(build_s, 1),
         "ladder": ladder,
         "feedback_check": check,

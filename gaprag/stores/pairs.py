@@ -456,6 +456,13 @@ class PairStore:
             sql = "SELECT COUNT(*) FROM pairs WHERE source = ?"
             return int(self._conn.execute(sql, (source,)).fetchone()[0])
 
+    def metadata(self, *, source: str | None = None) -> dict[str, dict[str, Any]]:
+        """The ``meta`` each pair was written with (``add(..., meta=)``), by pair id."""
+        sql = "SELECT id, meta FROM pairs" + (" WHERE source = ?" if source else "")
+        with self._lock:
+            rows = self._conn.execute(sql, (source,) if source else ()).fetchall()
+        return {str(pid): dict(json.loads(text or "{}")) for pid, text in rows}
+
     def chunk_count(self) -> int:
         with self._lock:
             return int(self._conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])

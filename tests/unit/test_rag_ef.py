@@ -31,6 +31,7 @@ from gaprag.graphs.rag_ef.ladder import (
     build_expert,
     build_oracle,
     evaluate_ladder,
+    expert_divergence,
     golden_chunk,
 )
 from gaprag.graphs.rag_ef.state import State
@@ -467,6 +468,22 @@ def test_oracle_and_expert_builders(store: PairStore, tmp_path: Path) -> None:
     )
     assert [p["chunk"] for p in expert] == [p["chunk"] for p in oracle]
     assert build_expert(store, data.examples, LLM(_expert_llm()), progress=False) == 0  # resumable
+    div = expert_divergence(store)
+    assert div["pairs"] == 3 and div["identical"] == 0
+    # word-overlap F1 0.5, 0.533 and 0.714 (the Mona Lisa rewording keeps 5 of 7 words)
+    assert div["mean_word_overlap_f1"] == 0.583
+    assert div["near_copies"] == 0
+
+
+def test_expert_divergence_flags_copied_questions(store: PairStore) -> None:
+    q = "Who painted the famous Mona Lisa portrait?"
+    store.add(q.upper(), "Leonardo", "chunk", source="expert", meta={"original_question": q})
+    store.add("Which artist made it?", "Leonardo", "chunk 2", source="expert",
+              meta={"original_question": q})  # fmt: skip
+    store.add("no origin", "x", "chunk 3", source="expert")
+    div = expert_divergence(store)
+    assert div["pairs"] == 2 and div["identical"] == 1 and div["near_copies"] == 1
+    assert div["mean_word_overlap_f1"] == 0.5
 
 
 def test_ladder_is_monotone_with_a_copy_mode_generator(store: PairStore, tmp_path: Path) -> None:

@@ -146,6 +146,35 @@ def build_expert(
     return added
 
 
+def expert_divergence(store: PairStore) -> dict[str, Any]:
+    """How far E's questions are from the test questions they reword.
+
+    Per expert pair, the word-overlap F1 of the paraphrase against its original (the answer
+    metric's normalisation: 1.0 = the same words, whatever the order). E is an oracle to the
+    degree its questions are the test questions: reported as the mean overlap, the share
+    identical after normalisation, and the share with overlap >= 0.8 (near copies)."""
+    originals = {
+        pid: str(m["original_question"])
+        for pid, m in store.metadata(source="expert").items()
+        if m.get("original_question")
+    }
+    questions = {p["id"]: p["question"] for p in store.list(source="expert")}
+    overlaps = [f1_score(questions[pid], [orig]) for pid, orig in originals.items()
+                if pid in questions]  # fmt: skip
+    same = [
+        normalize_answer(questions[pid]) == normalize_answer(orig)
+        for pid, orig in originals.items()
+        if pid in questions
+    ]
+    n = len(overlaps)
+    return {
+        "pairs": n,
+        "mean_word_overlap_f1": round(sum(overlaps) / n, 3) if n else None,
+        "identical": sum(same),
+        "near_copies": sum(o >= 0.8 for o in overlaps),
+    }
+
+
 @dataclass
 class LadderBuild:
     synthetic: SynthReport
