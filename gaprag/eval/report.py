@@ -298,10 +298,51 @@ def summarize(
         "bootstrap": {"resamples": n_boot, "level": 0.95, "seed": seed, "kind": "percentile"},
         "baseline": baseline,
         "datasets": datasets,
+        "pooled": pooled(normalized, baseline=baseline, seed=seed, n_boot=n_boot),
         "serving": {
             str(r.get("dataset")): r["serving"] for r in runs if isinstance(r.get("serving"), dict)
         },
     }
+
+
+POOLED_METRICS: tuple[str, ...] = ("em", "f1", "acc", "support_recall", "retrieval_recall")
+POOLED_COSTS: tuple[str, ...] = ("llm_calls", "tokens", "wall_s")
+
+
+def pooled(
+    rows: Sequence[Mapping[str, Any]], *, baseline: str = BASELINE, seed: int = 0,
+    n_boot: int = N_BOOT,
+) -> dict[str, Any]:  # fmt: skip
+    """Every method over all the datasets of a report that are scored by F1 (multiple-choice
+    sets are left out): each question weighs the same, the paired difference to ``baseline``
+    is taken per (dataset, question), and the cost is the mean per question. Empty when the
+    rows come from fewer than two datasets."""
+    scored = [r for r in rows if r.get("choice_correct") is None]
+    if len({r.get("dataset") for r in scored}) < 2:
+        return {}
+    per: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in scored:
+        per[str(r.get("method"))].append({**r, "id": f"{r.get('dataset')}/{r.get('id')}"})
+    order = sorted(per, key=lambda m: (m != baseline, list(per).index(m)))
+    out: dict[str, Any] = {}
+    for m in order:
+        ok = [r for r in per[m] if not r.get("error")]
+        entry: dict[str, Any] = {
+            "n": len(ok),
+            "errors": len(per[m]) - len(ok),
+            "datasets": sorted({str(r.get("dataset")) for r in ok}),
+        }
+        for key in POOLED_METRICS:
+            entry[key] = _stat([float(r[key]) for r in ok if isinstance(r.get(key), int | float)],
+                               seed, n_boot)  # fmt: skip
+        entry["cost"] = {
+            key: (float(np.mean([_num(r, key) for r in ok])) if ok else None)
+            for key in POOLED_COSTS
+        }
+        if m != baseline and baseline in per:
+            entry["vs_baseline"] = _paired(per[baseline], per[m], seed, n_boot)
+        out[m] = entry
+    return out
 
 
 def _paired(
@@ -395,6 +436,35 @@ def _decision_cell(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items())
 
 
+def _pooled_markdown(summary: Mapping[str, Any]) -> list[str]:
+    table = summary.get("pooled") or {}
+    if not table:
+        return []
+    sets = sorted({d for e in table.values() for d in e["datasets"]})
+    base = summary["baseline"]
+    lines = [
+        f"## Pooled over {len(sets)} datasets ({', '.join(sets)})",
+        "",
+        "Every question weighs the same; Δ is paired per (dataset, question); costs are means "
+        "per question.",
+        "",
+        f"| method | n | EM | F1 | Acc | Support recall | Retrieval recall | ΔF1 vs {base} "
+        "| wins / losses | LLM calls | tokens | s/question | errors |",
+        "|---|" + "---:|" * 12,
+    ]
+    for m, e in table.items():
+        vs = e.get("vs_baseline") or {}
+        d = vs.get("f1")
+        cells = [m, str(e["n"])] + [_cell(e.get(k)) for k in POOLED_METRICS]
+        cells.append(_cell(d, signed=True) if d else "–")
+        cells.append(f"{d['wins']} / {d['losses']}" if d else "–")
+        c = e["cost"]
+        cells += [_fmt(c["llm_calls"], 2), _fmt(c["tokens"], 0), _fmt(c["wall_s"], 1)]
+        cells.append(str(e["errors"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def render_markdown(
     summary: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], plots: Mapping[str, list[str]]
 ) -> str:
@@ -433,6 +503,7 @@ def render_markdown(
                 text = ", ".join(f"{k}={v}" for k, v in serving.items() if v not in (None, ""))
                 lines.append(f"  Serving: {text}.")
         lines.append("")
+    lines += _pooled_markdown(summary)
     for name, ds in summary["datasets"].items():
         primary = ds["primary"]
         lines += [f"## {name} ({ds['questions']} questions)", "", _verdict(name, ds), ""]

@@ -849,6 +849,38 @@ def test_report_paired_difference_on_shared_questions(tmp_path: Path) -> None:
     )
 
 
+def test_pooled_table_pairs_per_dataset_and_question(tmp_path: Path) -> None:
+    # the same id "q1" in two sets is two questions: pairing must not cross datasets
+    rows = [
+        _row("standard_rag", "q1", 1.0, dataset="a"),
+        _row("standard_rag", "q1", 0.0, dataset="b"),
+        _row("standard_rag", "q2", 0.0, dataset="b"),
+        _row("migres", "q1", 1.0, dataset="a", llm_calls=4),
+        _row("migres", "q1", 1.0, dataset="b", llm_calls=6),
+        _row("migres", "q2", 0.0, dataset="b", llm_calls=8),
+        _row("mc", "q1", 1.0, dataset="c", choice_correct=1.0),  # multiple choice: not pooled
+    ]
+    summary = write_report([_write_rows(tmp_path / "runs", rows)], tmp_path / "out", seed=0)
+    table = summary["pooled"]
+    assert list(table) == ["standard_rag", "migres"]
+    mig = table["migres"]
+    assert mig["n"] == 3 and mig["datasets"] == ["a", "b"]
+    assert mig["f1"]["mean"] == pytest.approx(2 / 3)
+    assert mig["cost"]["llm_calls"] == pytest.approx(6.0)
+    vs = mig["vs_baseline"]["f1"]
+    assert vs["mean"] == pytest.approx(1 / 3)  # b/q1 won, a/q1 and b/q2 tied
+    assert (vs["wins"], vs["losses"], vs["ties"]) == (1, 0, 2)
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "## Pooled over 2 datasets (a, b)" in md
+    line = next(x for x in md.splitlines() if x.startswith("| migres | 3 |"))
+    assert "+0.333 [" in line and "| 1 / 0 |" in line and "| 6.00 |" in line
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "Pooled over 2 datasets" in html and "+0.333" in html
+    one = write_report([_write_rows(tmp_path / "one", rows[:1])], tmp_path / "o1")
+    assert one["pooled"] == {}
+    assert "Pooled" not in (tmp_path / "o1" / "summary.md").read_text()
+
+
 def test_rows_from_older_runs_still_report(tmp_path: Path) -> None:
     """Committed rows from before the two recalls: their recall becomes retrieval recall."""
     old = Path(__file__).resolve().parents[2] / "docs" / "results" / "musique.results.jsonl"
