@@ -71,7 +71,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         if args.out
         else (Path(args.dirs[0]) if len(args.dirs) == 1 else Path("gaprag-report"))
     )
-    summary = write_report(args.dirs, out, seed=args.seed, n_boot=args.bootstrap)
+    summary = write_report(
+        args.dirs, out, seed=args.seed, n_boot=args.bootstrap, before=args.before or ()
+    )
     _print_table(summary, out)
     return 0
 
@@ -170,6 +172,13 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
+    p.add_argument(
+        "--before",
+        action="append",
+        metavar="DIR",
+        help="a directory of an earlier run of the same questions (repeatable): each method "
+        "is compared with itself there, paired per question",
+    )
     p.set_defaults(func=cmd_report)
 
     p = subparsers.add_parser(

@@ -345,6 +345,47 @@ def pooled(
     return out
 
 
+def versus_before(
+    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]], *, seed: int = 0,
+    n_boot: int = N_BOOT,
+) -> dict[str, Any]:  # fmt: skip
+    """Each method of ``after`` against the same method in ``before`` (another code version
+    on the same questions): per dataset and pooled, the paired difference after − before on
+    the questions both answered, each side's mean F1 and LLM calls on those questions."""
+    old = [normalize_row(r) for r in dedupe(before)]
+    new = [normalize_row(r) for r in dedupe(after)]
+
+    def table(b_rows: list[dict[str, Any]], a_rows: list[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for m in dict.fromkeys(str(r.get("method")) for r in a_rows):
+            b = [r for r in b_rows if r.get("method") == m]
+            a = [r for r in a_rows if r.get("method") == m]
+            if not b:
+                continue
+            entry = _paired(b, a, seed, n_boot)
+            b_ok = {r.get("id"): r for r in b if not r.get("error")}
+            common = [r for r in a if not r.get("error") and r.get("id") in b_ok]
+            for side, rows_ in (("before", [b_ok[r.get("id")] for r in common]), ("after", common)):
+                entry[side] = {
+                    key: (float(np.mean([_num(r, key) for r in rows_])) if rows_ else None)
+                    for key in ("f1", "llm_calls", "tokens", "wall_s")
+                }
+            out[m] = entry
+        return out
+
+    datasets = {
+        str(ds): table(
+            [r for r in old if r.get("dataset") == ds], [r for r in new if r.get("dataset") == ds]
+        )
+        for ds in dict.fromkeys(r.get("dataset") for r in new)
+    }
+    keyed = [
+        [{**r, "id": f"{r.get('dataset')}/{r.get('id')}"} for r in rows if r.get("choice_correct")
+         is None] for rows in (old, new)
+    ]  # fmt: skip
+    return {"datasets": datasets, "pooled": table(*keyed) if len(datasets) > 1 else {}}
+
+
 def _paired(
     base: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]], seed: int, n_boot: int
 ) -> dict[str, Any]:
@@ -465,6 +506,37 @@ def _pooled_markdown(summary: Mapping[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _versus_before_markdown(summary: Mapping[str, Any]) -> list[str]:
+    vb = summary.get("versus_before") or {}
+    groups = [("pooled", vb.get("pooled") or {}), *(vb.get("datasets") or {}).items()]
+    groups = [(g, t) for g, t in groups if t]
+    if not groups:
+        return []
+    lines = [
+        "## Against the before run",
+        "",
+        "The same method on the same questions, before (`--before` directories) and after: "
+        "means on the questions both runs answered, Δ = after − before, paired per question.",
+        "",
+        "| method | set | n | F1 before | F1 after | ΔF1 [95% CI] | wins / losses "
+        "| LLM calls before → after | s/question before → after |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for group, table in groups:
+        for m, e in table.items():
+            d = e.get("f1")
+            b, a = e["before"], e["after"]
+            record = f"{d['wins']} / {d['losses']}" if d else "–"
+            lines.append(
+                f"| {m} | {group} | {e['n']} | {_fmt(b['f1'])} | {_fmt(a['f1'])} | "
+                f"{_cell(d, signed=True) if d else '–'} | "
+                f"{record} | "
+                f"{_fmt(b['llm_calls'], 2)} → {_fmt(a['llm_calls'], 2)} | "
+                f"{_fmt(b['wall_s'], 1)} → {_fmt(a['wall_s'], 1)} |"
+            )
+    return [*lines, ""]
+
+
 def render_markdown(
     summary: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], plots: Mapping[str, list[str]]
 ) -> str:
@@ -504,6 +576,7 @@ def render_markdown(
                 lines.append(f"  Serving: {text}.")
         lines.append("")
     lines += _pooled_markdown(summary)
+    lines += _versus_before_markdown(summary)
     for name, ds in summary["datasets"].items():
         primary = ds["primary"]
         lines += [f"## {name} ({ds['questions']} questions)", "", _verdict(name, ds), ""]
@@ -657,9 +730,16 @@ def write_report(
     n_boot: int = N_BOOT,
     plots: bool = True,
     html: bool = True,
+    before: Sequence[str | Path] = (),
 ) -> dict[str, Any]:
     """Read ``results.jsonl`` of each dir; write ``summary.json``, ``summary.md``, plots and
-    ``report.html`` (see :mod:`gaprag.eval.html`) to ``out``."""
+    ``report.html`` (see :mod:`gaprag.eval.html`) to ``out``. ``before``: directories of an
+    earlier run of the same questions (another code version), compared method by method."""
+    for d in before:
+        if not (Path(d) / RESULTS).is_file():
+            raise InputError(
+                f"no {RESULTS} in {d}", hint="--before takes `gaprag eval` directories"
+            )
     rows: list[dict[str, Any]] = []
     runs: list[dict[str, Any]] = []
     for d in dirs:
@@ -678,6 +758,12 @@ def write_report(
     target.mkdir(parents=True, exist_ok=True)
     summary = summarize(rows, seed=seed, n_boot=n_boot, runs=runs)
     summary["runs"] = runs
+    if before:
+        old_rows = [r for d in before for r in read_results(Path(d))]
+        summary["versus_before"] = {
+            "dirs": [str(d) for d in before],
+            **versus_before(old_rows, rows, seed=seed, n_boot=n_boot),
+        }
     made = plot(summary, target) if plots else {}
     summary["plots"] = made
     tmp = target / ".summary.json.tmp"
