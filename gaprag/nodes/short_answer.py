@@ -38,6 +38,7 @@ _YES_NO = re.compile(r"^\W*(yes|no|true|false)\b", re.I)
 _AS_YES_NO = {"yes": "yes", "true": "yes", "no": "no", "false": "no"}
 _OPTIONS = re.compile(r"[,:]\s*(?:the\s+)?([^,:]+?)\s+or\s+(?:the\s+)?([^,:]+?)\s*\??$", re.I)
 _NOISE = re.compile(r"[^a-z0-9 ]")
+_OR = re.compile(r"\bor\b", re.I)
 
 SHARED_PROMPTS = load_prompts("gaprag.nodes")
 
@@ -47,9 +48,12 @@ def _norm(text: str) -> str:
 
 
 def yes_no_question(question: str) -> bool:
-    """A question answered by yes or no: it opens with an auxiliary verb and offers no options."""
-    words = question.strip().split()
-    return bool(words) and words[0].lower() in _AUX and options(question) == []
+    """A question answered by yes or no: it opens with an auxiliary verb and names no
+    alternatives ("Is A or B older?" and "Is X older or younger than Y?" are answered with one
+    of them). Appended multiple-choice options (a line ``Options:``) are not looked at."""
+    q = question.strip().split("\nOptions:", 1)[0]
+    words = q.split()
+    return bool(words) and words[0].lower() in _AUX and not _OR.search(q)
 
 
 def options(question: str) -> list[str]:

@@ -51,6 +51,10 @@ def test_question_shapes() -> None:
     assert yes_no_question("Are both rivers in Europe?")
     assert not yes_no_question("Is it Oasis, Blur or Pulp?")  # options, not yes/no
     assert not yes_no_question("Who is older?")
+    # alternatives without a comma are still alternatives (one rule for every method)
+    assert not yes_no_question("Is Jerry Seinfeld or Larry David older?")
+    assert not yes_no_question("Was Move a film or a play?")
+    assert yes_no_question("Is the Nile longer than the Amazon?\nOptions:\nA. yes or no")
 
 
 def test_the_shared_prompt_sends_few_shot_turns() -> None:

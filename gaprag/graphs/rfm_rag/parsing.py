@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from gaprag.graphs.rfm_rag.features import normalise
 from gaprag.graphs.rfm_rag.state import Triple
+from gaprag.nodes.short_answer import yes_no_question
 
 _PLACEHOLDER = re.compile(r"^<\s*[A-Za-z]\w*\s*>$")
 _TUPLE = re.compile(r"\(([^,()]+),\s*([^,()]+),\s*([^()]+?)\)")
@@ -40,11 +41,6 @@ _ABBREVIATIONS = {
 _EXEMPLAR_LINE = re.compile(r"(?i)^\s*(?:question|context)\s*:")
 _WRAPPERS = "*_`\"'“”‘’<> "
 _NONE_FILLS = {"none", "unknown", "n/a", "null", "end", ""}
-_ALTERNATIVE = re.compile(r"\bor\b", re.I)  # "Is X older or younger than Y?" is not yes/no
-_YES_NO_START = re.compile(
-    r"^(is|are|was|were|do|does|did|can|could|has|have|had|will|would|should|shall|may|might)\b",
-    re.I,
-)
 
 
 def is_placeholder(text: str) -> bool:
@@ -189,10 +185,7 @@ def detect_task_type(question: str, setting: str = "auto") -> str:
     not offer alternatives ("Is A or B older?" is answered with A or B); else short_answer."""
     if setting in ("short_answer", "yes_no"):
         return setting
-    q = question.strip().split("\nOptions:", 1)[0]
-    if _YES_NO_START.match(q) and not _ALTERNATIVE.search(q):
-        return "yes_no"
-    return "short_answer"
+    return "yes_no" if yes_no_question(question) else "short_answer"
 
 
 def _ends_answer(span: str, period: int) -> bool:
