@@ -374,6 +374,10 @@ def test_sources_context_restricts_the_pool(store: PairStore) -> None:
     out = graph.invoke({"question": ALADIN_Q}, context={"sources": "synthetic,expert"})
     assert out["answer"] != ALADIN_A
     assert {p["source"] for p in out["retrieved_pairs"]} == {"synthetic"}
+    # "+" separates too, so a --variant (whose values cannot hold a comma) can name two sources
+    plus = graph.invoke({"question": ALADIN_Q}, context={"sources": "synthetic+oracle"})
+    assert plus["answer"] == ALADIN_A
+    assert Context(sources="synthetic + expert").source_filter() == {"synthetic", "expert"}
 
 
 # -- synthetic set S -----------------------------------------------------------
@@ -736,3 +740,37 @@ def test_a_reviewed_subgraph_uses_its_parents_checkpointer(store: PairStore) -> 
     assert paused["__interrupt__"][0].value["answer"] == "William Shakespeare"
     done = graph.invoke(Command(resume={"skip": True}), cfg)
     assert done["answer"] == "William Shakespeare" and "__interrupt__" not in done
+
+
+# -- the n = 50 ladder script: building resumes from the committed journal ---------------------
+def test_ladder_script_builds_s_and_e_and_resumes_from_its_journal(tmp_path: Path) -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "rag_ef_n50.py"
+    spec = importlib.util.spec_from_file_location("rag_ef_n50", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    data = _dataset(tmp_path)
+    calls: list[str] = []
+
+    def qa(messages: list[BaseMessage]) -> str:
+        calls.append("qa")
+        return "Q: What does the passage describe? A: its topic"
+
+    expert = _expert_llm()
+    model = ScriptedChatModel(rules=[("Write question-and-answer pairs", qa), *expert.rules])
+    out = tmp_path / "out"
+    out.mkdir()
+    store = script.build(data, out, LLM(model), limit=3, batch=2, embedder=HashingEmbedder())
+    assert len(calls) == 4  # one call per paragraph of the 3 questions (p1, p9, p2, p3)
+    assert store.count(source="synthetic") == 4 and store.count(source="expert") == 3
+    assert script.expert_divergence(store)["identical"] == 0
+    store.close()
+    # a new machine: only the journal came along; nothing is asked again
+    (out / "pairs.sqlite").unlink()
+    again = script.build(data, out, LLM(model), limit=3, batch=2, embedder=HashingEmbedder())
+    assert len(calls) == 4
+    assert again.count(source="synthetic") == 4 and again.count(source="expert") == 3
+    assert {p["chunk_id"] for p in again.list(source="synthetic")} == {"p1", "p9", "p2", "p3"}
+    assert script.expert_divergence(again)["pairs"] == 3  # the originals came back too

@@ -3,6 +3,7 @@ lower bounds are declared with ``minimum``; :class:`gaprag.context.BaseContext` 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -41,7 +42,9 @@ class Context(BaseContext):
     )
     wrong_answer_seed: int = describe(0, "Seed for the wrong_answer ablation's answer swap.")
     sources: str = describe(
-        "", "Comma-separated pair sources to search (e.g. synthetic,expert); empty = all."
+        "",
+        "Pair sources to search, separated by commas or + (synthetic,expert or synthetic+expert, "
+        "the form a --variant needs); empty = all.",
     )
     min_pair_score: float | None = describe(
         None, "Optional gate τ: drop pairs scoring below it (not in the paper; off = None)."
@@ -80,7 +83,7 @@ class Context(BaseContext):
 
     def source_filter(self) -> set[str] | None:
         """The ``sources`` setting as a set of labels; None searches every source."""
-        names = {s.strip() for s in str(self.sources or "").split(",") if s.strip()}
+        names = {s.strip() for s in re.split(r"[,+]", str(self.sources or "")) if s.strip()}
         return names or None
 
 

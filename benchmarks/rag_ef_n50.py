@@ -1,0 +1,149 @@
+"""RAG-EF's ladder on the README's questions (issue: RAG-EF in the same table).
+
+For one bundled set, on its first ``--limit`` questions (0-49 for the README):
+
+1. The corpus is the union of those questions' paragraphs (``questions.jsonl``, written here
+   from the bundled file). S, the synthetic Q&A pairs, is written for every paragraph of it by
+   the model in use; E, the expert feedback, is one (rewording, expert answer, golden
+   paragraph) triple per question, the rewording and answer by the same model.
+2. How far E's questions are from the test questions is measured (word-overlap F1, identical,
+   near copies) and written to ``expert_divergence.json``: E is an oracle to the degree its
+   questions are the test questions.
+3. One ``gaprag eval`` on those questions and that corpus compares ``standard_rag`` with
+   ``rag_ef_S`` (pairs of S), ``rag_ef_SE`` (S ∪ E) and ``rag_ef_standard`` (the paper's Eq. 1
+   baseline: rank S's chunks, no pairs).
+
+Building S costs one LLM call per paragraph (hours on a CPU), so every step resumes. The pair
+store (``pairs.sqlite``) is a cache: what was built is also kept as text in ``pairs.jsonl``,
+rewritten after every ``--batch`` paragraphs, and a missing store is rebuilt from it, so a run
+continues on another machine from the committed files.
+
+    python benchmarks/rag_ef_n50.py --dataset hotpotqa --out docs/results/n50/rag_ef/hotpotqa
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gaprag.eval.datasets import load_dataset
+from gaprag.eval.runner import evaluate
+from gaprag.graphs.rag_ef.ladder import build_expert, expert_divergence
+from gaprag.graphs.rag_ef.synth import chunk_text, synthesize
+from gaprag.llm.client import LLM
+from gaprag.llm.factory import default_llm
+from gaprag.stores.embeddings import Embedder
+from gaprag.stores.pairs import PairStore, chunk_hash
+
+SOURCES = ("synthetic", "expert")
+JOBS = ("synthesize:synthetic", "ladder:expert")
+
+
+def write_subset(dataset: str, limit: int, path: Path) -> None:
+    """The first ``limit`` records of a bundled set, as a dataset file of their own."""
+    lines = load_dataset(dataset).path.read_text(encoding="utf-8").splitlines()
+    text = "\n".join(lines[:limit]) + "\n"
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+
+
+def save_journal(store: PairStore, path: Path) -> None:
+    """Every pair of S and E (chunks by id) and the finished work, one JSON line each."""
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for source in SOURCES:
+            meta = store.metadata(source=source)
+            for p in store.list(source=source):
+                row = {"source": source, "question": p["question"], "answer": p["answer"],
+                       "chunk_id": p["chunk_id"], "meta": meta.get(p["id"], {})}  # fmt: skip
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        for job in JOBS:
+            keys = sorted(store.processed(job))
+            fh.write(json.dumps({"processed": job, "keys": keys}) + "\n")
+    tmp.replace(path)
+
+
+def restore_journal(store: PairStore, path: Path, chunks: dict[str, str]) -> None:
+    """Put a journal's pairs and finished work back into an empty store."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        row: dict[str, Any] = json.loads(line)
+        if "processed" in row:
+            store.mark_processed(str(row["processed"]), row["keys"])
+        else:
+            store.add(row["question"], row["answer"], chunks[row["chunk_id"]],
+                      source=row["source"], chunk_id=row["chunk_id"], meta=row["meta"])  # fmt: skip
+
+
+def build(
+    subset: Path, out: Path, llm: LLM, *, limit: int, batch: int, embedder: Embedder | None = None
+) -> PairStore:
+    data = load_dataset(subset)
+    docs = data.documents()
+    chunks = {d["id"]: chunk_text(d) for d in docs}
+    store_path, journal = out / "pairs.sqlite", out / "pairs.jsonl"
+    fresh = not store_path.is_file()
+    store = PairStore.open(store_path, embedder=embedder)
+    if fresh and journal.is_file():
+        restore_journal(store, journal, chunks)
+        print(f"rag_ef_n50: restored {len(store)} pairs from {journal}", file=sys.stderr)
+    while True:
+        done = store.processed("synthesize:synthetic")
+        left = [d for d in docs if chunk_hash(chunk_text(d)) not in done]
+        print(f"rag_ef_n50: S {len(docs) - len(left)} of {len(docs)} paragraphs",
+              file=sys.stderr, flush=True)  # fmt: skip
+        if not left:
+            break
+        synthesize(store, left, llm, limit=batch, progress=False)
+        save_journal(store, journal)
+    build_expert(store, data.select(limit), llm, progress=False)
+    save_journal(store, journal)
+    return store
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", default="hotpotqa")
+    ap.add_argument("--limit", type=int, default=50)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--batch", type=int, default=25, help="paragraphs between journal writes")
+    ap.add_argument("--build-only", action="store_true", help="build S and E, evaluate nothing")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    subset = out / "questions.jsonl"
+    write_subset(args.dataset, args.limit, subset)
+    llm = default_llm(repeatable=True)
+    store = build(subset, out, llm, limit=args.limit, batch=args.batch)
+    divergence = {
+        **expert_divergence(store),
+        "store_pairs": {s: store.count(source=s) for s in SOURCES},
+        "paragraphs": len(load_dataset(subset).documents()),
+    }
+    (out / "expert_divergence.json").write_text(json.dumps(divergence, indent=2) + "\n")
+    print(f"rag_ef_n50: {json.dumps(divergence)}", file=sys.stderr)
+    store.close()
+    if args.build_only:
+        return
+    pairs = str(out / "pairs.sqlite")
+    evaluate(
+        methods=["standard_rag"],
+        variants={
+            "rag_ef_S": ("rag_ef", {"feedback_store": pairs, "sources": "synthetic"}),
+            "rag_ef_SE": ("rag_ef", {"feedback_store": pairs, "sources": "synthetic+expert"}),
+            "rag_ef_standard": (
+                "rag_ef",
+                {"feedback_store": pairs, "sources": "synthetic", "retrieval_mode": "standard"},
+            ),
+        },
+        dataset=subset,
+        limit=args.limit,
+        out=out,
+        resume=True,
+    )  # the same repeatable embedded server as the build (default_llm is one per process)
+
+
+if __name__ == "__main__":
+    main()
