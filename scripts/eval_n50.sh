@@ -3,17 +3,19 @@
 # default embedded model in repeatable serving. Resumable: run it again to continue.
 #
 #   bash scripts/eval_n50.sh before   # the code before the small-model work (issue 16), pinned
-#   bash scripts/eval_n50.sh after    # the current code (model profile applied)
+#   bash scripts/eval_n50.sh after    # the code of the small-model work, pinned (profile applied)
 #   bash scripts/eval_n50.sh rag_ef   # RAG-EF's ladder (S, S ∪ E, Eq. 1) beside standard_rag,
 #                                     # on the corpus of those questions (benchmarks/rag_ef_n50.py)
 #
-# "before" runs the pinned commit below from a git worktree (.eval-before/) with this
-# checkout's .venv, so a resumed run never mixes code versions. Rows go to
-# docs/results/n50/<label>/<dataset>/, the report to docs/results/n50/<label>/.
+# "before" and "after" each run a pinned commit (below) from a git worktree (.eval-<label>/)
+# with this checkout's .venv, so a run resumed in a later session never mixes code versions.
+# Rows go to docs/results/n50/<label>/<dataset>/, the report (made with the current code) to
+# docs/results/n50/<label>/; the after report also compares each method with the before run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LABEL=${1:-after}
 BEFORE_COMMIT=b99a6b7  # main before the small-model work: 64049d9 + this script's method list
+AFTER_COMMIT=PINNED_LATER  # main with the small-model work and the calibrated profile
 ROOT=$PWD
 . .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -26,13 +28,17 @@ case "$LABEL" in
     done
     gaprag report docs/results/n50/rag_ef/{hotpotqa,2wikimultihopqa,musique} --out docs/results/n50/rag_ef
     exit 0 ;;
-  before)
-    if [[ ! -d .eval-before ]]; then git worktree add --detach .eval-before "$BEFORE_COMMIT"; fi
-    export PYTHONPATH=$ROOT/.eval-before
-    CODE=$ROOT/.eval-before ;;
-  after) CODE=$ROOT ;;
+  before) COMMIT=$BEFORE_COMMIT ;;
+  after) COMMIT=$AFTER_COMMIT ;;
   *) echo "usage: bash scripts/eval_n50.sh before|after|rag_ef" >&2; exit 2 ;;
 esac
+CODE=$ROOT/.eval-$LABEL
+if [[ ! -d $CODE ]]; then git worktree add --detach "$CODE" "$COMMIT"; fi
+if [[ $(git -C "$CODE" rev-parse HEAD) != $(git rev-parse "$COMMIT^{commit}") ]]; then
+  echo "eval_n50: $CODE is not at the pinned $COMMIT; remove it (git worktree remove $CODE)" >&2
+  exit 2
+fi
+export PYTHONPATH=$CODE
 cd "$CODE"
 for ds in hotpotqa 2wikimultihopqa musique; do
   extra=()
@@ -41,4 +47,10 @@ for ds in hotpotqa 2wikimultihopqa musique; do
   gaprag eval --methods "$METHODS" --dataset "$ds" --limit 50 --resume --out "$OUT/$ds" "${extra[@]}"
 done
 cd "$ROOT" && unset PYTHONPATH  # the report with the current code
-gaprag report "$OUT/hotpotqa" "$OUT/2wikimultihopqa" "$OUT/musique" --out "$OUT"
+dirs=() versus=()
+for ds in hotpotqa 2wikimultihopqa musique; do
+  if [[ -f $OUT/$ds/results.jsonl ]]; then dirs+=("$OUT/$ds"); fi
+  b=$ROOT/docs/results/n50/before/$ds
+  if [[ $LABEL == after && -f $b/results.jsonl ]]; then versus+=(--before "$b"); fi
+done
+gaprag report "${dirs[@]}" --out "$OUT" "${versus[@]}"
