@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 LABEL=${1:-after}
 BEFORE_COMMIT=b99a6b7  # main before the small-model work: 64049d9 + this script's method list
-AFTER_COMMIT=PINNED_LATER  # main with the small-model work and the calibrated profile
+AFTER_COMMIT=7bea6fb  # main with the small-model work and the calibrated profile (2026-11-24)
 ROOT=$PWD
 . .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
