@@ -307,6 +307,17 @@ def summarize(
 
 POOLED_METRICS: tuple[str, ...] = ("em", "f1", "acc", "support_recall", "retrieval_recall")
 POOLED_COSTS: tuple[str, ...] = ("llm_calls", "tokens", "wall_s")
+PAIRED_MEANS: tuple[str, ...] = ("f1", "llm_calls", "tokens", "wall_s")
+
+
+def _pooled_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The F1-scored rows (multiple-choice sets left out), each id made ``dataset/id`` so that
+    questions pair across a pooled table only with themselves."""
+    return [
+        {**r, "id": f"{r.get('dataset')}/{r.get('id')}"}
+        for r in rows
+        if r.get("choice_correct") is None
+    ]
 
 
 def pooled(
@@ -317,13 +328,13 @@ def pooled(
     sets are left out): each question weighs the same, the paired difference to ``baseline``
     is taken per (dataset, question), and the cost is the mean per question. Empty when the
     rows come from fewer than two datasets."""
-    scored = [r for r in rows if r.get("choice_correct") is None]
+    scored = _pooled_rows(rows)
     if len({r.get("dataset") for r in scored}) < 2:
         return {}
     per: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in scored:
-        per[str(r.get("method"))].append({**r, "id": f"{r.get('dataset')}/{r.get('id')}"})
-    order = sorted(per, key=lambda m: (m != baseline, list(per).index(m)))
+        per[str(r.get("method"))].append(r)
+    order = [baseline] * (baseline in per) + [m for m in per if m != baseline]
     out: dict[str, Any] = {}
     for m in order:
         ok = [r for r in per[m] if not r.get("error")]
@@ -363,13 +374,8 @@ def versus_before(
             if not b:
                 continue
             entry = _paired(b, a, seed, n_boot)
-            b_ok = {r.get("id"): r for r in b if not r.get("error")}
-            common = [r for r in a if not r.get("error") and r.get("id") in b_ok]
-            for side, rows_ in (("before", [b_ok[r.get("id")] for r in common]), ("after", common)):
-                entry[side] = {
-                    key: (float(np.mean([_num(r, key) for r in rows_])) if rows_ else None)
-                    for key in ("f1", "llm_calls", "tokens", "wall_s")
-                }
+            means = entry.pop("means")
+            entry["before"], entry["after"] = means["base"], means["other"]
             out[m] = entry
         return out
 
@@ -379,11 +385,8 @@ def versus_before(
         )
         for ds in dict.fromkeys(r.get("dataset") for r in new)
     }
-    keyed = [
-        [{**r, "id": f"{r.get('dataset')}/{r.get('id')}"} for r in rows if r.get("choice_correct")
-         is None] for rows in (old, new)
-    ]  # fmt: skip
-    return {"datasets": datasets, "pooled": table(*keyed) if len(datasets) > 1 else {}}
+    pooled_table = table(_pooled_rows(old), _pooled_rows(new)) if len(datasets) > 1 else {}
+    return {"datasets": datasets, "pooled": pooled_table}
 
 
 def _paired(
@@ -407,12 +410,18 @@ def _paired(
         stat["losses"] = sum(d < 0 for d in diffs)
         stat["ties"] = sum(d == 0 for d in diffs)
         out[key] = stat
-    costs = {}
+    # each side's means on the shared questions, and the cost of ``other`` relative to ``base``
+    means = {
+        side: {key: (float(np.mean([_num(rs[i], key) for i in common])) if common else None)
+               for key in PAIRED_MEANS}
+        for side, rs in (("base", b), ("other", o))
+    }  # fmt: skip
+    out["means"] = means
+    ratio: dict[str, float | None] = {}
     for key in ("tokens", "llm_calls", "wall_s"):
-        bm = np.mean([_num(b[i], key) for i in common]) if common else 0.0
-        om = np.mean([_num(o[i], key) for i in common]) if common else 0.0
-        costs[key] = float(om / bm) if bm else None
-    out["cost_ratio"] = costs
+        bm, om = means["base"][key], means["other"][key]
+        ratio[key] = om / bm if bm and om is not None else None
+    out["cost_ratio"] = ratio
     return out
 
 
@@ -722,6 +731,11 @@ def plot(summary: Mapping[str, Any], out: Path) -> dict[str, list[str]]:
     return made
 
 
+def _require_results(path: Path, hint: str) -> None:
+    if not (path / RESULTS).is_file():
+        raise InputError(f"no {RESULTS} in {path}", hint=hint)
+
+
 def write_report(
     dirs: Sequence[str | Path],
     out: str | Path | None = None,
@@ -736,18 +750,12 @@ def write_report(
     ``report.html`` (see :mod:`gaprag.eval.html`) to ``out``. ``before``: directories of an
     earlier run of the same questions (another code version), compared method by method."""
     for d in before:
-        if not (Path(d) / RESULTS).is_file():
-            raise InputError(
-                f"no {RESULTS} in {d}", hint="--before takes `gaprag eval` directories"
-            )
+        _require_results(Path(d), "--before takes `gaprag eval` directories")
     rows: list[dict[str, Any]] = []
     runs: list[dict[str, Any]] = []
     for d in dirs:
         path = Path(d)
-        if not (path / RESULTS).is_file():
-            raise InputError(
-                f"no {RESULTS} in {path}", hint="give directories written by `gaprag eval`"
-            )
+        _require_results(path, "give directories written by `gaprag eval`")
         rows += read_results(path)
         if (path / RUN_FILE).is_file():
             with contextlib.suppress(ValueError):
