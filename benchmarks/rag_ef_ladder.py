@@ -30,6 +30,7 @@ from gaprag.graphs.rag_ef.ladder import (
     expert_divergence,
     golden_chunk,
     paraphrase,
+    write_first_questions,
 )
 from gaprag.llm.factory import default_llm
 from gaprag.stores.pairs import PairStore
@@ -44,9 +45,9 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     full = load_dataset(args.dataset)
-    subset = out / f"{full.name}-first{args.limit}.jsonl"
-    lines = full.path.read_text(encoding="utf-8").splitlines()
-    subset.write_text("\n".join(lines[: args.limit]) + "\n", encoding="utf-8")
+    subset = write_first_questions(
+        full.path, args.limit, out / f"{full.name}-first{args.limit}.jsonl"
+    )
     llm = default_llm()
     t0 = time.perf_counter()
     store_path = out / "ladder.sqlite"

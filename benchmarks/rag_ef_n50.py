@@ -31,7 +31,7 @@ from typing import Any
 
 from gaprag.eval.datasets import load_dataset
 from gaprag.eval.runner import evaluate
-from gaprag.graphs.rag_ef.ladder import build_expert, expert_divergence
+from gaprag.graphs.rag_ef.ladder import build_expert, expert_divergence, write_first_questions
 from gaprag.graphs.rag_ef.synth import chunk_text, synthesize
 from gaprag.llm.client import LLM
 from gaprag.llm.factory import default_llm
@@ -40,14 +40,6 @@ from gaprag.stores.pairs import PairStore, chunk_hash
 
 SOURCES = ("synthetic", "expert")
 JOBS = ("synthesize:synthetic", "ladder:expert")
-
-
-def write_subset(dataset: str, limit: int, path: Path) -> None:
-    """The first ``limit`` records of a bundled set, as a dataset file of their own."""
-    lines = load_dataset(dataset).path.read_text(encoding="utf-8").splitlines()
-    text = "\n".join(lines[:limit]) + "\n"
-    if not path.is_file() or path.read_text(encoding="utf-8") != text:
-        path.write_text(text, encoding="utf-8")
 
 
 def save_journal(store: PairStore, path: Path) -> None:
@@ -114,7 +106,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     subset = out / "questions.jsonl"
-    write_subset(args.dataset, args.limit, subset)
+    write_first_questions(args.dataset, args.limit, subset)
     llm = default_llm(repeatable=True)
     store = build(subset, out, llm, limit=args.limit, batch=args.batch)
     divergence = {

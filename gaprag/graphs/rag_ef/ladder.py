@@ -146,6 +146,18 @@ def build_expert(
     return added
 
 
+def write_first_questions(dataset: str | Path, limit: int, path: str | Path) -> Path:
+    """The first ``limit`` records of a dataset file as a dataset file of their own, so S is
+    built from (and the questions searched in) the corpus of those questions only. The file is
+    rewritten only when its text would change."""
+    lines = load_dataset(dataset).path.read_text(encoding="utf-8").splitlines()
+    text = "\n".join(lines[:limit]) + "\n"
+    target = Path(path)
+    if not target.is_file() or target.read_text(encoding="utf-8") != text:
+        target.write_text(text, encoding="utf-8")
+    return target
+
+
 def expert_divergence(store: PairStore) -> dict[str, Any]:
     """How far E's questions are from the test questions they reword.
 
@@ -159,18 +171,13 @@ def expert_divergence(store: PairStore) -> dict[str, Any]:
         if m.get("original_question")
     }
     questions = {p["id"]: p["question"] for p in store.list(source="expert")}
-    overlaps = [f1_score(questions[pid], [orig]) for pid, orig in originals.items()
-                if pid in questions]  # fmt: skip
-    same = [
-        normalize_answer(questions[pid]) == normalize_answer(orig)
-        for pid, orig in originals.items()
-        if pid in questions
-    ]
-    n = len(overlaps)
+    pairs = [(questions[pid], orig) for pid, orig in originals.items() if pid in questions]
+    overlaps = [f1_score(q, [orig]) for q, orig in pairs]
+    n = len(pairs)
     return {
         "pairs": n,
         "mean_word_overlap_f1": round(sum(overlaps) / n, 3) if n else None,
-        "identical": sum(same),
+        "identical": sum(normalize_answer(q) == normalize_answer(orig) for q, orig in pairs),
         "near_copies": sum(o >= 0.8 for o in overlaps),
     }
 
