@@ -621,6 +621,42 @@ def test_no_llm_knowledge_call_when_disabled(levity: Store) -> None:
     assert out["passages_per_round"] == [0, 0]
 
 
+FINAL_FROM_PASSAGES = "Answer the question using only the passages below"
+
+
+@pytest.mark.parametrize(
+    ("llm_knowledge", "facts", "from_passages"),
+    [
+        (False, [], True),  # the switch off, nothing verified: the question's passages
+        (False, [("Levity is a 2003 drama film.", [0])], False),  # a retrieved fact: P5
+        (True, [], False),  # the paper: P5, whose fallback is the model's own knowledge
+    ],
+)
+def test_forced_answer_reads_the_question_passages_when_the_pool_is_empty(
+    levity: Store, llm_knowledge: bool, facts: list[tuple[str, list[int]]], from_passages: bool
+) -> None:
+    rules = [
+        (LEAF, leaf_json(*facts)),
+        (MAIN, UNANSWERABLE),
+        (QUERY, "Who directed the film Levity?"),
+        (FINAL_FROM_PASSAGES, main_json("No", 3)),
+        (FINAL, FINAL_REPLY),
+    ]
+    out, chat = run(levity, rules, max_iterations=1, top_k=2, llm_knowledge=llm_knowledge)
+    assert out["status"] == "forced" and out["answer"] == "No"
+    passages = asked(chat, FINAL_FROM_PASSAGES)
+    assert len(passages) == int(from_passages) and len(asked(chat, FINAL)) == 1 - from_passages
+    if from_passages:
+        # round 1's leaf display (ranked against the question), numbered from 1, whole
+        first_leaf = asked(chat, LEAF)[0]
+        shown = [line for line in passages[0].splitlines() if line.startswith("[")]
+        assert len(shown) == 2
+        for n, line in enumerate(shown, 1):
+            title, text = line.removeprefix(f"[{n}] ").split(": ", 1)
+            assert f"(Title: {title}) {text}" in first_leaf
+        assert f"Question: {Q0}" in passages[0]
+
+
 # -- 14-15. extraction, verification, the evidence pool --------------------------------------
 def test_verification_and_deduplication_of_facts(levity: Store) -> None:
     leaf = leaf_json(

@@ -60,7 +60,8 @@ class Context(BaseContext):
         True,
         "When no passage clears delta, ask the LLM for background from its own knowledge; its "
         "verified facts join the known information (paper: on; its Table 6 ablates it). Off: "
-        "only facts cut from retrieved passages enter the pool.",
+        "only facts cut from retrieved passages enter the pool, and a forced answer with no "
+        "retrieved fact reads the question's first passages instead of the model's memory.",
     )
     sufficiency_threshold: float = describe(
         0.5,

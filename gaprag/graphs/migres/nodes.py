@@ -269,6 +269,8 @@ async def extract(state: State, runtime: Runtime[Context], deps: Deps) -> dict[s
     else:  # round 1: the question itself; later: the queries that found these snippets
         question = " ".join(dict.fromkeys(sn["query"] for sn in shown)) or state.question
     update: dict[str, Any] = {"leaf_passages": shown, "seen_counts": seen, "extracted_info": []}
+    if shown and not state.question_snippets and not state.llm_knowledge_used:
+        update["question_snippets"] = shown
     if not shown:
         return update
     passages = nodes.render_passages(
@@ -360,14 +362,32 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
     }  # fmt: skip
 
 
+def _retrieved_facts(state: State, ctx: Context) -> bool:
+    """Whether the pool holds a fact beyond the seeded definitions."""
+    seeds = set(seeds_for(state.question, ctx))
+    return any(fact not in seeds for fact in state.known_info)
+
+
 async def _pool_answer(
     state: State, ctx: Context, deps: Deps, *, call: str
 ) -> tuple[FinalReply | MainReply | None, str]:
     """P5 over the known facts: the parsed reply (None if unparseable) and its cleaned answer
-    text ("" when there is none)."""
-    name = "final_yesno" if ctx.task_type == "strategyqa" else "final"
+    text ("" when there is none).
+
+    With ``llm_knowledge`` off and no retrieved fact in the pool, the answer comes from the
+    first passages the leaf was shown (those of the question itself), not from the model's
+    memory: the paper's P5 falls back to the model's knowledge, which the switch turns off.
+    """
+    if ctx.task_type == "strategyqa":
+        name, fields = "final_yesno", {"known_info": known_passages(state)}
+    elif not ctx.llm_knowledge and state.question_snippets and not _retrieved_facts(state, ctx):
+        items = [_snippet_item(sn) for sn in state.question_snippets]
+        passages = nodes.render_passages(items, FORMATS["answer"], max_words=ctx.max_passage_words)
+        name, fields = "final_passages", {"passages": passages}
+    else:
+        name, fields = "final", {"known_info": known_passages(state)}
     reply = await deps.chat(ctx).astructured(
-        prompt(name, ctx).render(known_info=known_passages(state), question=state.question),
+        prompt(name, ctx).render(**fields, question=state.question),
         FinalReply, default=FinalReply(), max_tokens=ctx.judge_max_tokens, call=call,
     )  # fmt: skip
     value: FinalReply | MainReply | None = reply.value
@@ -414,12 +434,11 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
         salvaged = salvage_main(reply.raw)
         verdict = judgement(salvaged or reply.value, parsed_ok=salvaged is not None)
     calls: dict[str, int] = {"main": 1}
-    seeds = set(seeds_for(state.question, ctx))
     p: float | None = None
     path: str = "rule"  # nothing retrieved yet: never a model stop
     if not verdict["parsed_ok"]:  # a judge reply nothing could read: keep retrieving
         path = "default"
-    elif any(fact not in seeds for fact in state.known_info):
+    elif _retrieved_facts(state, ctx):
         said, ask = reply.raw.strip() or "{}", PROMPTS["sufficiency"].render()
         follow = RenderedPrompt([*messages, ("assistant", said), *ask])
         fixed, passages, total = messages.parts

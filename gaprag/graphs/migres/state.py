@@ -93,6 +93,10 @@ class State(BaseState, Output):
     # holds the passage ids behind ``known_info[i]`` (empty for seeds and LLM knowledge), so a
     # prompt that shows a fact counts its passages as shown
     known_sources: list[list[str]] = field(default_factory=list)
+    # the first corpus snippets the leaf was shown (round 1: ranked against the question
+    # itself): what the forced answer reads when the pool holds no retrieved fact and
+    # ``llm_knowledge`` is off
+    question_snippets: list[Snippet] = field(default_factory=list)
     known_info_len_at_round_start: int = 0
     new_info_this_round: int = 0
     # the answer the method would give if it stopped now (the last judged round's answer)
