@@ -15,7 +15,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 LABEL=${1:-after}
 BEFORE_COMMIT=b99a6b7  # main before the small-model work: 64049d9 + this script's method list
-AFTER_COMMIT=7bea6fb  # main with the small-model work and the calibrated profile (2026-11-24)
+AFTER_COMMIT=a2f8522  # the small-model work, the calibrated profile, MIGRES's empty-pool forced answer
+# (the after rows of HotpotQA questions 0-7 for the four other methods were made by 7bea6fb,
+# whose code differs from a2f8522 only in MIGRES, the RAG-EF ladder and the report)
 ROOT=$PWD
 . .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
