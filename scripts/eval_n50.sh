@@ -22,10 +22,12 @@ ROOT=$PWD
 . .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 METHODS=${METHODS:-standard_rag,missing_knowledge,iterkey,migres,rfm_rag}
+# DATASETS="hotpotqa" runs one set (e.g. to finish a set before and after before the next)
+DATASETS=${DATASETS:-hotpotqa 2wikimultihopqa musique}
 OUT=$ROOT/docs/results/n50/$LABEL
 case "$LABEL" in
   rag_ef)
-    for ds in hotpotqa 2wikimultihopqa musique; do
+    for ds in $DATASETS; do
       python benchmarks/rag_ef_n50.py --dataset "$ds" --limit 50 --out "docs/results/n50/rag_ef/$ds"
     done
     gaprag report docs/results/n50/rag_ef/{hotpotqa,2wikimultihopqa,musique} --out docs/results/n50/rag_ef
@@ -42,7 +44,7 @@ if [[ $(git -C "$CODE" rev-parse HEAD) != $(git rev-parse "$COMMIT^{commit}") ]]
 fi
 export PYTHONPATH=$CODE
 cd "$CODE"
-for ds in hotpotqa 2wikimultihopqa musique; do
+for ds in $DATASETS; do
   extra=()
   # MIGRES's released code seeds 2Wiki's kinship definitions (docs/methods/migres.md)
   if [[ $LABEL == after && $ds == 2wikimultihopqa ]]; then extra=(--set migres.seed_facts=true); fi
