@@ -4,6 +4,7 @@
 #
 #   bash scripts/eval_n50.sh before   # the code before the small-model work (issue 16), pinned
 #   bash scripts/eval_n50.sh after    # the code of the small-model work, pinned (profile applied)
+#   bash scripts/eval_n50.sh both     # set by set: after, then before (a paired set at a time)
 #   bash scripts/eval_n50.sh rag_ef   # RAG-EF's ladder (S, S ∪ E, Eq. 1) beside standard_rag,
 #                                     # on the corpus of those questions (benchmarks/rag_ef_n50.py)
 #
@@ -26,15 +27,25 @@ METHODS=${METHODS:-standard_rag,missing_knowledge,iterkey,migres,rfm_rag}
 DATASETS=${DATASETS:-hotpotqa 2wikimultihopqa musique}
 OUT=$ROOT/docs/results/n50/$LABEL
 case "$LABEL" in
+  both)
+    for ds in $DATASETS; do
+      DATASETS=$ds bash "$ROOT/scripts/eval_n50.sh" after
+      DATASETS=$ds bash "$ROOT/scripts/eval_n50.sh" before
+    done
+    exit 0 ;;
   rag_ef)
     for ds in $DATASETS; do
       python benchmarks/rag_ef_n50.py --dataset "$ds" --limit 50 --out "docs/results/n50/rag_ef/$ds"
     done
-    gaprag report docs/results/n50/rag_ef/{hotpotqa,2wikimultihopqa,musique} --out docs/results/n50/rag_ef
+    dirs=()
+    for ds in hotpotqa 2wikimultihopqa musique; do
+      if [[ -f docs/results/n50/rag_ef/$ds/results.jsonl ]]; then dirs+=("docs/results/n50/rag_ef/$ds"); fi
+    done
+    gaprag report "${dirs[@]}" --out docs/results/n50/rag_ef
     exit 0 ;;
   before) COMMIT=$BEFORE_COMMIT ;;
   after) COMMIT=$AFTER_COMMIT ;;
-  *) echo "usage: bash scripts/eval_n50.sh before|after|rag_ef" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/eval_n50.sh before|after|both|rag_ef" >&2; exit 2 ;;
 esac
 CODE=$ROOT/.eval-$LABEL
 if [[ ! -d $CODE ]]; then git worktree add --detach "$CODE" "$COMMIT"; fi
