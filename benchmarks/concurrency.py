@@ -10,11 +10,13 @@ of the eval call to the last result row written (the report and plots written af
 left out; ``eval_wall_s`` includes them).
 
 Embedded server (``--embedded``): the same with the model gaprag starts itself (no
-``GAPRAG_BASE_URL``), for the given N values and a fixed number of questions, each N on new
+``GAPRAG_BASE_URL``; one slot, as every eval's repeatable serving; ``--slots N`` starts it here
+with N slots instead), for the given N values and a fixed number of questions, each N on new
 questions (llama.cpp reuses a slot's cached prompt, so repeating questions would be free).
 
     python benchmarks/concurrency.py [--ns 1,4,16,32] [--latency 1.0] [--method standard_rag]
     python benchmarks/concurrency.py --embedded --ns 1,2 --questions 4
+    python benchmarks/concurrency.py --embedded --slots 2 --ns 1,2 --questions 4
 
 The last line printed is one JSON object.
 """
@@ -106,13 +108,28 @@ def main() -> None:
     ap.add_argument("--offset", type=int, default=60, help="questions 0-49 are held out")
     ap.add_argument("--questions", type=int, default=0, help="per N; 0 = max(8, 4*N)")
     ap.add_argument("--embedded", action="store_true", help="use the embedded model server")
+    ap.add_argument(
+        "--slots", type=int, default=1,
+        help="with --embedded: serve this many requests at once (a server started here, not "
+        "in an eval's one-slot repeatable mode)",
+    )  # fmt: skip
     ap.add_argument("--set", action="append", default=[], help="passed to gaprag eval --set")
     args = ap.parse_args()
     ns = [int(x) for x in args.ns.split(",")]
     result: dict[str, Any] = {"method": args.method, "sets": args.set, "runs": []}
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gaprag-conc-")))
-        if args.embedded:
+        if args.embedded and args.slots > 1:
+            from gaprag.llm.server import free_port, local_server_config
+
+            srv = local_server_config()
+            srv.port, srv.slots = free_port(), args.slots
+            srv.start()
+            stack.callback(srv.stop)
+            stack.enter_context(env(GAPRAG_BASE_URL=srv.base_url, GAPRAG_MODEL=srv.model))
+            result["endpoint"] = f"embedded server with {args.slots} slots"
+            result["serving"] = srv.settings()
+        elif args.embedded:
             stack.enter_context(env(GAPRAG_BASE_URL=None, OPENAI_BASE_URL=None))
             result["endpoint"] = "embedded server (started by gaprag)"
         else:

@@ -276,6 +276,7 @@ def cmd_llm_serve(args: argparse.Namespace) -> int:
         engine=pick_engine(args.engine),
         port=args.port or free_port(),
         n_ctx=args.n_ctx,
+        slots=args.slots,
     )
     server.start()
     print(
@@ -383,7 +384,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     q.add_argument("--port", type=int, default=0)
     q.add_argument("--engine", choices=["llama-server", "llama-cpp-python", "xllamacpp"])
-    q.add_argument("--n-ctx", type=int, default=4096)
+    q.add_argument("--n-ctx", type=int, default=4096, help="context per slot (default 4096)")
+    q.add_argument(
+        "--slots", type=int, default=1,
+        help="requests served at once, each with its own context (default 1)",
+    )  # fmt: skip
     q.set_defaults(func=cmd_llm_serve)
 
     p = sub.add_parser("graph", help="inspect a method graph")

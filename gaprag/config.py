@@ -85,6 +85,12 @@ def local_model() -> str:
     return os.environ.get("GAPRAG_LOCAL_MODEL") or DEFAULT_LOCAL_MODEL
 
 
+def local_slots() -> int:
+    """``GAPRAG_LOCAL_SLOTS``: requests the embedded server serves at once (default 1; repeatable
+    serving always uses 1)."""
+    return max(1, _int_env("GAPRAG_LOCAL_SLOTS", 1))
+
+
 def max_question_chars() -> int:
     """``GAPRAG_MAX_QUESTION_CHARS`` (default 4000)."""
     return max(1, _int_env("GAPRAG_MAX_QUESTION_CHARS", DEFAULT_MAX_QUESTION_CHARS))

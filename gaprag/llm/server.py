@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gaprag.config import gaprag_home, local_model, private_dir, private_file
+from gaprag.config import gaprag_home, local_model, local_slots, private_dir, private_file
 from gaprag.config import quiet as config_quiet
 from gaprag.errors import EndpointError, GapragError
 from gaprag.llm.registry import ensure_model, get_model
@@ -137,6 +137,7 @@ class EmbeddedServer:
     n_ctx: int = 4096
     threads: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
     repeatable: bool = False
+    slots: int = 1  # requests served at once; each slot has its own n_ctx
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
@@ -170,7 +171,7 @@ class EmbeddedServer:
             "model_sha256": model.sha256,
             "n_ctx": self.n_ctx,
             "threads": self.threads,
-            "slots": 1,
+            "slots": self.slots,
             "seed": self.seed,
             "temperature": 0.0,  # sent by gaprag's client with every request
             "cache_prompt": self.cache_prompt if llama_cpp else "prefix of the previous prompt",
@@ -180,15 +181,26 @@ class EmbeddedServer:
             "flash_attn": FLASH_ATTN if llama_cpp else "off",
         }
 
+    @property
+    def total_ctx(self) -> int:
+        """The server's whole context: llama.cpp divides it among the slots."""
+        return self.n_ctx * self.slots
+
     def command(self, model_file: Path) -> list[str]:
+        if self.slots < 1 or (self.slots > 1 and self.repeatable):
+            raise GapragError(
+                f"the embedded server cannot serve {self.slots} slots"
+                + (" in repeatable mode" if self.repeatable else ""),
+                hint="repeatable serving (gaprag eval) uses one slot; otherwise use 1 or more",
+            )
         if self.engine == "llama-server":
             binary = llama_server_binary()
             if binary is None:
                 raise GapragError("llama-server is not installed", hint="set GAPRAG_LLAMA_SERVER")
             cmd = [
                 str(binary), "-m", str(model_file), "--host", "127.0.0.1", "--port", str(self.port),
-                "-c", str(self.n_ctx), "-t", str(self.threads), "-tb", str(self.threads),
-                "-np", "1", "--alias", self.model, "--no-webui", "-fa", FLASH_ATTN,
+                "-c", str(self.total_ctx), "-t", str(self.threads), "-tb", str(self.threads),
+                "-np", str(self.slots), "--alias", self.model, "--no-webui", "-fa", FLASH_ATTN,
             ]  # fmt: skip
             if self.seed is not None:
                 cmd += ["--seed", str(self.seed)]
@@ -196,6 +208,11 @@ class EmbeddedServer:
                 cmd += ["--no-cache-prompt", "--cache-ram", "0"]
             return cmd
         if self.engine == "llama-cpp-python":
+            if self.slots > 1:
+                raise GapragError(
+                    "llama-cpp-python's server has one slot",
+                    hint="use the xllamacpp or llama-server engine for more (GAPRAG_LOCAL_ENGINE)",
+                )
             cmd = [
                 sys.executable, "-m", "llama_cpp.server", "--model", str(model_file),
                 "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
@@ -207,7 +224,7 @@ class EmbeddedServer:
             return cmd  # it always reuses the previous prompt's matching prefix
         cmd = [
             sys.executable, "-m", "gaprag.llm._xllama_launcher", str(model_file),
-            str(self.port), str(self.n_ctx), str(self.threads), "--parallel", "1",
+            str(self.port), str(self.total_ctx), str(self.threads), "--parallel", str(self.slots),
             "--alias", self.model, "--flash-attn", FLASH_ATTN,
         ]  # fmt: skip
         if self.seed is not None:
@@ -285,6 +302,7 @@ def local_server_config(
         port=0,
         n_ctx=int(os.environ.get("GAPRAG_LOCAL_CTX", "4096")),
         repeatable=repeatable,
+        slots=1 if repeatable else local_slots(),
     )
 
 

@@ -66,6 +66,41 @@ def test_repeatable_mode_pins_one_slot_a_seed_and_the_measured_cache(
     assert cmd[cmd.index("8123") - 1] in ("--port", "m.gguf")  # served where base_url points
 
 
+@pytest.mark.parametrize("engine", ["llama-server", "xllamacpp"])
+def test_slots_each_keep_the_context_and_repeatable_serving_keeps_one(
+    engine: server.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAPRAG_LLAMA_SERVER", str(_fake_llama_server(tmp_path)))
+    two = EmbeddedServer(model="smollm2-135m", engine=engine, port=8123, n_ctx=4096, slots=2)
+    cmd = two.command(Path("m.gguf"))
+    slots, ctx = ("-np", "-c") if engine == "llama-server" else ("--parallel", None)
+    assert cmd[cmd.index(slots) + 1] == "2"
+    # llama.cpp divides the context among the slots: each keeps n_ctx
+    assert (cmd[cmd.index(ctx) + 1] if ctx else cmd[cmd.index("8123") + 1]) == "8192"
+    assert two.settings()["slots"] == 2 and two.settings()["n_ctx"] == 4096
+    for bad in (
+        EmbeddedServer(model="smollm2-135m", engine=engine, port=1, slots=2, repeatable=True),
+        EmbeddedServer(model="smollm2-135m", engine=engine, port=1, slots=0),
+    ):
+        with pytest.raises(GapragError, match="slots"):
+            bad.command(Path("m.gguf"))
+    with pytest.raises(GapragError, match="one slot"):
+        EmbeddedServer(model="smollm2-135m", engine="llama-cpp-python", port=1, slots=2).command(
+            Path("m.gguf")
+        )
+
+
+def test_the_auto_started_server_takes_its_slots_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GAPRAG_LOCAL_ENGINE", "xllamacpp")
+    monkeypatch.setenv("GAPRAG_LOCAL_SLOTS", "3")
+    assert server.local_server_config().slots == 3
+    assert server.local_server_config(repeatable=True).slots == 1  # an eval's server
+    monkeypatch.setenv("GAPRAG_LOCAL_SLOTS", "many")
+    assert server.local_server_config().slots == 1
+
+
 def test_the_launcher_reads_the_same_serving_flags() -> None:
     args = _xllama_launcher.parse_args(
         ["m.gguf", "8123", "4096", "2", "--seed", "42", "--no-cache-prompt", "--flash-attn", "off"]
