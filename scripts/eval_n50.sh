@@ -22,6 +22,9 @@ AFTER_COMMIT=a2f8522  # the small-model work, the calibrated profile, MIGRES's e
 ROOT=$PWD
 . .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# the engine of every row so far: a llama-server built later (GAPRAG_FAST=server) would
+# otherwise be preferred, and another engine's arithmetic changes outputs
+export GAPRAG_LOCAL_ENGINE=${GAPRAG_LOCAL_ENGINE:-xllamacpp}
 METHODS=${METHODS:-standard_rag,missing_knowledge,iterkey,migres,rfm_rag}
 # DATASETS="hotpotqa" runs one set (e.g. to finish a set before and after before the next)
 DATASETS=${DATASETS:-hotpotqa 2wikimultihopqa musique}
