@@ -12,8 +12,8 @@ The scripted model gives one fixed reply (``--reply``) to every prompt, so a met
 a different path than with a real model (e.g. repair a reply it cannot parse, or run to its
 round limit). The table therefore also gives the overhead per LLM call, and the overhead
 scaled to the LLM calls the method made per question with the embedded model (median over
-``docs/results/*.results.jsonl`` where present), compared with that method's median wall time
-there. Uses only the public API, so it runs before and after the graph restructure.
+the rows of ``--reference``, by default ``docs/results/*.results.jsonl``), compared with that
+method's median wall time there. Uses only the public API, so it runs before and after the graph restructure.
 
     python benchmarks/overhead.py [--questions 20] [--methods standard_rag,iterkey] [--out FILE]
 
@@ -39,7 +39,6 @@ from gaprag.testing import ScriptedChatModel
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTIONS = ROOT / "gaprag" / "data" / "eval" / "hotpotqa.dev.jsonl"
-RESULTS = ROOT / "docs" / "results"
 
 
 class TimedScriptedModel(ScriptedChatModel):
@@ -75,11 +74,12 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def embedded_reference() -> dict[str, dict[str, float]]:
-    """Median wall_s and llm_calls per method from the committed results with the real model."""
+def embedded_reference(pattern: str) -> dict[str, dict[str, float]]:
+    """Median wall_s and llm_calls per method from committed results with the real model
+    (``pattern``: a glob under the repository, e.g. ``docs/results/n50/after/*/results.jsonl``)."""
     walls: dict[str, list[float]] = defaultdict(list)
     calls: dict[str, list[float]] = defaultdict(list)
-    for path in sorted(RESULTS.glob("*.results.jsonl")):
+    for path in sorted(ROOT.glob(pattern)):
         for line in path.open(encoding="utf-8"):
             with contextlib.suppress(ValueError):
                 row = json.loads(line)
@@ -114,6 +114,10 @@ def main() -> None:
     ap.add_argument("--methods", default="", help="comma-separated; default all")
     ap.add_argument("--reply", default="Answer: Paris", help="the scripted model's reply")
     ap.add_argument("--out", help="also write the JSON result to this file")
+    ap.add_argument(
+        "--reference", default="docs/results/*.results.jsonl",
+        help="glob of result rows with the embedded model to compare with (wall time, calls)",
+    )  # fmt: skip
     args = ap.parse_args()
     methods = args.methods.split(",") if args.methods else list(list_methods())
     rows = [json.loads(line) for line in QUESTIONS.open(encoding="utf-8")]
@@ -155,7 +159,7 @@ def main() -> None:
     }
     log(f"store: {setup}")
 
-    reference = embedded_reference()
+    reference = embedded_reference(args.reference)
     result: dict[str, Any] = {
         "questions": f"hotpotqa.dev {args.first}-{args.first + len(questions) - 1}",
         "reply": args.reply,

@@ -969,6 +969,23 @@ def test_embedding_scorer_reuses_stored_vectors(levity: Store) -> None:
     assert max(direct) == direct[0]  # the Levity film passage is the closest
 
 
+def test_embedding_scorer_embeds_a_query_once(levity: Store) -> None:
+    embedded: list[str] = []
+
+    class Counting(HashingEmbedder):
+        def embed(self, texts: Sequence[str], **kw: Any) -> Any:
+            embedded.extend(texts)
+            return super().embed(texts, **kw)
+
+    docs = [ScoreDoc(id=d["id"], title=d["title"], text=d["text"]) for d in LEVITY]
+    plain = EmbeddingScorer(HashingEmbedder())
+    scorer = EmbeddingScorer(Counting())
+    first = scorer.score("Who directed Levity?", docs[:3])
+    again = scorer.score("Who directed Levity?", docs[3:])  # as the sentence filter does
+    assert first + again == plain.score("Who directed Levity?", docs)
+    assert embedded.count("Who directed Levity?") == 1
+
+
 def test_progress_events_are_streamed(levity: Store) -> None:
     chat = ChoiceChat(
         rules=[
