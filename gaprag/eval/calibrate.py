@@ -19,10 +19,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,6 +185,23 @@ def write_profile(
     path.write_text(header + tomli_w.dumps(data), encoding="utf-8")
 
 
+@contextlib.contextmanager
+def _environ(name: str, value: str | None) -> Iterator[None]:
+    """``os.environ[name] = value`` for the block (nothing when ``value`` is None), then back."""
+    if value is None:
+        yield
+        return
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
 def calibrate(
     *,
     model: str,
@@ -207,8 +226,6 @@ def calibrate(
     JSONL paths; ``llm``/``embedder``: objects to use instead (tests); ``run=False``: replay the
     rows already under ``out`` (of an interrupted calibration, say) without running anything.
     Returns the curves and the profile's path."""
-    import os
-
     from gaprag.eval.runner import evaluate, read_results
 
     unknown = [m for m in methods if m not in CALIBRATED]
@@ -217,40 +234,41 @@ def calibrate(
             f"no calibrated decision in: {', '.join(unknown)}",
             hint="calibrated methods: " + ", ".join(CALIBRATED),
         )
-    if base_url is None and llm is None:
-        os.environ["GAPRAG_LOCAL_MODEL"] = model
     out_dir = Path(out)
     rows: list[dict[str, Any]] = []
     used: dict[str, str] = {}
-    for name in datasets:
-        ds = load_dataset(name)
-        picked = calibration_slice(ds.examples, start, limit, what="calibration")
-        path = out_dir / ds.name / "results.jsonl"
-        if run:
-            evaluate(
-                methods=list(methods),
-                dataset=ds,
-                limit=len(picked),
-                offset=start,
-                out=out_dir / ds.name,
-                resume=resume,
-                options={m: {"calibration": True} for m in methods},
-                base_url=base_url,
-                model=model if base_url else None,
-                llm=llm,
-                embedder=embedder,
-                progress=progress,
-                report=False,
-            )
-        mine = read_results(path) if path.is_file() else []
-        if not run:  # a replay keeps to the questions asked for
-            wanted = {ex.id for ex in picked}
-            mine = [r for r in mine if r.get("id") in wanted]
-        rows.extend(mine)
-        position = {ex.id: i for i, ex in enumerate(ds.examples)}
-        indices = sorted({position[r["id"]] for r in mine if r.get("id") in position})
-        if indices:
-            used[ds.name] = f"{indices[0]}-{indices[-1]} ({len(indices)} questions)"
+    # the embedded server serves ``model`` during these runs; the caller's setting comes back
+    embedded = base_url is None and llm is None
+    with _environ("GAPRAG_LOCAL_MODEL", model if embedded else None):
+        for name in datasets:
+            ds = load_dataset(name)
+            picked = calibration_slice(ds.examples, start, limit, what="calibration")
+            path = out_dir / ds.name / "results.jsonl"
+            if run:
+                evaluate(
+                    methods=list(methods),
+                    dataset=ds,
+                    limit=len(picked),
+                    offset=start,
+                    out=out_dir / ds.name,
+                    resume=resume,
+                    options={m: {"calibration": True} for m in methods},
+                    base_url=base_url,
+                    model=model if base_url else None,
+                    llm=llm,
+                    embedder=embedder,
+                    progress=progress,
+                    report=False,
+                )
+            mine = read_results(path) if path.is_file() else []
+            if not run:  # a replay keeps to the questions asked for
+                wanted = {ex.id for ex in picked}
+                mine = [r for r in mine if r.get("id") in wanted]
+            rows.extend(mine)
+            position = {ex.id: i for i, ex in enumerate(ds.examples)}
+            indices = sorted({position[r["id"]] for r in mine if r.get("id") in position})
+            if indices:
+                used[ds.name] = f"{indices[0]}-{indices[-1]} ({len(indices)} questions)"
     rows = [r for r in rows if not r.get("error") and (r.get("options") or {}).get("calibration")]
     if not rows:
         raise InputError(f"no calibration rows under {out_dir}", hint="run gaprag calibrate first")

@@ -253,8 +253,13 @@ def test_resume_refuses_a_changed_profile_setting() -> None:
     assert _profiles_differ(a, None) and _profiles_differ(a, {**a, "model": "n"})
 
 
-def test_replay_only_uses_the_rows_already_there(tmp_path: Path) -> None:
+def test_replay_only_uses_the_rows_already_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import json
+    import os
+
+    monkeypatch.setenv("GAPRAG_LOCAL_MODEL", "smollm2-135m")
 
     runs = tmp_path / "runs" / "hotpotqa"
     runs.mkdir(parents=True)
@@ -278,6 +283,13 @@ def test_replay_only_uses_the_rows_already_there(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no calibration rows"):
         calibrate(model="m", methods=["iterkey"], datasets=["musique"], out=tmp_path / "runs",
                   profile_path=profile, run=False)  # fmt: skip
+    assert os.environ["GAPRAG_LOCAL_MODEL"] == "smollm2-135m"  # the caller's model, after both
+    monkeypatch.delenv("GAPRAG_LOCAL_MODEL")
+    calibrate(
+        model="m", methods=["iterkey"], datasets=["hotpotqa"], limit=5, out=tmp_path / "runs",
+        profile_path=profile, run=False,
+    )  # fmt: skip
+    assert "GAPRAG_LOCAL_MODEL" not in os.environ
 
 
 def test_studio_form_shows_profile_values_and_their_source(

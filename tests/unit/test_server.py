@@ -94,6 +94,7 @@ def test_the_auto_started_server_takes_its_slots_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("GAPRAG_LOCAL_ENGINE", "xllamacpp")
+    monkeypatch.setenv("GAPRAG_LOCAL_MODEL", "smollm2-135m")
     monkeypatch.setenv("GAPRAG_LOCAL_SLOTS", "3")
     assert server.local_server_config().slots == 3
     assert server.local_server_config(repeatable=True).slots == 1  # an eval's server
