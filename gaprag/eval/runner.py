@@ -162,7 +162,26 @@ class ResultsWriter:
         _cut_torn_tail(path)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
+    def _follow_the_path(self) -> None:
+        """Reopen when the file at ``path`` is no longer the one open here (replaced by a git
+        checkout or stash, a sync, an editor): rows written to the old file would be lost."""
+        mine = os.fstat(self._fd)
+        try:
+            there = os.stat(self.path)
+        except FileNotFoundError:
+            there = None
+        if there is not None and (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino):
+            return
+        warnings.warn(
+            f"{self.path} was replaced or removed during the run; rows go on to the file now "
+            "at that path",
+            stacklevel=3,
+        )
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
     def write(self, row: Mapping[str, Any]) -> None:
+        self._follow_the_path()
         data = (json.dumps(row, ensure_ascii=False, default=str) + "\n").encode("utf-8")
         view = memoryview(data)
         for _ in range(1000):  # a short write is continued; bounded

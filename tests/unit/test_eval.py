@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import warnings
@@ -18,7 +19,7 @@ from gaprag.context import BaseContext
 from gaprag.errors import GapragError, InputError
 from gaprag.eval import evaluate, load_dataset, read_results, write_report
 from gaprag.eval.datasets import bundled
-from gaprag.eval.runner import RESULT_FIELDS, TooManyErrors, parse_variant
+from gaprag.eval.runner import RESULT_FIELDS, ResultsWriter, TooManyErrors, parse_variant
 from gaprag.graphs import METHODS
 from gaprag.llm.client import LLM
 from gaprag.stores import HashingEmbedder
@@ -462,6 +463,22 @@ def test_torn_last_line_is_cut_and_its_question_rerun(
     lines = (out / "results.jsonl").read_text().splitlines()
     assert [json.loads(line)["id"] for line in lines] == ["q1", "q2", "q3"]  # no torn line left
     assert len(fake.calls) == 1  # only q3 ran again
+
+
+def test_rows_follow_a_results_file_replaced_during_the_run(tmp_path: Path) -> None:
+    """A git stash or checkout replaces results.jsonl under a running eval: later rows must
+    land in the file at the path, not in the replaced one."""
+    path = tmp_path / "results.jsonl"
+    writer = ResultsWriter(path)
+    writer.write({"id": "q1"})
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(path.read_bytes())
+    os.replace(copy, path)  # what git does: a new file, renamed over the old one
+    with pytest.warns(UserWarning, match="replaced or removed during the run"):
+        writer.write({"id": "q2"})
+    writer.write({"id": "q3"})  # no second warning: the new file is the open one now
+    writer.close()
+    assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == ["q1", "q2", "q3"]
 
 
 def test_a_torn_line_inside_the_file_is_skipped(dataset: Path, tmp_path: Path) -> None:
