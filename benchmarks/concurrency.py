@@ -27,11 +27,9 @@ import argparse
 import contextlib
 import io
 import json
-import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,29 +37,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gaprag.cli import main as gaprag_main  # noqa: E402
+from gaprag.config import environ  # noqa: E402
 from tests.fake_openai import FakeOpenAI  # noqa: E402
 
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def env(**values: str | None) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    for k, v in values.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def run_eval(
@@ -126,15 +107,15 @@ def main() -> None:
             srv.port, srv.slots = free_port(), args.slots
             srv.start()
             stack.callback(srv.stop)
-            stack.enter_context(env(GAPRAG_BASE_URL=srv.base_url, GAPRAG_MODEL=srv.model))
+            stack.enter_context(environ(GAPRAG_BASE_URL=srv.base_url, GAPRAG_MODEL=srv.model))
             result["endpoint"] = f"embedded server with {args.slots} slots"
             result["serving"] = srv.settings()
         elif args.embedded:
-            stack.enter_context(env(GAPRAG_BASE_URL=None, OPENAI_BASE_URL=None))
+            stack.enter_context(environ(GAPRAG_BASE_URL=None, OPENAI_BASE_URL=None))
             result["endpoint"] = "embedded server (started by gaprag)"
         else:
             server = stack.enter_context(FakeOpenAI(reply="Answer: Paris", latency=args.latency))
-            stack.enter_context(env(GAPRAG_BASE_URL=server.base_url, GAPRAG_MODEL="fake-model"))
+            stack.enter_context(environ(GAPRAG_BASE_URL=server.base_url, GAPRAG_MODEL="fake-model"))
             result["endpoint"] = f"fake OpenAI server, {args.latency} s per reply"
         run_eval(
             args.method, 1, 1, args.offset, tmp / "warmup", args.set

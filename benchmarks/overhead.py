@@ -13,7 +13,8 @@ a different path than with a real model (e.g. repair a reply it cannot parse, or
 round limit). The table therefore also gives the overhead per LLM call, and the overhead
 scaled to the LLM calls the method made per question with the embedded model (median over
 the rows of ``--reference``, by default ``docs/results/*.results.jsonl``), compared with that
-method's median wall time there. Uses only the public API, so it runs before and after the graph restructure.
+method's median wall time there. Uses only the public API, so it runs before and after the
+graph restructure.
 
     python benchmarks/overhead.py [--questions 20] [--methods standard_rag,iterkey] [--out FILE]
 

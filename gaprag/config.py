@@ -159,6 +159,26 @@ def quiet_libraries() -> None:
 
 
 @contextlib.contextmanager
+def environ(**values: str | None) -> Iterator[None]:
+    """Set (a string) or unset (None) environment variables for the block, then put back what
+    was there."""
+    old = {k: os.environ.get(k) for k in values}
+    try:
+        _set_env(values)
+        yield
+    finally:
+        _set_env(old)
+
+
+def _set_env(values: dict[str, str | None]) -> None:
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@contextlib.contextmanager
 def quiet_model_loading() -> Iterator[None]:
     """While loading a model: no "Loading weights" bar or load report from transformers."""
     if os.environ.get("GAPRAG_VERBOSE_LIBS"):

@@ -29,6 +29,12 @@ METHODS=${METHODS:-standard_rag,missing_knowledge,iterkey,migres,rfm_rag}
 # DATASETS="hotpotqa" runs one set (e.g. to finish a set before and after before the next)
 DATASETS=${DATASETS:-hotpotqa 2wikimultihopqa musique}
 OUT=$ROOT/docs/results/n50/$LABEL
+# the set directories under $1 that hold rows (what a report can cover)
+sets_with_rows() {
+  for ds in hotpotqa 2wikimultihopqa musique; do
+    if [[ -f $1/$ds/results.jsonl ]]; then echo "$1/$ds"; fi
+  done
+}
 case "$LABEL" in
   both)
     for ds in $DATASETS; do
@@ -40,10 +46,7 @@ case "$LABEL" in
     for ds in $DATASETS; do
       python benchmarks/rag_ef_n50.py --dataset "$ds" --limit 50 --out "docs/results/n50/rag_ef/$ds"
     done
-    dirs=()
-    for ds in hotpotqa 2wikimultihopqa musique; do
-      if [[ -f docs/results/n50/rag_ef/$ds/results.jsonl ]]; then dirs+=("docs/results/n50/rag_ef/$ds"); fi
-    done
+    mapfile -t dirs < <(sets_with_rows docs/results/n50/rag_ef)
     gaprag report "${dirs[@]}" --out docs/results/n50/rag_ef
     exit 0 ;;
   before) COMMIT=$BEFORE_COMMIT ;;
@@ -65,10 +68,9 @@ for ds in $DATASETS; do
   gaprag eval --methods "$METHODS" --dataset "$ds" --limit 50 --resume --out "$OUT/$ds" "${extra[@]}"
 done
 cd "$ROOT" && unset PYTHONPATH  # the report with the current code
-dirs=() versus=()
-for ds in hotpotqa 2wikimultihopqa musique; do
-  if [[ -f $OUT/$ds/results.jsonl ]]; then dirs+=("$OUT/$ds"); fi
-  b=$ROOT/docs/results/n50/before/$ds
-  if [[ $LABEL == after && -f $b/results.jsonl ]]; then versus+=(--before "$b"); fi
-done
+mapfile -t dirs < <(sets_with_rows "$OUT")
+versus=()
+if [[ $LABEL == after ]]; then
+  while read -r b; do versus+=(--before "$b"); done < <(sets_with_rows "$ROOT/docs/results/n50/before")
+fi
 gaprag report "${dirs[@]}" --out "$OUT" "${versus[@]}"

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gaprag.config import environ
 from gaprag.errors import InputError
 from gaprag.eval.datasets import CALIBRATION_START, calibration_slice, load_dataset
 from gaprag.eval.metrics import f1_score
@@ -185,23 +185,6 @@ def write_profile(
     path.write_text(header + tomli_w.dumps(data), encoding="utf-8")
 
 
-@contextlib.contextmanager
-def _environ(name: str, value: str | None) -> Iterator[None]:
-    """``os.environ[name] = value`` for the block (nothing when ``value`` is None), then back."""
-    if value is None:
-        yield
-        return
-    before = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
-
-
 def calibrate(
     *,
     model: str,
@@ -239,7 +222,7 @@ def calibrate(
     used: dict[str, str] = {}
     # the embedded server serves ``model`` during these runs; the caller's setting comes back
     embedded = base_url is None and llm is None
-    with _environ("GAPRAG_LOCAL_MODEL", model if embedded else None):
+    with environ(GAPRAG_LOCAL_MODEL=model) if embedded else contextlib.nullcontext():
         for name in datasets:
             ds = load_dataset(name)
             picked = calibration_slice(ds.examples, start, limit, what="calibration")

@@ -160,7 +160,10 @@ class ResultsWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
         _cut_torn_tail(path)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = self._open()
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def _follow_the_path(self) -> None:
         """Reopen when the file at ``path`` is no longer the one open here (replaced by a git
@@ -178,7 +181,7 @@ class ResultsWriter:
             stacklevel=3,
         )
         os.close(self._fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = self._open()
 
     def write(self, row: Mapping[str, Any]) -> None:
         self._follow_the_path()

@@ -71,7 +71,6 @@ class EmbeddingScorer:
         self.default_delta = DEFAULT_EMBEDDING_DELTA
         self._store = store
         self._cache: OrderedDict[str, Vectors] = OrderedDict()
-        self._queries: OrderedDict[str, Vectors] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
 
@@ -130,23 +129,10 @@ class EmbeddingScorer:
             return np.zeros((0, self.embedder.dim), dtype=np.float32)
         return np.stack([local[t] for t in texts])
 
-    def _query_vector(self, query: str) -> Vectors:
-        """The query's vector, embedded once: the sentence filter scores one query against
-        every kept passage's sentences, passage by passage."""
-        with self._lock:
-            vec = self._queries.get(query)
-        if vec is None:
-            vec = self.embedder.embed([query])[0]
-            with self._lock:
-                self._queries[query] = vec
-                while len(self._queries) > 256:
-                    self._queries.popitem(last=False)
-        return vec
-
     def score(self, query: str, docs: Sequence[ScoreDoc]) -> list[float]:
         if not docs:
             return []
-        q = self._query_vector(query)
+        q = self._vectors([query])[0]  # cached: the sentence filter asks again per passage
         vecs = self._vectors([_doc_text(d) for d in docs], docs)
         return [round(float(s), 6) for s in vecs @ q]
 
