@@ -10,7 +10,9 @@ from langchain_core.language_models import BaseChatModel
 from gaprag import config
 from gaprag.llm.client import LLM
 
-_defaults: dict[bool, LLM] = {}
+# one client per (repeatable, endpoint, model): settings changed in the process (a calibration of
+# another model, a test's endpoint) get their own client instead of the first one made
+_defaults: dict[tuple[bool, str | None, str | None], LLM] = {}
 _lock = threading.Lock()
 
 
@@ -40,20 +42,23 @@ def openai_llm(
 
 
 def default_llm(*, repeatable: bool = False) -> LLM:
-    """One shared client per process: ``GAPRAG_BASE_URL`` if set, else the embedded server.
+    """One shared client per process and setting: ``GAPRAG_BASE_URL`` if set, else the embedded
+    server of ``GAPRAG_LOCAL_MODEL``. The client is kept per endpoint and model, so a change of
+    either in the environment (``gaprag calibrate --model``) is honoured on the next call.
 
     ``repeatable=True`` asks for answers that repeat run after run: the embedded server is
     started in its repeatable mode (one slot, fixed seed, prompt cache as measured; see
     :func:`serving_settings`) and every request carries temperature 0 and the fixed seed. A
     configured endpoint gets the same request settings; how it serves is up to it.
     """
+    url = config.base_url()
+    key = (repeatable, url, config.model_name() if url else config.local_model())
     with _lock:
-        llm = _defaults.get(repeatable)
+        llm = _defaults.get(key)
         if llm is None:
             from gaprag.llm.server import REPEATABLE_SEED
 
             seed = REPEATABLE_SEED if repeatable else None
-            url = config.base_url()
             if url:
                 llm = openai_llm(url, config.model_name(), seed=seed)
             else:
@@ -64,7 +69,7 @@ def default_llm(*, repeatable: bool = False) -> LLM:
                     server.base_url, server.model, structured_mode=server.structured_mode,
                     seed=seed, context_window=config.context_window() or server.n_ctx,
                 )  # fmt: skip
-            _defaults[repeatable] = llm
+            _defaults[key] = llm
         return llm
 
 

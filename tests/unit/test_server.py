@@ -160,3 +160,42 @@ def test_the_repeatable_default_llm_sends_temperature_zero_and_the_seed(
     first, second = srv.requests
     assert first["temperature"] == 0.0 and first["seed"] == REPEATABLE_SEED
     assert second["temperature"] == 0.0 and "seed" not in second
+
+
+def test_the_default_llm_follows_the_endpoint_and_model_set_in_the_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One client per endpoint and model: ``gaprag calibrate --model B`` after a client for A
+    was made in the same process gets B's server, not A's client."""
+    from types import SimpleNamespace
+
+    from gaprag.llm import factory
+
+    monkeypatch.setattr(factory, "_defaults", {})
+    started: list[str] = []
+
+    def ensure_local_server(*, repeatable: bool = False) -> SimpleNamespace:
+        name = os.environ["GAPRAG_LOCAL_MODEL"]
+        started.append(name)
+        return SimpleNamespace(base_url=f"http://127.0.0.1:9/{name}/v1", model=name,
+                               structured_mode="json_schema", n_ctx=4096)  # fmt: skip
+
+    monkeypatch.setattr(server, "ensure_local_server", ensure_local_server)
+    monkeypatch.delenv("GAPRAG_BASE_URL", raising=False)
+    monkeypatch.setenv("GAPRAG_LOCAL_MODEL", "model-a")
+    a = factory.default_llm(repeatable=True)
+    assert factory.default_llm(repeatable=True) is a
+    monkeypatch.setenv("GAPRAG_LOCAL_MODEL", "model-b")
+    b = factory.default_llm(repeatable=True)
+    assert b is not a and "model-b" in b.endpoint
+    assert getattr(b.chat, "model_name", None) == "model-b"
+    monkeypatch.setenv("GAPRAG_LOCAL_MODEL", "model-a")
+    assert factory.default_llm(repeatable=True) is a
+    assert started == ["model-a", "model-b"]
+    # a configured endpoint: one client per URL and model name
+    monkeypatch.setenv("GAPRAG_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("GAPRAG_MODEL", "served-1")
+    one = factory.default_llm()
+    monkeypatch.setenv("GAPRAG_MODEL", "served-2")
+    two = factory.default_llm()
+    assert one is not two and getattr(two.chat, "model_name", None) == "served-2"
