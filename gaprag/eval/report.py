@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -769,7 +770,8 @@ def write_report(
     if before:
         old_rows = [r for d in before for r in read_results(Path(d))]
         summary["versus_before"] = {
-            "dirs": [str(d) for d in before],
+            # relative to the report, so a committed summary names no machine path
+            "dirs": [os.path.relpath(Path(d).resolve(), target.resolve()) for d in before],
             **versus_before(old_rows, rows, seed=seed, n_boot=n_boot),
         }
     made = plot(summary, target) if plots else {}

@@ -911,6 +911,7 @@ def test_report_against_a_before_run(tmp_path: Path) -> None:
     ])  # fmt: skip
     summary = write_report([after], tmp_path / "out", before=[before])
     vb = summary["versus_before"]
+    assert vb["dirs"] == ["../before"]  # relative to the report, never a machine path
     d = vb["datasets"]["d"]["iterkey"]
     assert d["n"] == 2 and d["f1"]["mean"] == pytest.approx(0.5)
     assert d["before"]["f1"] == pytest.approx(0.5) and d["after"]["f1"] == pytest.approx(1.0)
