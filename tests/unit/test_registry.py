@@ -97,4 +97,5 @@ def test_llama_cpp_without_server_extra_is_not_an_engine(monkeypatch: pytest.Mon
         return real(name)
 
     monkeypatch.setattr(server.importlib.util, "find_spec", fake)
+    monkeypatch.setattr(server, "llama_server_binary", lambda: None)  # a native build may exist
     assert server.available_engines() == ["xllamacpp"]
