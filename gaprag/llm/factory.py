@@ -52,7 +52,8 @@ def default_llm(*, repeatable: bool = False) -> LLM:
     configured endpoint gets the same request settings; how it serves is up to it.
     """
     url = config.base_url()
-    key = (repeatable, url, config.model_name() if url else config.local_model())
+    model = config.model_name() if url else config.local_model()
+    key = (repeatable, url, model)
     with _lock:
         llm = _defaults.get(key)
         if llm is None:
@@ -60,7 +61,7 @@ def default_llm(*, repeatable: bool = False) -> LLM:
 
             seed = REPEATABLE_SEED if repeatable else None
             if url:
-                llm = openai_llm(url, config.model_name(), seed=seed)
+                llm = openai_llm(url, model, seed=seed)
             else:
                 from gaprag.llm.server import ensure_local_server
 
