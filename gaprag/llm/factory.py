@@ -65,7 +65,7 @@ def default_llm(*, repeatable: bool = False) -> LLM:
             else:
                 from gaprag.llm.server import ensure_local_server
 
-                server = ensure_local_server(repeatable=repeatable)
+                server = ensure_local_server(model, repeatable=repeatable)
                 llm = openai_llm(
                     server.base_url, server.model, structured_mode=server.structured_mode,
                     seed=seed, context_window=config.context_window() or server.n_ctx,

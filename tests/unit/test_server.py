@@ -174,8 +174,10 @@ def test_the_default_llm_follows_the_endpoint_and_model_set_in_the_process(
     monkeypatch.setattr(factory, "_defaults", {})
     started: list[str] = []
 
-    def ensure_local_server(*, repeatable: bool = False) -> SimpleNamespace:
-        name = os.environ["GAPRAG_LOCAL_MODEL"]
+    def ensure_local_server(
+        model: str | None = None, *, repeatable: bool = False
+    ) -> SimpleNamespace:
+        name = model or os.environ["GAPRAG_LOCAL_MODEL"]
         started.append(name)
         return SimpleNamespace(base_url=f"http://127.0.0.1:9/{name}/v1", model=name,
                                structured_mode="json_schema", n_ctx=4096)  # fmt: skip
