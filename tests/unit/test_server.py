@@ -174,12 +174,11 @@ def test_the_default_llm_follows_the_endpoint_and_model_set_in_the_process(
     monkeypatch.setattr(factory, "_defaults", {})
     started: list[str] = []
 
-    def ensure_local_server(
-        model: str | None = None, *, repeatable: bool = False
-    ) -> SimpleNamespace:
-        name = model or os.environ["GAPRAG_LOCAL_MODEL"]
-        started.append(name)
-        return SimpleNamespace(base_url=f"http://127.0.0.1:9/{name}/v1", model=name,
+    def ensure_local_server(model: str, *, repeatable: bool = False) -> SimpleNamespace:
+        # the model default_llm keyed its client on, passed in: the stub does not read the
+        # environment itself, so a factory that stopped passing it fails here
+        started.append(model)
+        return SimpleNamespace(base_url=f"http://127.0.0.1:9/{model}/v1", model=model,
                                structured_mode="json_schema", n_ctx=4096)  # fmt: skip
 
     monkeypatch.setattr(server, "ensure_local_server", ensure_local_server)
