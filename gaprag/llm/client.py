@@ -10,6 +10,9 @@ messages, and robust structured output:
 3. one repair retry that shows the model its reply and the schema;
 4. the caller's documented safe default. A malformed reply never raises.
 
+At temperature 0 a call that repeats one already made in the same question's run is answered
+from :mod:`gaprag.llm.memo` instead of the endpoint (``reuse_replies``).
+
 Each call is written once, as a coroutine (``agenerate``, ``astructured``, ``achoose``); the
 synchronous ``generate``, ``structured`` and ``choose`` run the same code through
 :func:`gaprag.aio.run_sync`, which makes it use the chat model's blocking API.
@@ -40,6 +43,7 @@ from gaprag.llm.failures import (
     is_transport,
     status_of,
 )
+from gaprag.llm.memo import ReplyMemo, current_run, deterministic, memo_key
 from gaprag.llm.parse import parse_choice, parse_model, strip_thinking
 from gaprag.prompts import prompt_parts
 
@@ -148,8 +152,13 @@ class LLM:
         endpoint: str = "",
         supports_logprobs: bool | None = None,
         context_window: int | None = None,
+        reuse_replies: bool | None = None,
     ) -> None:
         self.chat = chat
+        #: Replies reused within a question's run (:mod:`gaprag.llm.memo`); by default on when
+        #: the chat model samples at temperature 0, where a repeated prompt gets the same reply.
+        reuse = deterministic(chat) if reuse_replies is None else reuse_replies
+        self.memo: ReplyMemo | None = ReplyMemo() if reuse else None
         self.endpoint = endpoint or str(getattr(chat, "openai_api_base", "") or "")
         #: The endpoint's context in tokens (``GAPRAG_CONTEXT_WINDOW``; the embedded server's
         #: ``n_ctx``): a longer prompt is cut before sending, and the cut is recorded.
@@ -179,6 +188,13 @@ class LLM:
                 **self._call_kwargs(max_tokens)["extra_body"],
                 **extra["extra_body"],
             }
+        run = current_run() if self.memo is not None else ""
+        key = memo_key(messages, kwargs) if run else ""
+        if self.memo is not None and key:
+            reused = self.memo.get(run, key)
+            if reused is not None:  # the same prompt earlier in this run: the same reply
+                record_decision(event="reply_reused")
+                return reused
         messages, cut = fit_to_window(messages, self.context_window, max_tokens)
         if cut is not None:
             record_decision(
@@ -237,6 +253,8 @@ class LLM:
         else:
             prompt = sum(_estimate_tokens(_text(m)) for m in messages)
             record_llm_call(prompt, _estimate_tokens(_text(reply)), parts=parts)
+        if self.memo is not None and key:
+            self.memo.put(run, key, reply)
         return reply
 
     def _timeout(self) -> float | None:

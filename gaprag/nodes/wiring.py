@@ -31,6 +31,7 @@ import dataclasses
 import inspect
 import time
 import typing
+import uuid
 from collections.abc import Callable
 from dataclasses import is_dataclass
 from typing import Any, get_args, get_origin
@@ -44,6 +45,7 @@ from gaprag.aio import run_sync
 from gaprag.context import BaseContext, resolve_context
 from gaprag.deps import Deps
 from gaprag.llm.accounting import metered
+from gaprag.llm.memo import run_scope
 from gaprag.state.base import PERSISTENT, InputState
 from gaprag.validate import check_question
 
@@ -96,12 +98,17 @@ def _stale(state: Any, inputs: frozenset[str]) -> dict[str, tuple[Any, bool]]:
     return out
 
 
-def _start_update(update: Any, stale: dict[str, tuple[Any, bool]], question: str) -> Any:
+def _start_update(
+    update: Any, stale: dict[str, tuple[Any, bool]], question: str, run_key: str
+) -> Any:
     """A first node's update for a new question: the stale fields reset (or overwritten by
-    the node's own values), and the question the state was reset for recorded."""
+    the node's own values), the question the state was reset for recorded, and the question's
+    run key (when the state has one)."""
     if not isinstance(update, dict):
         return update
     merged = {**update, "asked": question}
+    if run_key:
+        merged["run_key"] = run_key
     for name, (default, reducer) in stale.items():
         value = update.get(name, default)
         merged[name] = Overwrite(value) if reducer else value
@@ -134,12 +141,15 @@ def as_node(
                 state, **{k: copy.deepcopy(d) for k, (d, _) in stale.items()}
             )
         run = runtime.override(context=resolve_context(context, runtime.context))
+        # a new question gets a new run key (the scope of the LLM layer's reply reuse)
+        keyed = any(f.name == "run_key" for f in dataclasses.fields(state))
+        run_key = (uuid.uuid4().hex if starting else state.run_key) if keyed else ""
         start = time.perf_counter()
-        with metered() as meter:
+        with run_scope(run_key), metered() as meter:
             result = fn(state, run, deps) if takes_deps else fn(state, run)
             update = await result if is_async else result
         update = meter.apply(update, name, time.perf_counter() - start)
-        return _start_update(update, stale, state.question) if starting else update
+        return _start_update(update, stale, state.question, run_key) if starting else update
 
     def func(state: Any, runtime: Runtime[Any]) -> Any:
         return run_sync(afunc(state, runtime))

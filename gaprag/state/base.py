@@ -163,3 +163,6 @@ class BaseState(InputState, OutputState):
 
     asked: Annotated[str, PERSISTENT] = ""
     """The question the per-question fields were last reset for (see gaprag.nodes.wiring)."""
+    run_key: Annotated[str, PERSISTENT] = ""
+    """This question's run: the scope in which the LLM layer reuses a repeated call's reply
+    (see gaprag.llm.memo); set by the first node for each new question."""
