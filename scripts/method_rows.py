@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gaprag.eval.report import _calls, _cell  # the report's own cells, so the pages match it
+
 HEADER = (
     "| set | method | n | EM | F1 | Acc | support recall | ΔF1 vs standard_rag [95% CI] "
     "| wins / losses | LLM calls / q | prompt + completion tok / q | retrievals / q "
@@ -24,16 +26,13 @@ HEADER = (
 def row(ds: str, method: str, v: dict[str, Any]) -> str:
     c = v["cost"]
     vs = (v.get("vs_baseline") or {}).get("f1")
-    delta = f"{vs['mean']:+.3f} [{vs['ci'][0]:+.3f}, {vs['ci'][1]:+.3f}]" if vs else "–"
     wl = f"{vs['wins']} / {vs['losses']}" if vs else "–"
     stops = ", ".join(f"{k} {n}" for k, n in v["stop_reasons"].items())
-    calls = f"{c['llm_calls']:.2f}"
-    if c.get("short_answer_calls"):
-        calls += f" ({c['short_answer_calls']:.2f} short-answer)"
     return (
         f"| {ds} | {method} | {v['n']} | {v['em']['mean']:.2f} | {v['f1']['mean']:.3f} "
-        f"| {v['acc']['mean']:.2f} | {v['support_recall']['mean']:.2f} | {delta} | {wl} "
-        f"| {calls} | {c['prompt_tokens']:.0f} + {c['completion_tokens']:.0f} "
+        f"| {v['acc']['mean']:.2f} | {v['support_recall']['mean']:.2f} "
+        f"| {_cell(vs, signed=True)} | {wl} "
+        f"| {_calls(c)} | {c['prompt_tokens']:.0f} + {c['completion_tokens']:.0f} "
         f"| {c['retrieval_calls']:.2f} | {c['iterations']:.2f} | {c['wall_s']:.0f} | {stops} |"
     )
 

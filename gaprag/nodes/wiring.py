@@ -142,7 +142,7 @@ def as_node(
             )
         run = runtime.override(context=resolve_context(context, runtime.context))
         # a new question gets a new run key (the scope of the LLM layer's reply reuse)
-        keyed = any(f.name == "run_key" for f in dataclasses.fields(state))
+        keyed = hasattr(state, "run_key")  # BaseState has it; a foreign state does not
         run_key = (uuid.uuid4().hex if starting else state.run_key) if keyed else ""
         start = time.perf_counter()
         with run_scope(run_key), metered() as meter:
