@@ -47,6 +47,7 @@ from gaprag.eval.metrics import (
 )
 from gaprag.eval.trace import LLMCallRecorder, current_retrievals, recording, safe_name
 from gaprag.llm.client import LLM
+from gaprag.nodes.short_answer import CALL_PATHS as SHORT_ANSWER_CALL_PATHS
 from gaprag.stores.embeddings import Embedder
 
 RESULT_FIELDS: tuple[str, ...] = (
@@ -690,7 +691,9 @@ async def _run_one(
         "short_answer_calls": sum(
             1
             for t in output.get("trace") or []
-            if isinstance(t, dict) and t.get("call") == "short_answer" and t.get("path") == "llm"
+            if isinstance(t, dict)
+            and t.get("call") == "short_answer"
+            and t.get("path") in SHORT_ANSWER_CALL_PATHS
         ),
     }
     if error is None:

@@ -62,6 +62,11 @@ def options(question: str) -> list[str]:
     return [m.group(1).strip(), m.group(2).strip()] if m else []
 
 
+ShortPath = Literal["rule", "kept", "llm", "llm_kept"]
+# the paths on which the step made an LLM call (what an evaluation counts as its added calls)
+CALL_PATHS: frozenset[str] = frozenset({"llm", "llm_kept"})
+
+
 def rule_answer(question: str, answer: str) -> str | None:
     """The short answer a rule can give without a model call, or None."""
     text = answer.strip()
@@ -86,8 +91,10 @@ def rule_answer(question: str, answer: str) -> str | None:
 
 async def shorten(
     llm: Any, question: str, answer: str, *, prompt: Prompt | None = None, max_tokens: int = 24
-) -> tuple[str, Literal["rule", "llm", "kept"]]:
-    """(short answer, how it was obtained) for ``answer`` to ``question``."""
+) -> tuple[str, ShortPath]:
+    """(short answer, how it was obtained) for ``answer`` to ``question``: ``rule`` (no call),
+    ``kept`` (already short, no call), ``llm`` (one call, its reply used) or ``llm_kept`` (one
+    call, its reply empty or no shorter, so the answer kept)."""
     ruled = rule_answer(question, answer)
     if ruled is not None:
         return ruled, "rule" if ruled != answer else "kept"
@@ -97,7 +104,7 @@ async def shorten(
     )
     reply = clean_answer(raw)
     if not reply or len(reply) >= len(answer):
-        return answer, "kept"
+        return answer, "llm_kept"
     return reply, "llm"
 
 

@@ -1056,3 +1056,21 @@ def test_run_json_keeps_no_machine_paths(dataset: Path, tmp_path: Path) -> None:
     assert portable_path(bundled_file) == "gaprag/data/eval/x.jsonl"
     assert portable_path(Path.cwd() / "runs" / "a") == "./runs/a"
     assert portable_path("") == ""
+
+
+def test_short_answer_calls_count_every_call_the_step_made(dataset: Path, tmp_path: Path) -> None:
+    long = "The answer, as far as these passages go, is given in the first passage."
+
+    def reply(messages: list[BaseMessage]) -> str:
+        last = str(messages[-1].content)
+        if not last.endswith("Shortest answer:"):
+            return long
+        # the step's reply is used for q1 only; elsewhere it is no shorter and the answer is kept
+        return "Paris" if "France" in last else long + " Longer."
+
+    out = tmp_path / "run"
+    run(dataset, out, llm=ScriptedChatModel(default=reply))
+    rows = {r["id"]: r for r in read_results(out)}
+    assert rows["q1"]["prediction"] == "Paris" and rows["q2"]["prediction"] == long.rstrip(".")
+    for row in rows.values():
+        assert row["llm_calls"] == 2 and row["short_answer_calls"] == 1, row["id"]

@@ -96,6 +96,10 @@ def test_a_reply_that_is_not_shorter_is_discarded(store: Store) -> None:
         {"question": "Who wrote Hamlet?"}
     )
     assert out["answer"] == long.rstrip(".")
+    # the call was made and counted even though its reply was not used
+    assert out["usage"]["llm_calls"] == 2
+    record = [t for t in out["trace"] if t.get("call") == "short_answer"]
+    assert record[0]["path"] == "llm_kept"
 
 
 def test_paper_style_turns_the_step_off(store: Store) -> None:
