@@ -1,0 +1,84 @@
+"""scripts/readme_tables.py: the README's n = 50 tables printed from a combined summary."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "readme_tables.py"
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("readme_tables", SCRIPT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def stat(mean: float, lo: float, hi: float, **extra: Any) -> dict[str, Any]:
+    return {"mean": mean, "ci": [lo, hi], "n": 50, **extra}
+
+
+def method(f1: float, delta: float | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "n": 50,
+        "f1": stat(f1, f1 - 0.1, f1 + 0.1),
+        "support_recall": stat(0.8, 0.7, 0.9),
+        "retrieval_recall": stat(0.9, 0.85, 0.95),
+        "cost": {"llm_calls": 4.04, "tokens": 3706.4, "wall_s": 88.5},
+    }
+    if delta is not None:
+        entry["vs_baseline"] = {"f1": stat(delta, delta - 0.09, delta + 0.09, wins=7, losses=3)}
+    return entry
+
+
+SUMMARY: dict[str, Any] = {
+    "baseline": "standard_rag",
+    "datasets": {
+        "hotpotqa": {"methods": {"standard_rag": method(0.567, None), "iterkey": method(0.5, -0.067), "migres": method(0.6, 0.033)}},
+        "musique": {"methods": {"standard_rag": method(0.26, None), "iterkey": method(0.2, -0.06), "migres": method(0.45, 0.19)}},
+    },
+    "pooled": {
+        "standard_rag": {**method(0.41, None), "n": 100},
+        "iterkey": {**method(0.35, -0.064), "n": 100},
+        "migres": {**method(0.52, 0.111), "n": 100},
+    },
+}  # fmt: skip
+
+
+def test_tables_put_the_baseline_first_and_the_best_delta_next() -> None:
+    mod = load()
+    absolute = mod.absolute(SUMMARY).splitlines()
+    assert absolute[0].startswith("| method | HotpotQA F1 | MuSiQue F1 | pooled F1, 100 q |")
+    assert [line.split(" | ")[0] for line in absolute[2:]] == [
+        "| standard_rag",
+        "| MIGRES",
+        "| IterKey",
+    ]
+    assert (
+        "| 0.52 [0.42, 0.62] | 0.80 [0.70, 0.90] | 0.90 [0.85, 0.95] | 4.0 | 3,706 | 88 |"
+        in (absolute[3])
+    )
+    deltas = mod.deltas(SUMMARY).splitlines()
+    assert "HotpotQA (standard_rag F1 0.57)" in deltas[0]
+    assert deltas[2] == (
+        "| MIGRES | +0.03 [−0.06, +0.12] | +0.19 [+0.10, +0.28] "
+        "| **+0.11 [+0.02, +0.20]** | 7 / 3 |"
+    )
+    assert deltas[3].startswith("| IterKey | −0.07 [−0.16, +0.02] |")
+    assert mod.versus_before(SUMMARY) is None
+
+
+def test_the_script_reads_summary_json(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_text(json.dumps(SUMMARY))
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.count("| standard_rag |") == 1  # the delta table leaves the baseline out
+    assert "| MIGRES |" in out and "wins / losses" in out
