@@ -15,6 +15,10 @@
    profile (:mod:`gaprag.profiles`), keeping the switches already in it, with a
    ``[calibration]`` table that says how it was made. The replay curves go to
    ``OUT/curves.json``.
+4. Where a method also has a **switch that picks the answer of a run no decision stopped**
+   (IterKey's ``fallback_policy``: which round's answer), every value of it is replayed with
+   every threshold from the same rows, and the pair with the best objective is written (ties:
+   the higher threshold, then the method's default value).
 """
 
 from __future__ import annotations
@@ -44,6 +48,11 @@ CALIBRATED: dict[str, tuple[str, tuple[str, ...]]] = {
 #: LLM-call segments after a method's last recorded decision: IterKey's last validation is at
 #: its bound (its answer is chosen among the rounds); the others still answer after it
 AFTER_LAST: dict[str, int] = {"iterkey": 0}
+#: method -> (its switch that picks the answer of a run no decision stopped, its values, the
+#: default first)
+ANSWER_CHOICE: dict[str, tuple[str, tuple[str, ...]]] = {
+    "iterkey": ("fallback_policy", ("last", "first", "majority", "confident")),
+}
 GRID: tuple[float, ...] = (
     0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 1.01,
 )  # fmt: skip
@@ -59,13 +68,43 @@ class Point:
     llm_calls: float
     stop_rate: float  # share of questions stopped by a decision before the bound
     objective: float
+    choice: str | None = None  # the answer-choice switch's value replayed, where there is one
 
-    def as_dict(self) -> dict[str, float]:
-        return {k: round(v, 4) for k, v in self.__dict__.items()}
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            k: round(v, 4) for k, v in self.__dict__.items() if isinstance(v, float)
+        }
+        if self.choice is not None:
+            out["choice"] = self.choice
+        return out
 
 
 def _stops(row: Mapping[str, Any], nodes: Sequence[str]) -> list[Mapping[str, Any]]:
     return [d for d in row.get("decisions") or [] if d.get("node") in nodes]
+
+
+def _short_f1(row: Mapping[str, Any], answer: str) -> float:
+    short = rule_answer(str(row.get("question", "")), answer)
+    return f1_score(short if short is not None else answer, row.get("answers") or [])
+
+
+def chosen_f1(row: Mapping[str, Any], decisions: Sequence[Mapping[str, Any]], choice: str) -> float:
+    """The F1 of a run no decision stopped, had IterKey's ``fallback_policy`` been ``choice``:
+    the row's own F1 where ``choice`` picks the same answer as the policy the row ran with
+    (``row["answer_choice"]``, from its run's settings; else the default), else the picked
+    round's answer reduced by the short-answer rules."""
+    from gaprag.graphs.iterkey.analysis import fallback_index
+    from gaprag.graphs.iterkey.parse import normalize_answer
+
+    answers = [str(d.get("answer") or "") for d in decisions]
+    if not answers:
+        return float(row.get("f1") or 0.0)
+    probs = [d.get("p") for d in decisions]
+    ran = fallback_index(answers, probs, row.get("answer_choice", "last"))
+    picked = fallback_index(answers, probs, choice)  # type: ignore[arg-type]
+    if normalize_answer(answers[picked]) == normalize_answer(answers[ran]):
+        return float(row.get("f1") or 0.0)
+    return _short_f1(row, answers[picked])
 
 
 def replay(
@@ -75,12 +114,15 @@ def replay(
     *,
     cost_per_call: float = 0.005,
     after_last: int = 1,
+    choice: str | None = None,
 ) -> Point:
     """What ``threshold`` would have given on calibration ``rows`` of one method.
 
     The calls spent up to decision ``i`` of ``n`` are estimated as ``calls * (i+1) / (n +
     after_last)``, where ``after_last`` is 1 when the method still works after its last
-    decision (an answer step) and 0 when the last decision ends the run."""
+    decision (an answer step) and 0 when the last decision ends the run. ``choice``: the value
+    of IterKey's ``fallback_policy`` for the runs no decision stops (:func:`chosen_f1`); None
+    keeps each row's own answer."""
     f1s: list[float] = []
     calls: list[float] = []
     stopped = 0
@@ -90,13 +132,14 @@ def replay(
         total = float(row.get("llm_calls") or 0)
         decisions = _stops(row, nodes)
         f1, spent = float(row.get("f1") or 0.0), total
+        if choice is not None:
+            f1 = chosen_f1(row, decisions, choice)
         segments = len(decisions) + after_last
         for i, d in enumerate(decisions):
             p, answer = d.get("p"), d.get("answer")
             if p is None or answer is None or p < threshold:
                 continue
-            short = rule_answer(str(row.get("question", "")), str(answer))
-            f1 = f1_score(short if short is not None else str(answer), row.get("answers") or [])
+            f1 = _short_f1(row, str(answer))
             spent = total * (i + 1) / segments
             stopped += i + 1 < segments
             break
@@ -110,12 +153,14 @@ def replay(
         llm_calls=mean_calls,
         stop_rate=stopped / n,
         objective=mean_f1 - cost_per_call * mean_calls,
+        choice=choice,
     )
 
 
-def choose(points: Sequence[Point]) -> Point:
-    """The best objective; ties go to the higher threshold (fail toward retrieving more)."""
-    return max(points, key=lambda pt: (round(pt.objective, 6), pt.threshold))
+def choose(points: Sequence[Point], default: str | None = None) -> Point:
+    """The best objective; ties go to the higher threshold (fail toward retrieving more), then
+    to the ``default`` value of the answer-choice switch."""
+    return max(points, key=lambda pt: (round(pt.objective, 6), pt.threshold, pt.choice == default))
 
 
 def curves(
@@ -133,10 +178,16 @@ def curves(
         if not mine:
             continue
         after = AFTER_LAST.get(method, 1)
-        points = [
-            replay(mine, nodes, t, cost_per_call=cost_per_call, after_last=after) for t in grid
-        ]
-        best = choose(points)
+        switch, values = ANSWER_CHOICE.get(method, ("", (None,)))
+        grids = {
+            value: [
+                replay(mine, nodes, t, cost_per_call=cost_per_call, after_last=after, choice=value)
+                for t in grid
+            ]
+            for value in values
+        }
+        default = values[0]
+        best = choose([pt for points in grids.values() for pt in points], default)
         with_p = sum(1 for r in mine for d in _stops(r, nodes) if d.get("p") is not None)
         out[method] = {
             "setting": field,
@@ -144,8 +195,13 @@ def curves(
             "questions": len(mine),
             "decisions_with_p": with_p,
             "chosen": best.as_dict(),
-            "grid": [pt.as_dict() for pt in points],
+            "grid": [pt.as_dict() for pt in grids[best.choice]],
         }
+        if switch:
+            out[method]["switch"] = switch
+            out[method]["choices"] = {
+                str(v): choose(points).as_dict() for v, points in grids.items()
+            }
     return out
 
 
@@ -175,6 +231,8 @@ def write_profile(
     for method, result in chosen.items():
         threshold = float(result["chosen"]["threshold"])
         data.setdefault(method, {})[result["setting"]] = min(threshold, 1.0)
+        if result.get("switch") and result["chosen"].get("choice") is not None:
+            data[method][result["switch"]] = result["chosen"]["choice"]
         record[method] = {**notes, "rows": result["questions"]}
     data["calibration"] = record
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -247,6 +305,7 @@ def calibrate(
             if not run:  # a replay keeps to the questions asked for
                 wanted = {ex.id for ex in picked}
                 mine = [r for r in mine if r.get("id") in wanted]
+            _note_answer_choice(mine, path.parent / "run.json")
             rows.extend(mine)
             position = {ex.id: i for i, ex in enumerate(ds.examples)}
             indices = sorted({position[r["id"]] for r in mine if r.get("id") in position})
@@ -270,6 +329,20 @@ def calibrate(
     target = Path(profile_path) if profile_path else _shipped_path(normalize(model))
     write_profile(target, model, result, notes)
     return {"curves": result, "profile": str(target)}
+
+
+def _note_answer_choice(rows: Sequence[dict[str, Any]], run_file: Path) -> None:
+    """Mark each row with the answer-choice value its run used (``answer_choice``, in memory
+    only), read from the run's resolved settings; the default where run.json has none."""
+    try:
+        settings = json.loads(run_file.read_text(encoding="utf-8")).get("settings") or {}
+    except (OSError, ValueError):
+        settings = {}
+    for row in rows:
+        method = str(row.get("method"))
+        if method in ANSWER_CHOICE:
+            switch, values = ANSWER_CHOICE[method]
+            row["answer_choice"] = (settings.get(method) or {}).get(switch, values[0])
 
 
 def _shipped_path(name: str) -> Path:

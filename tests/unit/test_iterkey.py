@@ -24,6 +24,7 @@ from pydantic import PrivateAttr
 from gaprag import build_graph
 from gaprag.errors import InputError
 from gaprag.graphs.iterkey.analysis import (
+    fallback_index,
     final_round,
     majority_index,
     new_per_step,
@@ -230,6 +231,22 @@ def test_3_max_iterations_and_fallback_policy(
     assert (
         chosen["policy"] == policy and out["answer"] == answers[chosen["answer_from_iteration"] - 1]
     )
+
+
+def test_3_confident_fallback_answers_with_the_most_probable_round(store: Store) -> None:
+    # P(True) per round, none at the threshold: round 4 ties round 2 and is the later one
+    fake = role_fake(verdicts=[0.3, 0.45, 0.2, 0.45, 0.1])
+    out = run(store, fake, fallback_policy="confident", validation_threshold=0.9)
+    assert out["stop_reason"] == "max_iterations" and out["answer"] == "a4"
+    chosen = next(t for t in out["trace"] if t["node"] == "finalize")
+    assert chosen == {
+        "node": "finalize", "stop_reason": "max_iterations", "answer_from_iteration": 4,
+        "policy": "confident",
+    }  # fmt: skip
+    # no probabilities (an endpoint without logprobs): the last round, as "last"
+    fake = role_fake(verdicts=["False"])
+    out = run(store, fake, fallback_policy="confident", endpoint_logprobs=False, max_iterations=3)
+    assert out["answer"] == "a3"
 
 
 def test_3_fallback_evidence_is_the_chosen_rounds(store: Store) -> None:
@@ -846,6 +863,13 @@ def test_majority_and_final_round_helpers() -> None:
     assert majority_index(["The Eagle.", "eagle", "Columbia"]) == 1
     assert majority_index(["", ""]) == 1
     assert final_round([], None) is None
+    answers = ["x", "y", "x"]
+    assert fallback_index(answers, [0.2, 0.7, 0.4], "confident") == 1
+    assert fallback_index(answers, [None, 0.1, None], "confident") == 1  # no p ranks lowest
+    assert fallback_index(answers, [None, None, None], "confident") == 2  # none: the last
+    assert fallback_index(answers, [0.9, 0.1, 0.1], "first") == 0
+    assert fallback_index(answers, [0.9, 0.1, 0.1], "majority") == 2
+    assert fallback_index(answers, [0.9, 0.1, 0.1], "last") == 2
     assert normalize_answer("The  Eagle.") == "eagle"
 
 

@@ -152,6 +152,40 @@ def test_decisions_without_p_or_answer_never_stop() -> None:
     assert point.f1 == 0.0 and point.stop_rate == 0.0
 
 
+def test_replay_of_iterkey_answer_choice_among_rounds(tmp_path: Path) -> None:
+    """Runs no validation stopped: each fallback_policy is replayed from the rounds' answers
+    and probabilities, and the best pair of threshold and policy goes into the profile."""
+    rows = [
+        # ran with "last": the last round's answer (scored 0.0 by the run) was wrong; the
+        # round the validator trusted most was right
+        _row(0.0, 9, [(0.1, "Marlowe"), (0.2, "William Shakespeare"), (0.05, "Marlowe")]),
+        # every round the same answer: the row's own F1 whatever the policy
+        _row(0.5, 9, [(0.1, "Shakespeare"), (0.2, "shakespeare"), (0.05, "Shakespeare.")]),
+    ]
+    last = replay(rows, ["validate_answer"], 1.01, cost_per_call=0.0, choice="last")
+    confident = replay(rows, ["validate_answer"], 1.01, cost_per_call=0.0, choice="confident")
+    first = replay(rows, ["validate_answer"], 1.01, cost_per_call=0.0, choice="first")
+    assert last.f1 == pytest.approx(0.25) and first.f1 == pytest.approx(0.25)
+    assert confident.f1 == pytest.approx(0.75) and confident.choice == "confident"
+    # (the probabilities lie below every threshold of the grid: no replay stops a run)
+    # the row says which policy it ran with: then "last" is the one scored afresh
+    ran_confident = [{**rows[0], "answer_choice": "confident", "f1": 1.0}]
+    assert replay(ran_confident, ["validate_answer"], 1.01, choice="last").f1 == 0.0
+    result = curves(rows, ["iterkey"], cost_per_call=0.0)["iterkey"]
+    assert result["switch"] == "fallback_policy"
+    assert result["chosen"]["choice"] == "confident" and result["chosen"]["threshold"] == 1.01
+    assert set(result["choices"]) == {"last", "first", "majority", "confident"}
+    assert all(pt["choice"] == "confident" for pt in result["grid"])
+    path = tmp_path / "p.toml"
+    write_profile(path, "m", {"iterkey": result}, {"date": "2026-11-24"})
+    assert load_profile(path).settings("iterkey") == {
+        "validation_threshold": 1.0, "fallback_policy": "confident",
+    }  # fmt: skip
+    # a tie keeps the default policy: the paper-silent "last"
+    same = [_row(1.0, 6, [(0.4, "William Shakespeare"), (0.6, "William Shakespeare")])]
+    assert curves(same, ["iterkey"], cost_per_call=0.0)["iterkey"]["chosen"]["choice"] == "last"
+
+
 def test_curves_and_profile_writing_keep_switches(tmp_path: Path) -> None:
     rows = [_row(1.0, 6, [(0.99, "William Shakespeare"), (0.6, "x")])]
     result = curves(rows, ["iterkey"], cost_per_call=0.01)
@@ -280,6 +314,21 @@ def test_replay_only_uses_the_rows_already_there(
     )  # fmt: skip
     assert result["curves"]["iterkey"]["questions"] == 2
     assert load_profile(profile).notes["iterkey"]["rows"] == 2
+    # which round's answer the rows gave is read from their run's settings (probabilities
+    # below the grid: no threshold stops these runs)
+    for row in rows:
+        row["decisions"] = _row(1.0, 6, [(0.1, "William Shakespeare"), (0.1, "x")])["decisions"]
+    (runs / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (runs / "run.json").write_text(
+        json.dumps({"settings": {"iterkey": {"fallback_policy": "first"}}})
+    )
+    result = calibrate(
+        model="m", methods=["iterkey"], datasets=["hotpotqa"], limit=5, out=tmp_path / "runs",
+        profile_path=profile, run=False,
+    )  # fmt: skip
+    # ran with "first" (answer right, F1 1.0); "last" would have answered "x"
+    assert result["curves"]["iterkey"]["choices"]["last"]["f1"] == 0.0
+    assert result["curves"]["iterkey"]["chosen"]["choice"] == "first"
     with pytest.raises(InputError, match="no calibration rows"):
         calibrate(model="m", methods=["iterkey"], datasets=["musique"], out=tmp_path / "runs",
                   profile_path=profile, run=False)  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Literal
 from gaprag.graphs.iterkey.parse import normalize_answer
 from gaprag.graphs.iterkey.state import IterationRecord
 
-FallbackPolicy = Literal["last", "first", "majority"]
+FallbackPolicy = Literal["last", "first", "majority", "confident"]
 
 
 def majority_index(answers: Sequence[str]) -> int:
@@ -24,6 +24,24 @@ def majority_index(answers: Sequence[str]) -> int:
         return len(answers) - 1
     best = max(counts.values())
     return max(j for j, n in enumerate(norms) if n and counts[n] == best)
+
+
+def fallback_index(
+    answers: Sequence[str], probs: Sequence[float | None], policy: FallbackPolicy = "last"
+) -> int:
+    """Which round's answer a run returns when no round was accepted: ``last``, ``first``,
+    ``majority`` (most frequent normalised answer, ties to the latest) or ``confident`` (the
+    highest validator P(True); a round without a probability ranks below every other, ties to
+    the latest). ``answers`` and ``probs`` are per round; used by the graph and by the
+    calibration replay alike."""
+    if policy == "first":
+        return 0
+    if policy == "majority":
+        return majority_index(answers)
+    if policy == "confident" and any(p is not None for p in probs):
+        best = max(p for p in probs if p is not None)
+        return max(j for j, p in enumerate(probs) if p is not None and p == best)
+    return len(answers) - 1
 
 
 def final_round(
@@ -38,11 +56,9 @@ def final_round(
         for record in history:
             if record["iteration"] == first_true_iteration:
                 return record
-    if policy == "first":
-        return history[0]
-    if policy == "majority":
-        return history[majority_index([r["answer"] for r in history])]
-    return history[-1]
+    answers = [r["answer"] for r in history]
+    probs = [r["verdict_scores"]["p"] for r in history]
+    return history[fallback_index(answers, probs, policy)]
 
 
 def verified_true(history: Sequence[IterationRecord], is_correct: Callable[[str], bool]) -> bool:

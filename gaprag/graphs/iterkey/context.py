@@ -71,8 +71,9 @@ class Context(BaseContext):
     )
     fallback_policy: FallbackPolicy = describe(
         "last",
-        "Answer returned when no round validates (paper silent): last (a_N), first (a_1) or "
-        "majority (most frequent normalised answer, ties to the latest).",
+        "Answer returned when no round validates (paper silent): last (a_N), first (a_1), "
+        "majority (most frequent normalised answer, ties to the latest) or confident (the "
+        "round the validator gave the highest P(True), ties to the latest).",
     )
     continue_after_true: bool = describe(
         False,
