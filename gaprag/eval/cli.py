@@ -98,8 +98,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     )
     for method, res in result["curves"].items():
         best = res["chosen"]
+        switch = f", {res['switch']} = {best['choice']}" if res.get("switch") else ""
         print(
-            f"{method}: {res['setting']} = {min(best['threshold'], 1.0):g} "
+            f"{method}: {res['setting']} = {min(best['threshold'], 1.0):g}{switch} "
             f"(F1 {best['f1']:.3f}, {best['llm_calls']:.1f} calls, stops early on "
             f"{best['stop_rate']:.0%}; {res['questions']} questions)"
         )

@@ -288,7 +288,7 @@ def test_resume_refuses_a_changed_profile_setting() -> None:
 
 
 def test_replay_only_uses_the_rows_already_there(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import json
     import os
@@ -329,6 +329,12 @@ def test_replay_only_uses_the_rows_already_there(
     # ran with "first" (answer right, F1 1.0); "last" would have answered "x"
     assert result["curves"]["iterkey"]["choices"]["last"]["f1"] == 0.0
     assert result["curves"]["iterkey"]["chosen"]["choice"] == "first"
+    from gaprag.cli import main
+
+    args = ["calibrate", "--model", "m", "--methods", "iterkey", "--datasets", "hotpotqa"]
+    args += ["--limit", "5", "--out", str(tmp_path / "runs"), "--profile", str(profile)]
+    assert main([*args, "--replay-only"]) == 0
+    assert "iterkey: validation_threshold = 1, fallback_policy = first" in capsys.readouterr().out
     with pytest.raises(InputError, match="no calibration rows"):
         calibrate(model="m", methods=["iterkey"], datasets=["musique"], out=tmp_path / "runs",
                   profile_path=profile, run=False)  # fmt: skip
