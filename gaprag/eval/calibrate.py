@@ -259,13 +259,17 @@ def calibrate(
     llm: Any = None,
     embedder: Any = None,
     run: bool = True,
+    rf_weights: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run the calibration questions, replay the thresholds, write ``model``'s profile.
 
     ``model``: the embedded model's registry name (``gaprag llm models``), or with
     ``base_url`` the model name that endpoint serves; ``datasets``: bundled names or dataset
     JSONL paths; ``llm``/``embedder``: objects to use instead (tests); ``run=False``: replay the
-    rows already under ``out`` (of an interrupted calibration, say) without running anything.
+    rows already under ``out`` (of an interrupted calibration, say) without running anything;
+    ``rf_weights``: replay rfm_rag's R-Feedback decisions with these weights' probabilities
+    instead of the recorded ones (:mod:`gaprag.graphs.rfm_rag.rescore`: retrained weights get
+    their threshold from the same rows, on the questions they did not train on).
     Returns the curves and the profile's path."""
     from gaprag.eval.runner import evaluate, read_results
 
@@ -275,9 +279,14 @@ def calibrate(
             f"no calibrated decision in: {', '.join(unknown)}",
             hint="calibrated methods: " + ", ".join(CALIBRATED),
         )
+    if rf_weights is not None and "rfm_rag" not in methods:
+        raise InputError(
+            "--rf-weights re-scores rfm_rag's decisions", hint="add rfm_rag to --methods"
+        )
     out_dir = Path(out)
     rows: list[dict[str, Any]] = []
     used: dict[str, str] = {}
+    run_dirs: dict[str, Path] = {}
     # the embedded server serves ``model`` during these runs; the caller's setting comes back
     embedded = base_url is None and llm is None
     with environ(GAPRAG_LOCAL_MODEL=model) if embedded else contextlib.nullcontext():
@@ -306,6 +315,7 @@ def calibrate(
                 wanted = {ex.id for ex in picked}
                 mine = [r for r in mine if r.get("id") in wanted]
             _note_answer_choice(mine, path.parent / "run.json")
+            run_dirs[ds.name] = path.parent
             rows.extend(mine)
             position = {ex.id: i for i, ex in enumerate(ds.examples)}
             indices = sorted({position[r["id"]] for r in mine if r.get("id") in position})
@@ -314,7 +324,14 @@ def calibrate(
     rows = [r for r in rows if not r.get("error") and (r.get("options") or {}).get("calibration")]
     if not rows:
         raise InputError(f"no calibration rows under {out_dir}", hint="run gaprag calibrate first")
+    rescored: dict[str, Any] | None = None
+    if rf_weights is not None:
+        from gaprag.graphs.rfm_rag.rescore import rescore_rows
+
+        rows, rescored = rescore_rows(rows, run_dirs, rf_weights)
     result = curves(rows, methods, cost_per_call=cost_per_call)
+    if rescored is not None and "rfm_rag" in result:
+        result["rfm_rag"]["rescored"] = rescored
     (out_dir / "curves.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     notes = {
         "date": time.strftime("%Y-%m-%d"),
@@ -324,6 +341,8 @@ def calibrate(
         "objective": f"mean F1 - {cost_per_call} x mean LLM calls",
         "cost_per_call": cost_per_call,
     }
+    if rescored is not None:
+        notes["rf_weights"] = rescored["rf_weights"]
     from gaprag.profiles import normalize
 
     target = Path(profile_path) if profile_path else _shipped_path(normalize(model))

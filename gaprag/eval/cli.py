@@ -95,6 +95,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         base_url=args.base_url,
         progress=not args.quiet,
         run=not args.replay_only,
+        rf_weights=args.rf_weights,
     )
     for method, res in result["curves"].items():
         best = res["chosen"]
@@ -104,6 +105,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             f"(F1 {best['f1']:.3f}, {best['llm_calls']:.1f} calls, stops early on "
             f"{best['stop_rate']:.0%}; {res['questions']} questions)"
         )
+        if res.get("rescored"):
+            note = res["rescored"]
+            print(
+                f"  {method}: {note['decisions_rescored']} decisions re-scored with "
+                f"{note['rf_weights']} ({note['questions_replayed']} questions replayed, "
+                f"{note['questions_left_out']} it trained on left out)"
+            )
     print(f"wrote {result['profile']}")
     return 0
 
@@ -203,6 +211,11 @@ def register(subparsers: Any) -> None:
         "--replay-only",
         action="store_true",
         help="run nothing: replay the calibration rows already in --out and write the profile",
+    )
+    p.add_argument(
+        "--rf-weights",
+        help="R-Feedback weights to replay rfm_rag's stop decisions with (retrained ones): "
+        "their probabilities replace the recorded ones, on the questions they did not train on",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_calibrate)

@@ -1039,6 +1039,11 @@ def test_train_from_graph_pools(store: Store, tmp_path: Path, capsys: pytest.Cap
     assert summary["source"] == "graph_pools"
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["data"]["label"] == "support" and metrics["data"]["samples"]["train"] > 0
+    # the questions no weight was fitted to: the Platt and test splits, never a trained one
+    trained = {f"fixture/q{i}" for i in range(8)} - set(metrics["data"]["heldout"])
+    assert metrics["data"]["heldout"] and len(trained) == (
+        metrics["data"]["questions"]["train"] + metrics["data"]["questions"]["val"]
+    )
     assert RFeedbackMLP.load(out / "weights.json", expect_embedder="hashing-256").satisfies_constraints()  # fmt: skip
     with pytest.raises(GapragError, match="traced questions"):
         graph_pool_dataset(graph_pool_samples([runs])[:2])

@@ -702,6 +702,10 @@ def run_training(
         }
     splits = {"train": data.train, "val": data.val, "cal": data.cal, "test": data.test}
     data_info["questions"] = {k: len({s.qid for s in v}) for k, v in splits.items()}
+    if source == "graph_pools":
+        # the traced questions no weight was fitted to (Platt and test splits): `gaprag
+        # calibrate --rf-weights` replays only these to set the stop threshold
+        data_info["heldout"] = sorted({s.qid for s in (*data.cal, *data.test)})
     data_info["samples"] = {k: len(v) for k, v in splits.items()}
     xy = {k: _xy(v, embedder, progress) for k, v in splits.items()}
     result = train_mlp(

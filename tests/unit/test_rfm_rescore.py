@@ -1,0 +1,116 @@
+"""Re-scoring recorded R-Feedback decisions with retrained weights (`gaprag calibrate
+--rf-weights`): the new probabilities drive the replay, on the questions the weights did not
+train on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gaprag.errors import InputError
+from gaprag.eval.calibrate import calibrate
+from gaprag.eval.datasets import load_dataset
+from gaprag.graphs.rfm_rag.features import FEATURE_NAMES
+from gaprag.graphs.rfm_rag.model import RFeedbackMLP
+from gaprag.graphs.rfm_rag.rescore import rescore_rows, round_features
+from gaprag.profiles import load_profile
+
+GOLD = "William Shakespeare"
+
+
+def relevance_model() -> RFeedbackMLP:
+    """p = sigmoid(20 * g_f - 10): sure above G_f 0.7, never below 0.3; S_f ignored."""
+    w1, w2, w3 = np.zeros((2, 32)), np.zeros((32, 16)), np.zeros((16, 1))
+    w1[1, 0] = w2[0, 0] = 1.0
+    w3[0, 0] = 20.0
+    layers = [(w1, np.zeros(32)), (w2, np.zeros(16)), (w3, np.array([-10.0]))]
+    return RFeedbackMLP(layers=layers, embedder="hashing-256", monotone=FEATURE_NAMES)
+
+
+def write_run(root: Path, ids: list[str], g_f: tuple[float, float]) -> None:
+    """A calibration run of rfm_rag: round 1 answered wrong, round 2 right; the recorded
+    model was sure at round 1 (p 0.99), the pools' relevance says otherwise."""
+    run = root / "hotpotqa"
+    (run / "traces" / "rfm_rag").mkdir(parents=True)
+    rows = []
+    for qid in ids:
+        decisions = [
+            {"node": "feedback_classifier", "round": 1, "decision": "continue", "p": 0.99,
+             "path": "model", "threshold": 1.01, "answer": "Christopher Marlowe"},
+            {"node": "feedback_classifier", "round": 2, "decision": "continue", "p": 0.4,
+             "path": "model", "threshold": 1.01, "answer": GOLD},
+        ]  # fmt: skip
+        rows.append({
+            "dataset": "hotpotqa", "id": qid, "method": "rfm_rag", "question": "Who wrote Hamlet?",
+            "answers": [GOLD], "f1": 1.0, "llm_calls": 9, "decisions": decisions,
+            "options": {"calibration": True}, "error": None,
+        })  # fmt: skip
+        trace = {"trace": [
+            {"node": "feedback_classifier", "round": r, "s_f": 0.5, "g_f": g, "prob": 0.5}
+            for r, g in ((1, g_f[0]), (2, g_f[1]))
+        ]}  # fmt: skip
+        (run / "traces" / "rfm_rag" / f"{qid}.json").write_text(json.dumps(trace))
+    (run / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_round_features_read_the_judged_rounds() -> None:
+    trace: dict[str, Any] = {"trace": [
+        {"node": "retrieve", "round": 1},
+        {"node": "feedback_classifier", "round": 1, "s_f": 0.25, "g_f": 0.6},
+        {"node": "feedback_classifier", "round": 2, "s_f": None, "g_f": 0.8},
+        {"node": "feedback_classifier", "round": 3, "mode": "llm_judge"},  # no features
+    ]}  # fmt: skip
+    assert round_features(trace) == {1: (0.25, 0.6), 2: (0.0, 0.8)}
+
+
+def test_calibration_replays_retrained_weights(tmp_path: Path) -> None:
+    ids = [ex.id for ex in load_dataset("hotpotqa").examples[60:63]]
+    runs = tmp_path / "runs"
+    write_run(runs, ids, g_f=(0.2, 0.9))
+    weights = tmp_path / "w" / "weights.json"
+    weights.parent.mkdir()
+    relevance_model().save(weights)
+    common: dict[str, Any] = {"model": "m", "methods": ["rfm_rag"], "datasets": ["hotpotqa"],
+                              "limit": 5, "out": runs, "run": False, "cost_per_call": 0.0}  # fmt: skip
+    # the recorded probabilities stop at round 1 (wrong) at any threshold up to 0.99
+    recorded = calibrate(**common, profile_path=tmp_path / "a.toml")["curves"]["rfm_rag"]
+    point = next(p for p in recorded["grid"] if p["threshold"] == 0.9)
+    assert point["f1"] == 0.0 and "rescored" not in recorded
+    # re-scored: round 1 (G_f 0.2) p ~0.002, round 2 (G_f 0.9) p ~0.9997 -> right at round 2
+    out = calibrate(**common, profile_path=tmp_path / "b.toml", rf_weights=weights)
+    rescored = out["curves"]["rfm_rag"]
+    point = next(p for p in rescored["grid"] if p["threshold"] == 0.9)
+    assert point["f1"] == 1.0 and point["stop_rate"] == 1.0
+    assert rescored["rescored"]["decisions_rescored"] == 6
+    assert load_profile(tmp_path / "b.toml").notes["rfm_rag"]["rf_weights"] == str(weights)
+    # weights trained on graph pools replay only the questions they did not train on
+    (weights.parent / "metrics.json").write_text(
+        json.dumps({"data": {"heldout": [f"hotpotqa/{ids[0]}", "musique/other"]}})
+    )
+    rows, note = rescore_rows(
+        [json.loads(line) for line in (runs / "hotpotqa" / "results.jsonl").read_text().splitlines()],
+        {"hotpotqa": runs / "hotpotqa"}, weights,
+    )  # fmt: skip
+    assert [r["id"] for r in rows] == [ids[0]]
+    assert note["questions_replayed"] == 1 and note["questions_left_out"] == 2
+    assert [d["path"] for d in rows[0]["decisions"]] == ["model (re-scored)"] * 2
+    assert rows[0]["decisions"][0]["p"] < 0.01 < 0.99 < rows[0]["decisions"][1]["p"]
+
+
+def test_rescoring_needs_the_traces_and_rfm_rag(tmp_path: Path) -> None:
+    ids = [ex.id for ex in load_dataset("hotpotqa").examples[60:61]]
+    runs = tmp_path / "runs"
+    write_run(runs, ids, g_f=(0.2, 0.9))
+    weights = tmp_path / "weights.json"
+    relevance_model().save(weights)
+    (runs / "hotpotqa" / "traces" / "rfm_rag" / f"{ids[0]}.json").unlink()
+    with pytest.raises(InputError, match="no trace of rfm_rag question"):
+        calibrate(model="m", methods=["rfm_rag"], datasets=["hotpotqa"], out=runs, run=False,
+                  profile_path=tmp_path / "p.toml", rf_weights=weights)  # fmt: skip
+    with pytest.raises(InputError, match="re-scores rfm_rag"):
+        calibrate(model="m", methods=["iterkey"], datasets=["hotpotqa"], out=runs, run=False,
+                  profile_path=tmp_path / "p.toml", rf_weights=weights)  # fmt: skip
