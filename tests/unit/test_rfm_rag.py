@@ -1047,3 +1047,8 @@ def test_train_from_graph_pools(store: Store, tmp_path: Path, capsys: pytest.Cap
     assert RFeedbackMLP.load(out / "weights.json", expect_embedder="hashing-256").satisfies_constraints()  # fmt: skip
     with pytest.raises(GapragError, match="traced questions"):
         graph_pool_dataset(graph_pool_samples([runs])[:2])
+    # every pool answered right: one class, no AUC anywhere; the metrics stay strict JSON
+    assert main([*args[:-1], "--label", "answer", "--quiet"]) == 0
+    strict = json.loads((out / "metrics.json").read_text(), parse_constant=pytest.fail)
+    assert strict["test"]["auc"] is None and strict["data"]["label"] == "answer"
+    assert json.loads(capsys.readouterr().out)["test"]["auc"] is None

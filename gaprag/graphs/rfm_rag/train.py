@@ -470,7 +470,7 @@ def cross_validate(
     return {
         "folds": folds,
         "grouped_by": "question",
-        **{f"auc_{k}": {"mean": round(float(np.mean(v)), 4), "per_fold": [round(a, 4) for a in v]}
+        **{f"auc_{k}": {"mean": _finite_mean(v), "per_fold": [round(a, 4) for a in v]}
            for k, v in out.items() if v},
     }  # fmt: skip
 
@@ -747,5 +747,24 @@ def run_training(
         ),
         "wall_s": round(time.perf_counter() - start, 1),
     }
+    metrics = finite(metrics)
     (out / METRICS_FILE).write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
     return metrics
+
+
+def _finite_mean(values: Sequence[float]) -> float:
+    """The mean of the finite values (a fold whose test part has one class has no AUC)."""
+    kept = [v for v in values if math.isfinite(v)]
+    return round(float(np.mean(kept)), 4) if kept else float("nan")
+
+
+def finite(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float as None (an AUC of a one-class split, say), so
+    the metrics are strict JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj
