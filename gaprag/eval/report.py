@@ -568,11 +568,17 @@ def render_markdown(
                 f" from offset {run['offset']}" if run.get("offset") else ""
             )
             variants = run.get("variants") or {}
+            # a method run.json lists but no row has (a resumed run's earlier method list)
+            # is left out: the protocol names what the tables show
+            shown = (summary["datasets"].get(str(run.get("dataset"))) or {}).get("methods")
+            listed = {
+                m: o for m, o in (run.get("methods") or {}).items() if not shown or m in shown
+            }
             opts = "; ".join(
                 f"`{m}`"
                 + (f" = `{variants[m]}`" if m in variants else "")
                 + (f" ({', '.join(f'{k}={v}' for k, v in o.items())})" if o else "")
-                for m, o in (run.get("methods") or {}).items()
+                for m, o in listed.items()
             )
             lines.append(
                 f"- **{run.get('dataset')}**: {sel} of {run.get('questions_in_file')} in "

@@ -1074,3 +1074,18 @@ def test_short_answer_calls_count_every_call_the_step_made(dataset: Path, tmp_pa
     assert rows["q1"]["prediction"] == "Paris" and rows["q2"]["prediction"] == long.rstrip(".")
     for row in rows.values():
         assert row["llm_calls"] == 2 and row["short_answer_calls"] == 1, row["id"]
+
+
+def test_protocol_names_only_the_methods_with_rows(dataset: Path, tmp_path: Path) -> None:
+    """A resumed run's run.json keeps an earlier method list; the report's protocol line names
+    the methods its tables show, not one that never wrote a row."""
+    out = tmp_path / "run"
+    run(dataset, out, llm=oracle())
+    info = json.loads((out / "run.json").read_text())
+    info["methods"]["ircot"] = {}
+    (out / "run.json").write_text(json.dumps(info))
+    write_report([out])
+    protocol = next(
+        line for line in (out / "summary.md").read_text().splitlines() if "methods `" in line
+    )
+    assert "`standard_rag`" in protocol and "ircot" not in protocol
