@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,14 @@ def restore_journal(store: PairStore, path: Path, chunks: dict[str, str]) -> Non
 
 
 def build(
-    subset: Path, out: Path, llm: LLM, *, limit: int, batch: int, embedder: Embedder | None = None
+    subset: Path,
+    out: Path,
+    llm: LLM,
+    *,
+    limit: int,
+    batch: int,
+    embedder: Embedder | None = None,
+    concurrency: int = 1,
 ) -> PairStore:
     data = load_dataset(subset)
     docs = data.documents()
@@ -88,7 +96,7 @@ def build(
               file=sys.stderr, flush=True)  # fmt: skip
         if not left:
             break
-        synthesize(store, left, llm, limit=batch, progress=False)
+        synthesize(store, left, llm, limit=batch, progress=False, concurrency=concurrency)
         save_journal(store, journal)
     build_expert(store, data.select(limit), llm, progress=False)
     save_journal(store, journal)
@@ -102,13 +110,22 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--batch", type=int, default=25, help="paragraphs between journal writes")
     ap.add_argument("--build-only", action="store_true", help="build S and E, evaluate nothing")
+    ap.add_argument(
+        "--concurrency", type=int, default=1,
+        help="S: calls in flight at once, on an embedded server with as many slots (not the "
+        "repeatable one: S is data, built once; the evaluation still serves repeatably)",
+    )  # fmt: skip
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     subset = out / "questions.jsonl"
     write_first_questions(args.dataset, args.limit, subset)
-    llm = default_llm(repeatable=True)
-    store = build(subset, out, llm, limit=args.limit, batch=args.batch)
+    if args.concurrency > 1:
+        os.environ.setdefault("GAPRAG_LOCAL_SLOTS", str(args.concurrency))
+    llm = default_llm(repeatable=args.concurrency == 1)
+    store = build(
+        subset, out, llm, limit=args.limit, batch=args.batch, concurrency=args.concurrency
+    )
     divergence = {
         **expert_divergence(store),
         "store_pairs": {s: store.count(source=s) for s in SOURCES},
@@ -134,7 +151,7 @@ def main() -> None:
         limit=args.limit,
         out=out,
         resume=True,
-    )  # the same repeatable embedded server as the build (default_llm is one per process)
+    )  # the repeatable embedded server (the build's, unless it ran with --concurrency > 1)
 
 
 if __name__ == "__main__":

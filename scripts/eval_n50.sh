@@ -6,7 +6,8 @@
 #   bash scripts/eval_n50.sh after    # the code of the small-model work, pinned (profile applied)
 #   bash scripts/eval_n50.sh both     # set by set: after, then before (a paired set at a time)
 #   bash scripts/eval_n50.sh rag_ef   # RAG-EF's ladder (S, S ∪ E, Eq. 1) beside standard_rag,
-#                                     # on the corpus of those questions (benchmarks/rag_ef_n50.py)
+#                                     # on the corpus of those questions (benchmarks/rag_ef_n50.py);
+#                                     # SYNTH_CONCURRENCY=2 builds S two calls at a time
 #
 # "before" and "after" each run a pinned commit (below) from a git worktree (.eval-<label>/)
 # with this checkout's .venv, so a run resumed in a later session never mixes code versions.
@@ -44,7 +45,8 @@ case "$LABEL" in
     exit 0 ;;
   rag_ef)
     for ds in $DATASETS; do
-      python benchmarks/rag_ef_n50.py --dataset "$ds" --limit 50 --out "docs/results/n50/rag_ef/$ds"
+      python benchmarks/rag_ef_n50.py --dataset "$ds" --limit 50 --out "docs/results/n50/rag_ef/$ds" \
+        --concurrency "${SYNTH_CONCURRENCY:-1}"
     done
     mapfile -t dirs < <(sets_with_rows docs/results/n50/rag_ef)
     gaprag report "${dirs[@]}" --out docs/results/n50/rag_ef

@@ -8,7 +8,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, NotRequired
+from typing import Any, NotRequired, cast
 
 import pytest
 from langchain_core.messages import BaseMessage
@@ -420,6 +420,69 @@ def test_synthesize_is_resumable(store: PairStore) -> None:
     assert pairs[0]["chunk"] == chunk_text(docs[0]) == "Hamlet: Hamlet is a tragedy by Shakespeare."
 
 
+class SlowLLM:
+    """An endpoint serving several requests at once: each reply takes ``delay`` seconds; it
+    records how many calls were in flight together, and fails on chunks containing ``fail``."""
+
+    def __init__(self, delay: float = 0.05, fail: str = "") -> None:
+        self.delay, self.fail = delay, fail
+        self.flying = self.most = self.calls = 0
+
+    async def agenerate(self, messages: Any, *, max_tokens: int = 0, stop: Any = None) -> str:
+        last = messages[-1]  # (role, text)
+        text = str(last[1] if isinstance(last, tuple) else getattr(last, "content", last))
+        chunk = text.split("Passage:")[1].strip()
+        self.calls += 1
+        self.flying += 1
+        self.most = max(self.most, self.flying)
+        try:
+            await asyncio.sleep(self.delay)
+        finally:
+            self.flying -= 1
+        if self.fail and self.fail in chunk:
+            raise RuntimeError("endpoint failed")
+        return f"Q: What is chunk {chunk.split()[-1]}? A: {chunk.split()[-1]}"
+
+
+def _numbered(n: int) -> list[Document]:
+    return [Document(id=f"d{i}", title="", text=f"Numbered chunk n{i}") for i in range(n)]
+
+
+def test_synthesize_with_calls_in_flight_keeps_corpus_order(store: PairStore) -> None:
+    llm = SlowLLM()
+    report = synthesize(store, _numbered(7), cast(LLM, llm), progress=False, concurrency=3)
+    assert (report.processed, report.pairs, llm.calls) == (7, 7, 7)
+    assert llm.most == 3  # three at once, never more
+    assert [p["chunk_id"] for p in store.list(source="synthetic")] == [f"d{i}" for i in range(7)]
+    with pytest.raises(InputError, match="concurrency must be >= 1"):
+        synthesize(store, _numbered(1), cast(LLM, llm), progress=False, concurrency=0)
+    assert cli_main(["feedback", "synthesize", "hotpotqa", "--concurrency", "0", "--quiet"]) == 2
+
+
+def test_a_failed_call_keeps_the_chunks_before_it(store: PairStore) -> None:
+    docs = _numbered(6)
+    with pytest.raises(RuntimeError, match="endpoint failed"):
+        synthesize(store, docs, cast(LLM, SlowLLM(fail="n4")), progress=False, concurrency=2)
+    assert [p["chunk_id"] for p in store.list(source="synthetic")] == ["d0", "d1", "d2", "d3"]
+    again = SlowLLM()
+    report = synthesize(store, docs, cast(LLM, again), progress=False, concurrency=2)
+    assert (report.skipped, report.processed, again.calls) == (4, 2, 2)
+
+
+def test_synthesize_in_a_running_loop_asks_for_the_coroutine(store: PairStore) -> None:
+    from gaprag.graphs.rag_ef.synth import asynthesize
+
+    async def inside() -> int:
+        with pytest.raises(InputError, match="asynthesize"):
+            synthesize(store, _numbered(2), cast(LLM, SlowLLM()), progress=False, concurrency=2)
+        report = await asynthesize(
+            store, _numbered(2), cast(LLM, SlowLLM()), progress=False, concurrency=2
+        )
+        return report.processed
+
+    assert asyncio.run(inside()) == 2
+
+
 # -- the S / E / O ladder ---------------------------------------------------------------------
 def _dataset(tmp_path: Path) -> Path:
     rows = [
@@ -774,3 +837,11 @@ def test_ladder_script_builds_s_and_e_and_resumes_from_its_journal(tmp_path: Pat
     assert again.count(source="synthetic") == 4 and again.count(source="expert") == 3
     assert {p["chunk_id"] for p in again.list(source="synthetic")} == {"p1", "p9", "p2", "p3"}
     assert script.expert_divergence(again)["pairs"] == 3  # the originals came back too
+    again.close()
+    # S with two calls in flight: the same pairs, in the same order
+    out2 = tmp_path / "out2"
+    out2.mkdir()
+    two = script.build(data, out2, LLM(model), limit=3, batch=2, embedder=HashingEmbedder(),
+                       concurrency=2)  # fmt: skip
+    assert len(calls) == 8
+    assert [p["chunk_id"] for p in two.list(source="synthetic")] == ["p1", "p9", "p2", "p3"]

@@ -130,12 +130,17 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     from gaprag.deps import Deps
     from gaprag.graphs.rag_ef.synth import synthesize
 
+    if args.concurrency < 1:
+        raise InputError(
+            f"--concurrency must be >= 1, not {args.concurrency}", hint="use 1 or more"
+        )
     docs = _corpus(args.corpus, args.chunk_size, args.overlap)
     store = _store(args)
     llm = Deps().chat(BaseContext(base_url=args.base_url or "", model=args.model or ""))
     report = synthesize(
-        store, docs, llm, source=args.source, limit=args.limit, progress=not args.quiet
-    )
+        store, docs, llm, source=args.source, limit=args.limit, progress=not args.quiet,
+        concurrency=args.concurrency,
+    )  # fmt: skip
     print(
         f"synthesized {report.pairs} pairs from {report.processed} chunk(s) "
         f"({report.empty} without pairs, {report.skipped} done before); "
@@ -193,6 +198,11 @@ def register(subparsers: Any) -> None:
     q.add_argument("--overlap", type=int, default=0, help="words of overlap for text files")
     q.add_argument("--base-url", help="OpenAI-compatible endpoint (default: configured/embedded)")
     q.add_argument("--model", help="model name at the endpoint")
+    q.add_argument(
+        "--concurrency", type=int, default=1,
+        help="LLM calls in flight at once (default 1; more for an endpoint that serves several "
+        "requests together: vLLM, or the embedded server with GAPRAG_LOCAL_SLOTS)",
+    )  # fmt: skip
     q.add_argument("--store", help=STORE_HELP)
     q.add_argument("--quiet", action="store_true", help="no progress bar")
     q.set_defaults(func=cmd_synthesize)

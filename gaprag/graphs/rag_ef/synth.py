@@ -7,10 +7,14 @@ included) and loses at most the chunk in flight.
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gaprag.aio import run_sync
+from gaprag.errors import InputError
 from gaprag.llm.client import LLM
 from gaprag.prompts import load_prompts
 from gaprag.stores.documents import Document
@@ -72,7 +76,13 @@ def chunk_text(doc: Document) -> str:
 
 def generate_pairs(llm: LLM, chunk: str, *, max_tokens: int = 512) -> list[tuple[str, str]]:
     """One LLM call: the Q&A pairs for ``chunk``."""
-    return parse_qa(llm.generate(PROMPTS["generate_qa"].render(chunk=chunk), max_tokens=max_tokens))
+    return run_sync(agenerate_pairs(llm, chunk, max_tokens=max_tokens))
+
+
+async def agenerate_pairs(llm: LLM, chunk: str, *, max_tokens: int = 512) -> list[tuple[str, str]]:
+    """:func:`generate_pairs` as a coroutine."""
+    reply = await llm.agenerate(PROMPTS["generate_qa"].render(chunk=chunk), max_tokens=max_tokens)
+    return parse_qa(reply)
 
 
 @dataclass
@@ -93,8 +103,45 @@ def synthesize(
     limit: int | None = None,
     progress: bool = True,
     max_tokens: int = 512,
+    concurrency: int = 1,
 ) -> SynthReport:
-    """Write Q&A pairs for every chunk not done yet; ``limit`` caps chunks generated this run."""
+    """Write Q&A pairs for every chunk not done yet; ``limit`` caps chunks generated this run.
+
+    ``concurrency``: LLM calls in flight at once (an endpoint that serves several requests
+    together, such as vLLM or a llama.cpp server with several slots, gets through a corpus
+    that much sooner). Chunks are still written in corpus order, each with its done mark, so
+    an interruption loses at most the calls in flight. Inside a running event loop, await
+    :func:`asynthesize` instead."""
+    if concurrency < 1:
+        raise InputError(f"concurrency must be >= 1, not {concurrency}", hint="use 1 or more")
+    run = asynthesize(store, docs, llm, source=source, limit=limit, progress=progress,
+                      max_tokens=max_tokens, concurrency=concurrency)  # fmt: skip
+    if concurrency == 1:
+        return run_sync(run)  # one call at a time: no event loop needed
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run)
+    run.close()
+    raise InputError(
+        "synthesize(concurrency > 1) cannot start an event loop inside a running one",
+        hint="await gaprag.graphs.rag_ef.synth.asynthesize(...) instead",
+    )
+
+
+async def asynthesize(
+    store: PairStore,
+    docs: Sequence[Document],
+    llm: LLM,
+    *,
+    source: str = "synthetic",
+    limit: int | None = None,
+    progress: bool = True,
+    max_tokens: int = 512,
+    concurrency: int = 1,
+) -> SynthReport:
+    """:func:`synthesize` as a coroutine: up to ``concurrency`` calls in flight, results
+    written in corpus order."""
     job = f"synthesize:{source}"
     done = store.processed(job)
     todo = [d for d in docs if chunk_hash(chunk_text(d)) not in done]
@@ -106,25 +153,40 @@ def synthesize(
         from tqdm import tqdm
 
         bar = tqdm(total=len(todo), desc="synthesizing Q&A", unit="chunk")
+
+    def write(doc: Document, text: str, pairs: list[tuple[str, str]]) -> None:
+        if pairs:
+            store.add_many(
+                [(q, a, text) for q, a in pairs], source=source, chunk_ids=[doc["id"]] * len(pairs)
+            )
+        else:
+            report.empty += 1
+        store.mark_processed(job, [chunk_hash(text)])
+        report.processed += 1
+        report.pairs += len(pairs)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(pairs=report.pairs)
+
+    flight: deque[tuple[Document, str, asyncio.Task[list[tuple[str, str]]]]] = deque()
     try:
         for doc in todo:
             text = chunk_text(doc)
-            pairs = generate_pairs(llm, text, max_tokens=max_tokens)
-            if pairs:
-                store.add_many(
-                    [(q, a, text) for q, a in pairs],
-                    source=source,
-                    chunk_ids=[doc["id"]] * len(pairs),
-                )
-            else:
-                report.empty += 1
-            store.mark_processed(job, [chunk_hash(text)])
-            report.processed += 1
-            report.pairs += len(pairs)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(pairs=report.pairs)
+            if concurrency == 1:
+                write(doc, text, await agenerate_pairs(llm, text, max_tokens=max_tokens))
+                continue
+            flight.append(
+                (doc, text, asyncio.create_task(agenerate_pairs(llm, text, max_tokens=max_tokens)))
+            )
+            if len(flight) >= concurrency:
+                first, first_text, task = flight.popleft()
+                write(first, first_text, await task)
+        while flight:
+            first, first_text, task = flight.popleft()
+            write(first, first_text, await task)
     finally:
+        for _, _, task in flight:
+            task.cancel()
         if bar is not None:
             bar.close()
     return report
