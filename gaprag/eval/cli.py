@@ -109,8 +109,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             note = res["rescored"]
             print(
                 f"  {method}: {note['decisions_rescored']} decisions re-scored with "
-                f"{note['rf_weights']} ({note['questions_replayed']} questions replayed, "
-                f"{note['questions_left_out']} it trained on left out)"
+                f"{note['rf_weights']} ({note['questions_replayed']} questions replayed; "
+                f"{note['questions_left_out']} left out, not in the weights' held-out list)"
             )
     print(f"wrote {result['profile']}")
     return 0
