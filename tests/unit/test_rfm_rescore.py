@@ -114,3 +114,37 @@ def test_rescoring_needs_the_traces_and_rfm_rag(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="re-scores rfm_rag"):
         calibrate(model="m", methods=["iterkey"], datasets=["hotpotqa"], out=runs, run=False,
                   profile_path=tmp_path / "p.toml", rf_weights=weights)  # fmt: skip
+
+
+def test_retrain_script_compares_on_the_same_heldout_questions(tmp_path: Path) -> None:
+    """scripts/rfm_retrain.sh on real calibration rows (the 12 committed rfm_rag questions):
+    both weights replay the same held-out questions, and nothing shipped or recorded changes."""
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    runs = tmp_path / "runs"
+    source = root / "docs/results/calibration/qwen2.5-coder-1.5b/b"
+    for ds in ("hotpotqa", "2wikimultihopqa", "musique"):
+        (runs / ds / "traces").mkdir(parents=True)
+        rows = [line for line in (source / ds / "results.jsonl").read_text().splitlines()
+                if json.loads(line)["method"] == "rfm_rag"]  # fmt: skip
+        (runs / ds / "results.jsonl").write_text("\n".join(rows) + "\n")
+        shutil.copytree(source / ds / "traces" / "rfm_rag", runs / ds / "traces" / "rfm_rag")
+        shutil.copy(source / ds / "run.json", runs / ds / "run.json")
+    (runs / "curves.json").write_text('{"recorded": true}')
+    shipped = (root / "gaprag/graphs/rfm_rag/weights.json").read_bytes()
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(root / "scripts/rfm_retrain.sh"), str(runs), str(out)],
+                          capture_output=True, text=True, cwd=root)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    held = json.loads((out / "retrained/metrics.json").read_text())["data"]["heldout"]
+    assert (
+        held and json.loads((out / "shipped/metrics.json").read_text())["data"]["heldout"] == held
+    )
+    for w in ("shipped", "retrained"):
+        curve = json.loads((out / w / "curves.json").read_text())["rfm_rag"]
+        assert curve["questions"] == len(held) == curve["rescored"]["questions_replayed"]
+        assert f"{w}: rf_threshold" in done.stdout
+    assert json.loads((runs / "curves.json").read_text()) == {"recorded": True}
+    assert (root / "gaprag/graphs/rfm_rag/weights.json").read_bytes() == shipped
