@@ -16,24 +16,28 @@ from gaprag.eval.calibrate import calibrate
 from gaprag.eval.datasets import load_dataset
 from gaprag.graphs.rfm_rag.features import FEATURE_NAMES
 from gaprag.graphs.rfm_rag.model import RFeedbackMLP
-from gaprag.graphs.rfm_rag.rescore import rescore_rows, round_features
+from gaprag.graphs.rfm_rag.rescore import rescore_rows, round_pools
 from gaprag.profiles import load_profile
 
 GOLD = "William Shakespeare"
 
 
-def relevance_model() -> RFeedbackMLP:
-    """p = sigmoid(20 * g_f - 10): sure above G_f 0.7, never below 0.3; S_f ignored."""
+def coverage_model() -> RFeedbackMLP:
+    """p = sigmoid(20 * S_f - 10): sure when the pool covers the question's entities, never
+    when it covers none; G_f ignored."""
     w1, w2, w3 = np.zeros((2, 32)), np.zeros((32, 16)), np.zeros((16, 1))
-    w1[1, 0] = w2[0, 0] = 1.0
+    w1[0, 0] = w2[0, 0] = 1.0
     w3[0, 0] = 20.0
     layers = [(w1, np.zeros(32)), (w2, np.zeros(16)), (w3, np.array([-10.0]))]
     return RFeedbackMLP(layers=layers, embedder="hashing-256", monotone=FEATURE_NAMES)
 
 
-def write_run(root: Path, ids: list[str], g_f: tuple[float, float]) -> None:
+POOLS = (["A tragedy was first printed in 1603."], ["Hamlet was written by William Shakespeare."])
+
+
+def write_run(root: Path, ids: list[str]) -> None:
     """A calibration run of rfm_rag: round 1 answered wrong, round 2 right; the recorded
-    model was sure at round 1 (p 0.99), the pools' relevance says otherwise."""
+    model was sure at round 1 (p 0.99), though only round 2's pool names the entity."""
     run = root / "hotpotqa"
     (run / "traces" / "rfm_rag").mkdir(parents=True)
     rows = []
@@ -49,38 +53,45 @@ def write_run(root: Path, ids: list[str], g_f: tuple[float, float]) -> None:
             "answers": [GOLD], "f1": 1.0, "llm_calls": 9, "decisions": decisions,
             "options": {"calibration": True}, "error": None,
         })  # fmt: skip
-        trace = {"trace": [
-            {"node": "feedback_classifier", "round": r, "s_f": 0.5, "g_f": g, "prob": 0.5}
-            for r, g in ((1, g_f[0]), (2, g_f[1]))
-        ]}  # fmt: skip
+        trace = {
+            "input": "Who wrote Hamlet?", "iterations": 3, "prediction": GOLD,
+            "extra": {"entities": ["Hamlet"], "evidence_pool": []},
+            "trace": [{"node": "feedback_classifier", "round": r, "pool": POOLS[r - 1]}
+                      for r in (1, 2)],
+        }  # fmt: skip
         (run / "traces" / "rfm_rag" / f"{qid}.json").write_text(json.dumps(trace))
     (run / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
 
 
-def test_round_features_read_the_judged_rounds() -> None:
-    trace: dict[str, Any] = {"trace": [
-        {"node": "retrieve", "round": 1},
-        {"node": "feedback_classifier", "round": 1, "s_f": 0.25, "g_f": 0.6},
-        {"node": "feedback_classifier", "round": 2, "s_f": None, "g_f": 0.8},
-        {"node": "feedback_classifier", "round": 3, "mode": "llm_judge"},  # no features
-    ]}  # fmt: skip
-    assert round_features(trace) == {1: (0.25, 0.6), 2: (0.0, 0.8)}
+def test_round_pools_are_the_judged_pools() -> None:
+    trace: dict[str, Any] = {
+        "input": "Who wrote Hamlet?", "iterations": 2,
+        "extra": {"entities": ["Hamlet"], "evidence_pool": [{"text": "x"}]},
+        "trace": [
+            {"node": "retrieve", "round": 1},
+            {"node": "feedback_classifier", "round": 1, "pool": POOLS[0]},
+            {"node": "feedback_classifier", "round": 2, "mode": "llm_judge"},  # no pool
+        ],
+    }  # fmt: skip
+    pools = round_pools(trace)
+    assert pools[1].sentences == POOLS[0] and pools[1].entities == ["Hamlet"]
+    assert pools[1].question == "Who wrote Hamlet?" and pools[2].sentences == ["x"]  # final
 
 
 def test_calibration_replays_retrained_weights(tmp_path: Path) -> None:
     ids = [ex.id for ex in load_dataset("hotpotqa").examples[60:63]]
     runs = tmp_path / "runs"
-    write_run(runs, ids, g_f=(0.2, 0.9))
+    write_run(runs, ids)
     weights = tmp_path / "w" / "weights.json"
     weights.parent.mkdir()
-    relevance_model().save(weights)
+    coverage_model().save(weights)
     common: dict[str, Any] = {"model": "m", "methods": ["rfm_rag"], "datasets": ["hotpotqa"],
                               "limit": 5, "out": runs, "run": False, "cost_per_call": 0.0}  # fmt: skip
     # the recorded probabilities stop at round 1 (wrong) at any threshold up to 0.99
     recorded = calibrate(**common, profile_path=tmp_path / "a.toml")["curves"]["rfm_rag"]
     point = next(p for p in recorded["grid"] if p["threshold"] == 0.9)
     assert point["f1"] == 0.0 and "rescored" not in recorded
-    # re-scored: round 1 (G_f 0.2) p ~0.002, round 2 (G_f 0.9) p ~0.9997 -> right at round 2
+    # re-scored: round 1 (no entity covered) p ~0.00005, round 2 (covered) p ~0.99995
     out = calibrate(**common, profile_path=tmp_path / "b.toml", rf_weights=weights)
     rescored = out["curves"]["rfm_rag"]
     point = next(p for p in rescored["grid"] if p["threshold"] == 0.9)
@@ -104,9 +115,9 @@ def test_calibration_replays_retrained_weights(tmp_path: Path) -> None:
 def test_rescoring_needs_the_traces_and_rfm_rag(tmp_path: Path) -> None:
     ids = [ex.id for ex in load_dataset("hotpotqa").examples[60:61]]
     runs = tmp_path / "runs"
-    write_run(runs, ids, g_f=(0.2, 0.9))
+    write_run(runs, ids)
     weights = tmp_path / "weights.json"
-    relevance_model().save(weights)
+    coverage_model().save(weights)
     (runs / "hotpotqa" / "traces" / "rfm_rag" / f"{ids[0]}.json").unlink()
     with pytest.raises(InputError, match="no trace of rfm_rag question"):
         calibrate(model="m", methods=["rfm_rag"], datasets=["hotpotqa"], out=runs, run=False,

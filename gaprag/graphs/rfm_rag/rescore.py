@@ -1,10 +1,13 @@
 """Re-score the R-Feedback decisions of recorded rfm_rag runs with other weights.
 
-A ``calibration=true`` run records, at every judged round, the pool's features (``s_f``,
-``g_f``, in the trace) and the answer the method would have given had it stopped there (in
-the row's ``decisions``). R-Feedback retrained on those pools (``gaprag rfm train --source
-graph_pools``) gives other probabilities for the same pools, so its stop threshold can be set
-by replaying the same rows with the new ``p``: no second calibration run is needed.
+A ``calibration=true`` run records, at every judged round, the pool (its fact sentences, in
+the trace, with the question's entities) and the answer the method would have given had it
+stopped there (in the row's ``decisions``). R-Feedback retrained on those pools (``gaprag rfm
+train --source graph_pools``) gives other probabilities for the same pools, so its stop
+threshold can be set by replaying the same rows with the new ``p``: no second calibration run
+is needed. The pools are featurised as training featurises them
+(:func:`gaprag.graphs.rfm_rag.train.featurize`, with the embedder the weights name), so the
+re-scored ``p`` is what the graph would compute with those weights.
 
 Weights trained on graph pools list the questions they never trained on (``heldout`` in the
 ``metrics.json`` beside them: the Platt-calibration and test splits); only those questions are
@@ -21,6 +24,8 @@ from typing import Any
 from gaprag.errors import InputError
 from gaprag.eval.trace import safe_name
 from gaprag.graphs.rfm_rag.model import METRICS_FILE, RFeedbackMLP
+from gaprag.graphs.rfm_rag.train import Sample, featurize, pool_snapshots
+from gaprag.stores.embeddings import embedder_by_name
 
 NODE = "feedback_classifier"
 
@@ -36,13 +41,14 @@ def heldout_questions(weights: Path) -> set[str] | None:
     return {str(q) for q in held} if isinstance(held, list) else None
 
 
-def round_features(trace: Mapping[str, Any]) -> dict[int, tuple[float, float]]:
-    """round -> (s_f, g_f) of each judged round of one rfm_rag trace."""
-    out: dict[int, tuple[float, float]] = {}
-    for rec in trace.get("trace") or []:
-        if isinstance(rec, dict) and rec.get("node") == NODE and rec.get("g_f") is not None:
-            out[int(rec.get("round", 0))] = (float(rec.get("s_f") or 0.0), float(rec["g_f"]))
-    return out
+def round_pools(trace: Mapping[str, Any]) -> dict[int, Sample]:
+    """round -> the pool judged at that round of one rfm_rag trace, as a training sample."""
+    question = str(trace.get("input", ""))
+    entities = [str(e) for e in (trace.get("extra") or {}).get("entities") or []]
+    return {
+        int(snap["round"]): Sample("", question, entities, snap["sentences"], 0, "")
+        for snap in pool_snapshots(dict(trace))
+    }
 
 
 def rescore_rows(
@@ -58,6 +64,7 @@ def rescore_rows(
     a note of what was done."""
     path = Path(weights).expanduser()
     model = RFeedbackMLP.load(path)
+    embedder = embedder_by_name(model.embedder)
     held = heldout_questions(path)
     out: list[dict[str, Any]] = []
     rescored = skipped = 0
@@ -80,13 +87,17 @@ def rescore_rows(
                 f"no trace of {method} question {qid} to re-score",
                 hint="re-scoring reads the traces of the calibration run (its traces/ folder)",
             )
-        features = round_features(json.loads(trace_file.read_text(encoding="utf-8")))
+        trace = json.loads(trace_file.read_text(encoding="utf-8"))
+        pools = round_pools(trace) if isinstance(trace.get("extra"), dict) else {}
+        judged = [d for d in row.get("decisions") or [] if d.get("node") == NODE]
+        rounds = sorted({int(d["round"]) for d in judged if d.get("round") in pools})
+        probs = dict(zip(rounds, model.probs(featurize([pools[r] for r in rounds], embedder,
+                                                       progress=False)), strict=True))  # fmt: skip
         decisions = []
         for d in row.get("decisions") or []:
             d = dict(d)
-            if d.get("node") == NODE and d.get("round") in features:
-                s_f, g_f = features[int(d["round"])]
-                d["p"] = model.predict(s_f, g_f).prob
+            if d.get("node") == NODE and d.get("round") in probs:
+                d["p"] = round(float(probs[int(d["round"])]), 6)
                 d["path"] = "model (re-scored)"
                 rescored += 1
             decisions.append(d)
