@@ -24,19 +24,16 @@ from typing import Any
 
 
 def one(dataset: str, paragraphs: int, concurrency: int) -> dict[str, Any]:
-    from gaprag.eval.datasets import CALIBRATION_START, load_dataset
+    from dataclasses import replace
+
+    from gaprag.eval.datasets import calibration_slice, load_dataset
     from gaprag.graphs.rag_ef.synth import synthesize
     from gaprag.llm.factory import default_llm, serving_settings
     from gaprag.stores.pairs import PairStore
 
     data = load_dataset(dataset)
-    docs: list[Any] = []
-    seen: set[str] = set()
-    for ex in data.examples[CALIBRATION_START:]:
-        for p in ex.paragraphs:
-            if p["id"] not in seen and len(docs) < paragraphs:
-                seen.add(p["id"])
-                docs.append({"id": p["id"], "title": p.get("title", ""), "text": p["text"]})
+    calibration = replace(data, examples=calibration_slice(data.examples, what="benchmark"))
+    docs = calibration.documents()[:paragraphs]  # the corpus of questions 60+, in file order
     llm = default_llm()
     llm.generate("Say OK.", max_tokens=2)  # the server is up and warm before the clock starts
     with tempfile.TemporaryDirectory() as tmp:

@@ -74,13 +74,8 @@ def chunk_text(doc: Document) -> str:
     return f"{doc['title']}: {doc['text']}" if doc["title"] else doc["text"]
 
 
-def generate_pairs(llm: LLM, chunk: str, *, max_tokens: int = 512) -> list[tuple[str, str]]:
-    """One LLM call: the Q&A pairs for ``chunk``."""
-    return run_sync(agenerate_pairs(llm, chunk, max_tokens=max_tokens))
-
-
 async def agenerate_pairs(llm: LLM, chunk: str, *, max_tokens: int = 512) -> list[tuple[str, str]]:
-    """:func:`generate_pairs` as a coroutine."""
+    """One LLM call: the Q&A pairs for ``chunk``."""
     reply = await llm.agenerate(PROMPTS["generate_qa"].render(chunk=chunk), max_tokens=max_tokens)
     return parse_qa(reply)
 
