@@ -110,20 +110,26 @@ def versus_before(summary: Mapping[str, Any]) -> str | None:
     before = summary.get("versus_before")
     if not before:
         return None
-    header = ["method", "n", "F1 before", "F1 after", "ΔF1 [95% CI]", "wins / losses"]
+    sets = list(before.get("datasets") or {})
+    n = max(v["f1"]["n"] for v in before["pooled"].values())
+    header = ["method", *(f"{SET_NAMES.get(s, s)} ΔF1" for s in sets)]
+    header += [f"F1 before → after, {n} q", "ΔF1 [95% CI]", "wins / losses"]
     header += ["LLM calls before → after"]
     rows = []
     for m, v in before["pooled"].items():
         f1 = v["f1"]
+        per_set = []
+        for s in sets:
+            entry = before["datasets"][s].get(m)
+            per_set.append(num(entry["f1"]["mean"], signed=True) if entry else "–")
         calls = (
             f"{num(v['before']['llm_calls'], places=1)} → {num(v['after']['llm_calls'], places=1)}"
         )
         rows.append(
             [
                 LABELS.get(m, m),
-                str(f1["n"]),
-                num(v["before"]["f1"], places=3),
-                num(v["after"]["f1"], places=3),
+                *per_set,
+                f"{num(v['before']['f1'], places=3)} → {num(v['after']['f1'], places=3)}",
                 with_ci(f1, signed=True),
                 f"{f1['wins']} / {f1['losses']}",
                 calls,

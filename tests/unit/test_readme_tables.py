@@ -82,3 +82,33 @@ def test_the_script_reads_summary_json(tmp_path: Path) -> None:
     ).stdout
     assert out.count("| standard_rag |") == 1  # the delta table leaves the baseline out
     assert "| MIGRES |" in out and "wins / losses" in out
+
+
+def test_after_against_before_has_a_column_per_set_and_the_pooled_interval() -> None:
+    mod = load()
+
+    def versus(delta: float, before: float, after: float) -> dict[str, Any]:
+        return {
+            "f1": stat(delta, delta - 0.05, delta + 0.05, wins=4, losses=2),
+            "before": {"f1": before, "llm_calls": 3.0},
+            "after": {"f1": after, "llm_calls": 4.04},
+        }
+
+    summary = {
+        **SUMMARY,
+        "versus_before": {
+            "datasets": {
+                "hotpotqa": {"iterkey": versus(0.28, 0.25, 0.53)},
+                "musique": {"iterkey": versus(-0.011, 0.12, 0.11)},
+            },
+            "pooled": {"iterkey": {**versus(0.1, 0.2, 0.3), "f1": {**stat(0.1, 0.03, 0.17, wins=43, losses=42), "n": 100}}},
+        },
+    }  # fmt: skip
+    lines = mod.versus_before(summary).splitlines()
+    assert lines[0] == (
+        "| method | HotpotQA ΔF1 | MuSiQue ΔF1 | F1 before → after, 100 q | ΔF1 [95% CI] "
+        "| wins / losses | LLM calls before → after |"
+    )
+    assert lines[2] == (
+        "| IterKey | +0.28 | −0.01 | 0.200 → 0.300 | +0.10 [+0.03, +0.17] | 43 / 42 | 3.0 → 4.0 |"
+    )
