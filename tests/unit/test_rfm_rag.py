@@ -41,6 +41,7 @@ from gaprag.graphs.rfm_rag.train import (
     EVAL_RESERVED,
     auc,
     build_dataset,
+    epoch_budget,
     graph_pool_dataset,
     graph_pool_samples,
     load_records,
@@ -48,6 +49,7 @@ from gaprag.graphs.rfm_rag.train import (
     refuse_evaluation_questions,
     run_training,
     train_mlp,
+    training_warnings,
 )
 from gaprag.llm.accounting import metered
 from gaprag.llm.client import LLM
@@ -602,6 +604,28 @@ def test_training_on_separable_features() -> None:
     assert auc(np.array([0.1, 0.4, 0.35, 0.8]), np.array([0, 0, 1, 1])) == 0.75
 
 
+def test_a_small_training_set_gets_enough_steps() -> None:
+    # ~80 calibration pools are 2 batches an epoch: 100 epochs would be 200 steps
+    assert epoch_budget(84) == 1000 and epoch_budget(84, 3) == 3
+    assert epoch_budget(10_000) == 100  # the paragraph source keeps its 100 epochs
+    rng = np.random.default_rng(0)
+    x, y = _separable(42, rng)  # 84 examples
+    result = train_mlp(x, y, x, y, patience=2000)
+    assert len(result.history) == 1000 and result.history[-1]["train_loss"] < 0.05
+
+
+def test_training_warns_of_a_flat_or_chance_model() -> None:
+    rng = np.random.default_rng(0)
+    x, y = _separable(200, rng)
+    model = train_mlp(x, y, x, y, epochs=20, patience=20, x_cal=x, y_cal=y).model
+    xy = {"cal": (x[:100], y[:100]), "test": (x[100:], y[100:])}
+    assert training_warnings(model, xy, {"auc": 0.99}) == []
+    model.calibration = (1e-3, -0.3)  # a Platt fit on pools without signal
+    flat = training_warnings(model, xy, {"auc": 0.5})
+    assert len(flat) == 2 and "nearly constant (0.43-0.43" in flat[0] and "AUC 0.50" in flat[1]
+    assert training_warnings(model, {"cal": (x[:0], y[:0]), "test": (x[:0], y[:0])}, {}) == []
+
+
 def test_feature_extractor_and_entities() -> None:
     fx = FeatureExtractor(HashingEmbedder())
     f = fx("Who directed Move?", ["Move"], ["Move was directed by Stuart Rosenberg."])
@@ -1035,9 +1059,16 @@ def test_train_from_graph_pools(store: Store, tmp_path: Path, capsys: pytest.Cap
     args = ["rfm", "train", "--source", "graph_pools", "--runs", str(runs), "--out", str(out),
             "--embedder", "hashing-256", "--epochs", "3", "--quiet"]  # fmt: skip
     assert main(args) == 0
-    summary = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
     assert summary["source"] == "graph_pools"
     metrics = json.loads((out / "metrics.json").read_text())
+    assert (
+        metrics["training"]["max_epochs"] == 3
+        and metrics["training"]["max_epochs_rule"] == "--epochs"
+    )
+    assert summary["warnings"] == metrics["warnings"]
+    assert all(f"gaprag: warning: {w}" in captured.err for w in metrics["warnings"])
     assert metrics["data"]["label"] == "support" and metrics["data"]["samples"]["train"] > 0
     # the questions no weight was fitted to: the Platt and test splits, never a trained one
     trained = {f"fixture/q{i}" for i in range(8)} - set(metrics["data"]["heldout"])

@@ -27,7 +27,7 @@ def cmd_rfm_train(args: argparse.Namespace) -> int:
             hint="--runs DIR[,DIR]: `gaprag eval --methods rfm_rag --offset 60 --set "
             "calibration=true --out DIR` on calibration questions",
         )
-    if args.epochs < 1:
+    if args.epochs is not None and args.epochs < 1:
         raise InputError("--epochs must be >= 1", hint="fix the value")
     if args.skip_first < EVAL_RESERVED:
         raise InputError(
@@ -68,11 +68,14 @@ def cmd_rfm_train(args: argparse.Namespace) -> int:
         "test": {k: metrics["test"].get(k) for k in keys},
         "val": {k: metrics["val"].get(k) for k in keys},
         "best_epoch": metrics["training"]["best_epoch"],
+        "warnings": metrics.get("warnings", []),
         "cross_validation": {
             k: v["mean"] for k, v in metrics["cross_validation"].items() if isinstance(v, dict)
         },
     }
     print(json.dumps(summary, indent=2))
+    for warning in metrics.get("warnings", []):
+        print(f"gaprag: warning: {warning}", file=sys.stderr)
     print(
         f"gaprag: weights in {out}/weights.json; use them with --set rf_weights={out}/weights.json",
         file=sys.stderr,
@@ -88,6 +91,7 @@ def register(subparsers: Any) -> None:
         DEFAULT_MONOTONE,
         DEFAULT_SKIP_FIRST,
         MAX_EPOCHS,
+        MIN_STEPS,
     )
 
     p = subparsers.add_parser("rfm", help="RFM-RAG's R-Feedback model")
@@ -119,8 +123,10 @@ def register(subparsers: Any) -> None:
     q.add_argument("--monotone", default=",".join(DEFAULT_MONOTONE),
                    help=f"features the probability may not fall in ({', '.join(FEATURE_NAMES)}) "
                    "or none")  # fmt: skip
-    q.add_argument("--epochs", type=int, default=MAX_EPOCHS,
-                   help="maximum epochs (early stopping)")  # fmt: skip
+    q.add_argument("--epochs", type=int, default=None,
+                   help=f"maximum epochs (early stopping; default: {MAX_EPOCHS}, or more on a "
+                   f"small set, so that training takes at least {MIN_STEPS} optimiser "
+                   "steps)")  # fmt: skip
     q.add_argument("--cv-folds", type=int, default=CV_FOLDS,
                    help="question-grouped cross-validation folds for the reported AUC (0: none)")  # fmt: skip
     q.add_argument("--seed", type=int, default=0)

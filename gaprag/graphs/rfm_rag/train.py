@@ -36,7 +36,7 @@ import json
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -80,6 +80,24 @@ MAX_EPOCHS = 100
 """Optimiser settings (the paper's are in its missing Appendix A). The monotone model needs
 more steps than the unconstrained one to reach its fit: with lr 1e-3 and patience 5 it stopped
 early, underfitted, below a plain logistic regression on the same features."""
+MIN_STEPS = 2000
+"""Without an explicit epoch count, train for at least this many optimiser steps: 100 epochs
+of the ~80 pools of a small calibration run are only 200 steps, after which the model has
+barely moved and its Platt scaling comes out flat (every probability the same). Early stopping
+still ends a run whose validation loss stops falling."""
+BATCH_SIZE = 64
+
+
+def epoch_budget(n_train: int, epochs: int | None = None, batch_size: int = BATCH_SIZE) -> int:
+    """The maximum epochs of a training run: ``epochs`` when given, else :data:`MAX_EPOCHS` or
+    as many as :data:`MIN_STEPS` optimiser steps take on ``n_train`` examples, whichever is
+    more."""
+    if epochs is not None:
+        return epochs
+    batches = max(1, math.ceil(n_train / batch_size))
+    return max(MAX_EPOCHS, math.ceil(MIN_STEPS / batches))
+
+
 CV_FOLDS = 5
 ANSWER_F1 = 0.5
 """``answer`` label: the pool is sufficient when the answer given from it has F1 >= this."""
@@ -372,8 +390,8 @@ def train_mlp(
     x_val: Array,
     y_val: Array,
     *,
-    epochs: int = MAX_EPOCHS,
-    batch_size: int = 64,
+    epochs: int | None = None,
+    batch_size: int = BATCH_SIZE,
     lr: float = LR,
     patience: int = PATIENCE,
     seed: int = 0,
@@ -384,8 +402,10 @@ def train_mlp(
     y_cal: Array | None = None,
 ) -> TrainResult:
     """Projected Adam on mean BCE-with-logits (the ``monotone`` features' constraint is
-    restored after every step); early stopping on validation loss (best epoch kept); then
-    Platt scaling fitted on ``(x_cal, y_cal)`` when given (identity otherwise)."""
+    restored after every step); early stopping on validation loss (best epoch kept) within
+    :func:`epoch_budget` epochs; then Platt scaling fitted on ``(x_cal, y_cal)`` when given
+    (identity otherwise)."""
+    epochs = epoch_budget(len(y_train), epochs, batch_size)
     model = RFeedbackMLP.init(
         (x_train.shape[1], *hidden, 1), seed=seed, embedder=embedder, monotone=monotone
     )
@@ -436,7 +456,7 @@ def cross_validate(
     splits: dict[str, list[Sample]],
     *,
     folds: int = CV_FOLDS,
-    epochs: int = MAX_EPOCHS,
+    epochs: int | None = None,
     seed: int = 0,
     monotone: Sequence[str] = DEFAULT_MONOTONE,
 ) -> dict[str, Any]:
@@ -655,7 +675,7 @@ def run_training(
     runs: Sequence[str | Path] = (),
     label: PoolLabel = "support",
     skip_first: int = DEFAULT_SKIP_FIRST,
-    epochs: int = MAX_EPOCHS,
+    epochs: int | None = None,
     seed: int = 0,
     n_train: int = 10_000,
     n_val: int = 800,
@@ -733,8 +753,11 @@ def run_training(
         "training": {
             "optimizer": "adam (projected: monotone weights clipped to >= 0 after each step)",
             "lr": LR,
-            "batch_size": 64,
-            "max_epochs": epochs,
+            "batch_size": BATCH_SIZE,
+            "max_epochs": epoch_budget(len(xy["train"][1]), epochs),
+            "max_epochs_rule": "--epochs"
+            if epochs is not None
+            else f"at least {MAX_EPOCHS} epochs and {MIN_STEPS} optimiser steps",
             "early_stopping": f"validation loss, patience {PATIENCE}, best epoch kept",
             "best_epoch": result.best_epoch,
             "epochs_run": len(result.history),
@@ -747,9 +770,39 @@ def run_training(
         ),
         "wall_s": round(time.perf_counter() - start, 1),
     }
+    metrics["warnings"] = training_warnings(model, xy, metrics["test"])
     metrics = finite(metrics)
     (out / METRICS_FILE).write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
     return metrics
+
+
+FLAT_SPREAD = 0.05
+"""A calibrated model whose probabilities over the held-out pools span less than this says the
+same thing of every pool."""
+WEAK_AUC = 0.55
+
+
+def training_warnings(
+    model: RFeedbackMLP, xy: Mapping[str, tuple[Array, Array]], test: Mapping[str, Any]
+) -> list[str]:
+    """What makes a trained model unfit to ship, in words: probabilities that are nearly the
+    same for every held-out pool, or a test AUC near chance."""
+    out: list[str] = []
+    held = [xy[k][0] for k in ("cal", "test") if len(xy[k][1])]
+    if held:
+        p = model.probs(np.concatenate(held))
+        lo, hi = float(p.min()), float(p.max())
+        if hi - lo < FLAT_SPREAD:
+            out.append(
+                f"the calibrated probability is nearly constant ({lo:.2f}-{hi:.2f} over the "
+                "held-out pools): the model found no signal; do not ship it"
+            )
+    score = test.get("auc")
+    if isinstance(score, float) and math.isfinite(score) and score < WEAK_AUC:
+        out.append(
+            f"test AUC {score:.2f}: the model does not rank sufficient pools above the others"
+        )
+    return out
 
 
 def _finite_mean(values: Sequence[float]) -> float:
