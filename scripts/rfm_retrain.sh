@@ -55,6 +55,8 @@ out = Path(sys.argv[1])
 m = json.loads((out / "retrained" / "metrics.json").read_text())
 print(f"held-out questions: {len(m['data']['heldout'])}; retrained test AUC {m['test'].get('auc')}, "
       f"cross-validated AUC {m['cross_validation']['auc_model']['mean']}")
+for w in m.get("warnings", []):
+    print(f"retrained: warning: {w}")
 for w in ("shipped", "retrained"):
     c = json.loads((out / w / "curves.json").read_text())["rfm_rag"]
     b = c["chosen"]
