@@ -8,6 +8,7 @@
 #   bash scripts/eval_n50.sh rag_ef   # RAG-EF's ladder (S, S ∪ E, Eq. 1) beside standard_rag,
 #                                     # on the corpus of those questions (benchmarks/rag_ef_n50.py);
 #                                     # SYNTH_CONCURRENCY=2 builds S two calls at a time
+#                                     # (pinned too: S, E and the evaluation span sessions)
 #
 # "before" and "after" each run a pinned commit (below) from a git worktree (.eval-<label>/)
 # with this checkout's .venv, so a run resumed in a later session never mixes code versions.
@@ -18,6 +19,7 @@ cd "$(dirname "$0")/.."
 LABEL=${1:-after}
 BEFORE_COMMIT=b99a6b7  # main before the small-model work: 64049d9 + this script's method list
 AFTER_COMMIT=a2f8522  # the small-model work, the calibrated profile, MIGRES's empty-pool forced answer
+RAG_EF_COMMIT=2ba43c3  # RAG-EF's ladder: the package code its S was started with (0141d4f's)
 # (the after rows of HotpotQA questions 0-7 for the four other methods were made by 7bea6fb,
 # whose code differs from a2f8522 only in MIGRES, the RAG-EF ladder and the report)
 ROOT=$PWD
@@ -44,9 +46,16 @@ case "$LABEL" in
     done
     exit 0 ;;
   rag_ef)
+    CODE=$ROOT/.eval-rag_ef
+    if [[ ! -d $CODE ]]; then git worktree add --detach "$CODE" "$RAG_EF_COMMIT"; fi
+    if [[ $(git -C "$CODE" rev-parse HEAD) != $(git rev-parse "$RAG_EF_COMMIT^{commit}") ]]; then
+      echo "eval_n50: $CODE is not at the pinned $RAG_EF_COMMIT; remove it (git worktree remove $CODE)" >&2
+      exit 2
+    fi
     for ds in $DATASETS; do
-      python benchmarks/rag_ef_n50.py --dataset "$ds" --limit 50 --out "docs/results/n50/rag_ef/$ds" \
-        --concurrency "${SYNTH_CONCURRENCY:-1}"
+      # from this checkout, so the paths its rows record stay relative
+      PYTHONPATH=$CODE python "$CODE/benchmarks/rag_ef_n50.py" --dataset "$ds" --limit 50 \
+        --out "docs/results/n50/rag_ef/$ds" --concurrency "${SYNTH_CONCURRENCY:-1}"
     done
     mapfile -t dirs < <(sets_with_rows docs/results/n50/rag_ef)
     gaprag report "${dirs[@]}" --out docs/results/n50/rag_ef
