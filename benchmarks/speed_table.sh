@@ -23,11 +23,8 @@ OUT=$ROOT/benchmarks/speed/$DS
 . .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 CODE=$ROOT/.eval-after
-if [[ ! -d $CODE ]]; then git worktree add --detach "$CODE" "$PINNED"; fi
-if [[ $(git -C "$CODE" rev-parse HEAD) != $(git rev-parse "$PINNED^{commit}") ]]; then
-  echo "speed_table: $CODE is not at the pinned $PINNED; remove it (git worktree remove $CODE)" >&2
-  exit 2
-fi
+. scripts/pinned_worktree.sh
+pinned_worktree "$CODE" "$PINNED"
 extra=()
 if [[ $DS == 2wikimultihopqa ]]; then extra=(--set migres.seed_facts=true); fi
 (cd "$CODE" && PYTHONPATH=$CODE GAPRAG_LOCAL_ENGINE=xllamacpp gaprag eval --methods "$METHODS" \

@@ -23,6 +23,7 @@ RAG_EF_COMMIT=2ba43c3  # RAG-EF's ladder: the package code its S was started wit
 # (the after rows of HotpotQA questions 0-7 for the four other methods were made by 7bea6fb,
 # whose code differs from a2f8522 only in MIGRES, the RAG-EF ladder and the report)
 ROOT=$PWD
+. scripts/pinned_worktree.sh
 . .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # the engine of every row so far: a llama-server built later (GAPRAG_FAST=server) would
@@ -47,11 +48,7 @@ case "$LABEL" in
     exit 0 ;;
   rag_ef)
     CODE=$ROOT/.eval-rag_ef
-    if [[ ! -d $CODE ]]; then git worktree add --detach "$CODE" "$RAG_EF_COMMIT"; fi
-    if [[ $(git -C "$CODE" rev-parse HEAD) != $(git rev-parse "$RAG_EF_COMMIT^{commit}") ]]; then
-      echo "eval_n50: $CODE is not at the pinned $RAG_EF_COMMIT; remove it (git worktree remove $CODE)" >&2
-      exit 2
-    fi
+    pinned_worktree "$CODE" "$RAG_EF_COMMIT"
     for ds in $DATASETS; do
       # from this checkout, so the paths its rows record stay relative
       PYTHONPATH=$CODE python "$CODE/benchmarks/rag_ef_n50.py" --dataset "$ds" --limit 50 \
@@ -65,11 +62,7 @@ case "$LABEL" in
   *) echo "usage: bash scripts/eval_n50.sh before|after|both|rag_ef" >&2; exit 2 ;;
 esac
 CODE=$ROOT/.eval-$LABEL
-if [[ ! -d $CODE ]]; then git worktree add --detach "$CODE" "$COMMIT"; fi
-if [[ $(git -C "$CODE" rev-parse HEAD) != $(git rev-parse "$COMMIT^{commit}") ]]; then
-  echo "eval_n50: $CODE is not at the pinned $COMMIT; remove it (git worktree remove $CODE)" >&2
-  exit 2
-fi
+pinned_worktree "$CODE" "$COMMIT"
 export PYTHONPATH=$CODE
 cd "$CODE"
 for ds in $DATASETS; do
