@@ -1,0 +1,153 @@
+"""Print RAG-EF's ladder tables (README, rag_ef page) from the ladder's set directories, so the
+pages quote the committed rows instead of copies typed by hand.
+
+    python scripts/rag_ef_ladder_rows.py docs/results/n50/rag_ef/{hotpotqa,2wikimultihopqa,musique}
+
+Each directory is one set of ``bash scripts/eval_n50.sh rag_ef``: ``results.jsonl`` (rows of
+``standard_rag``, ``rag_ef_standard``, ``rag_ef_S`` and ``rag_ef_SE``) and ``pairs.jsonl`` (the
+pair store as text; E's pairs carry the test question they reword). Prints:
+
+1. per set and pooled, each variant's F1 and its paired ΔF1 against ``standard_rag`` (95%
+   percentile-bootstrap interval, wins / losses);
+2. how far E's questions are from the test questions, and S ∪ E against ``standard_rag`` split
+   by it: on the questions whose E pair is a near copy (word-overlap F1 >= 0.8 with the test
+   question, the ladder's own cut) and on the real rewordings. E is an oracle to the degree its
+   questions are the test questions, so the rewordings are the realistic part of S ∪ E.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gaprag.eval.metrics import f1_score, normalize_answer
+from gaprag.eval.report import bootstrap_ci
+
+BASE = "standard_rag"
+VARIANTS = ("rag_ef_standard", "rag_ef_S", "rag_ef_SE")
+NEAR_COPY = 0.8  # the ladder's expert_divergence cut
+SET_NAMES = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue"}
+
+
+def num(x: float, signed: bool = False, places: int = 2) -> str:
+    """``x`` rounded, with a typographic minus (the README's style)."""
+    text = f"{x:+.{places}f}" if signed else f"{x:.{places}f}"
+    return text.replace("-", "−")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def f1_by_method(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """``{method: {question id: F1}}``, the last error-free row of each (method, id)."""
+    out: dict[str, dict[str, float]] = {}
+    for r in rows:
+        if r.get("error") or not isinstance(r.get("f1"), int | float):
+            continue
+        out.setdefault(str(r["method"]), {})[str(r["id"])] = float(r["f1"])
+    return out
+
+
+def expert_overlap(pairs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, bool]]:
+    """``{test question id: (word-overlap F1 of its E question against it, identical after
+    normalisation)}``, as the ladder's ``expert_divergence`` measures them."""
+    out: dict[str, tuple[float, bool]] = {}
+    for p in pairs:
+        meta = p.get("meta") or {}
+        if p.get("source") == "expert" and meta.get("origin_id") and meta.get("original_question"):
+            q, orig = str(p["question"]), str(meta["original_question"])
+            same = normalize_answer(q) == normalize_answer(orig)
+            out[str(meta["origin_id"])] = (f1_score(q, [orig]), same)
+    return out
+
+
+def paired(base: Mapping[str, float], other: Mapping[str, float], ids: Sequence[str]) -> str:
+    """``other - base`` on ``ids`` answered by both: mean [95% CI] (wins / losses, n)."""
+    diffs = [other[i] - base[i] for i in ids if i in base and i in other]
+    if not diffs:
+        return "–"
+    mean = sum(diffs) / len(diffs)
+    ci = bootstrap_ci(diffs)
+    wins, losses = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+    interval = f" [{num(ci[0], True)}, {num(ci[1], True)}]" if ci else ""
+    return f"{num(mean, True)}{interval} ({wins} / {losses}, n = {len(diffs)})"
+
+
+def mean_f1(scores: Mapping[str, float], ids: Sequence[str]) -> str:
+    vals = [scores[i] for i in ids if i in scores]
+    return num(sum(vals) / len(vals), places=3) if vals else "–"
+
+
+def tables(sets: Sequence[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]]) -> str:
+    """The two tables for ``(set name, result rows, journal rows)`` per set, then pooled."""
+    pooled_f1: dict[str, dict[str, float]] = {}
+    pooled_overlap: dict[str, tuple[float, bool]] = {}
+    blocks: list[tuple[str, dict[str, dict[str, float]], dict[str, tuple[float, bool]]]] = []
+    for name, rows, pairs in sets:
+        scores, overlap = f1_by_method(rows), expert_overlap(pairs)
+        blocks.append((SET_NAMES.get(name, name), scores, overlap))
+        for m, s in scores.items():  # ids are unique across sets
+            pooled_f1.setdefault(m, {}).update(s)
+        pooled_overlap.update(overlap)
+    if len(blocks) > 1:
+        blocks.append(("pooled", pooled_f1, pooled_overlap))
+
+    head = "| set | " + " | ".join([BASE, *VARIANTS]) + " |"
+    out = [
+        "F1 (ΔF1 against standard_rag [95% CI] (wins / losses, n)):",
+        "",
+        head,
+        "|---|" + "---:|" * (1 + len(VARIANTS)),
+    ]
+    for label, scores, _ in blocks:
+        base = scores.get(BASE, {})
+        ids = sorted(base)
+        cells = [f"{mean_f1(base, ids)} (n = {len(ids)})"]
+        for v in VARIANTS:
+            s = scores.get(v, {})
+            cells.append(f"{mean_f1(s, sorted(s))}; {paired(base, s, ids)}" if s else "–")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    out += [
+        "",
+        f"E's questions against the test questions (word-overlap F1; near copy >= {NEAR_COPY}),"
+        " and S ∪ E against standard_rag on each part:",
+        "",
+        "| set | E pairs | mean overlap | identical | near copies | rag_ef_SE − standard_rag,"
+        " near copies | rag_ef_SE − standard_rag, rewordings | rag_ef_S − standard_rag,"
+        " rewordings |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, scores, overlap in blocks:
+        base, se, s = scores.get(BASE, {}), scores.get("rag_ef_SE", {}), scores.get("rag_ef_S", {})
+        near = sorted(i for i, (o, _) in overlap.items() if o >= NEAR_COPY)
+        reworded = sorted(i for i, (o, _) in overlap.items() if o < NEAR_COPY)
+        identical = sum(same for _, same in overlap.values())
+        mean = num(sum(o for o, _ in overlap.values()) / len(overlap)) if overlap else "–"
+        out.append(
+            f"| {label} | {len(overlap)} | {mean} | {identical} | {len(near)} "
+            f"| {paired(base, se, near)} | {paired(base, se, reworded)} "
+            f"| {paired(base, s, reworded)} |"
+        )
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dirs", nargs="+", type=Path, help="ladder set directories")
+    args = ap.parse_args()
+    sets = []
+    for d in args.dirs:
+        for f in ("results.jsonl", "pairs.jsonl"):
+            if not (d / f).is_file():
+                raise SystemExit(f"rag_ef_ladder_rows: {d / f} not found (run the ladder first)")
+        sets.append((d.name, read_jsonl(d / "results.jsonl"), read_jsonl(d / "pairs.jsonl")))
+    print(tables(sets))
+
+
+if __name__ == "__main__":
+    main()
