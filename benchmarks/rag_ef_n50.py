@@ -2,10 +2,11 @@
 
 For one bundled set, on its first ``--limit`` questions (0-49 for the README):
 
-1. The corpus is the union of those questions' paragraphs (``questions.jsonl``, written here
-   from the bundled file). S, the synthetic Q&A pairs, is written for every paragraph of it by
-   the model in use; E, the expert feedback, is one (rewording, expert answer, golden
-   paragraph) triple per question, the rewording and answer by the same model.
+1. The corpus is the union of those questions' paragraphs (``<dataset>.jsonl``, written here
+   from the bundled file; its name is the set's name in the rows and the report). S, the
+   synthetic Q&A pairs, is written for every paragraph of it by the model in use; E, the
+   expert feedback, is one (rewording, expert answer, golden paragraph) triple per question,
+   the rewording and answer by the same model.
 2. How far E's questions are from the test questions is measured (word-overlap F1, identical,
    near copies) and written to ``expert_divergence.json``: E is an oracle to the degree its
    questions are the test questions.
@@ -118,7 +119,7 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    subset = out / "questions.jsonl"
+    subset = out / f"{args.dataset}.jsonl"  # the rows' "dataset", so a report tells the sets apart
     write_first_questions(args.dataset, args.limit, subset)
     if args.concurrency > 1:
         os.environ.setdefault("GAPRAG_LOCAL_SLOTS", str(args.concurrency))
