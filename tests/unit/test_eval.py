@@ -969,13 +969,9 @@ def test_calibration_may_not_touch_the_reported_questions() -> None:
 
 
 def test_calibration_script_refuses_an_overlap(capsys: pytest.CaptureFixture[str]) -> None:
-    import importlib.util
+    from tests.scripts import load_script
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "calibrate_migres_filter.py"
-    spec = importlib.util.spec_from_file_location("calibrate_migres_filter", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("benchmarks/calibrate_migres_filter.py")
     assert module.main(["--start", "0", "--embedder", "hashing"]) == 2
     assert "questions 0-59 are reserved" in capsys.readouterr().err
     rows = module.held_out(module.DATA / "hotpotqa.dev.jsonl", 60, 3)

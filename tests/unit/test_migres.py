@@ -1404,13 +1404,9 @@ def test_few_shot_demos_do_not_name_evaluation_entities() -> None:
 def test_filter_calibration_refuses_the_reported_questions(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import importlib.util
+    from tests.scripts import load_script
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "calibrate_migres_filter.py"
-    spec = importlib.util.spec_from_file_location("calibrate_migres_filter", path)
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("benchmarks/calibrate_migres_filter.py")
     for start in ("0", "49", "59"):  # refused before any model is loaded
         assert script.main(["--start", start, "--embedder", "hashing", "--limit", "1"]) == 2
         assert "questions 0-59 are reserved" in capsys.readouterr().err

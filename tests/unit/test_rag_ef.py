@@ -807,13 +807,9 @@ def test_a_reviewed_subgraph_uses_its_parents_checkpointer(store: PairStore) -> 
 
 # -- the n = 50 ladder script: building resumes from the committed journal ---------------------
 def test_ladder_script_builds_s_and_e_and_resumes_from_its_journal(tmp_path: Path) -> None:
-    import importlib.util
+    from tests.scripts import load_script
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "rag_ef_n50.py"
-    spec = importlib.util.spec_from_file_location("rag_ef_n50", path)
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("benchmarks/rag_ef_n50.py")
     data = _dataset(tmp_path)
     calls: list[str] = []
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,15 +9,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tests.scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "rag_ef_ladder_rows.py"
 
 
 def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rag_ef_ladder_rows", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/rag_ef_ladder_rows.py")
 
 
 def rows(scores: dict[str, list[float]]) -> list[dict[str, Any]]:
