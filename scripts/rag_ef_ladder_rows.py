@@ -23,19 +23,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gaprag.eval.metrics import f1_score, normalize_answer
+from readme_tables import SET_NAMES, num  # this script's directory is on sys.path
+
 from gaprag.eval.report import bootstrap_ci
+from gaprag.graphs.rag_ef.ladder import NEAR_COPY, paraphrase_overlap
 
 BASE = "standard_rag"
 VARIANTS = ("rag_ef_standard", "rag_ef_S", "rag_ef_SE")
-NEAR_COPY = 0.8  # the ladder's expert_divergence cut
-SET_NAMES = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue"}
-
-
-def num(x: float, signed: bool = False, places: int = 2) -> str:
-    """``x`` rounded, with a typographic minus (the README's style)."""
-    text = f"{x:+.{places}f}" if signed else f"{x:.{places}f}"
-    return text.replace("-", "−")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -59,9 +53,8 @@ def expert_overlap(pairs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float,
     for p in pairs:
         meta = p.get("meta") or {}
         if p.get("source") == "expert" and meta.get("origin_id") and meta.get("original_question"):
-            q, orig = str(p["question"]), str(meta["original_question"])
-            same = normalize_answer(q) == normalize_answer(orig)
-            out[str(meta["origin_id"])] = (f1_score(q, [orig]), same)
+            overlap = paraphrase_overlap(str(p["question"]), str(meta["original_question"]))
+            out[str(meta["origin_id"])] = overlap
     return out
 
 

@@ -4,6 +4,7 @@ functions; the script's ``main`` still runs only when a test calls it."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -11,8 +12,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_script(relative: str) -> ModuleType:
-    """``relative``: the script's path from the repository root, e.g. ``scripts/x.py``."""
+    """``relative``: the script's path from the repository root, e.g. ``scripts/x.py``. The
+    script's directory is put on ``sys.path`` as ``python <script>`` does, so a script can
+    import its neighbours."""
     path = ROOT / relative
+    if str(path.parent) not in sys.path:
+        sys.path.append(str(path.parent))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)

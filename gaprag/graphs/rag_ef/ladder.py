@@ -158,27 +158,41 @@ def write_first_questions(dataset: str | Path, limit: int, path: str | Path) -> 
     return target
 
 
+NEAR_COPY = 0.8
+"""Word-overlap F1 at or above which a paraphrase counts as a near copy of its original."""
+
+
+def paraphrase_overlap(question: str, original: str) -> tuple[float, bool]:
+    """How close a paraphrase is to the question it rewords: its word-overlap F1 against it
+    (the answer metric's normalisation: 1.0 = the same words, whatever the order) and whether
+    the two are identical after normalisation."""
+    return f1_score(question, [original]), normalize_answer(question) == normalize_answer(original)
+
+
 def expert_divergence(store: PairStore) -> dict[str, Any]:
     """How far E's questions are from the test questions they reword.
 
-    Per expert pair, the word-overlap F1 of the paraphrase against its original (the answer
-    metric's normalisation: 1.0 = the same words, whatever the order). E is an oracle to the
-    degree its questions are the test questions: reported as the mean overlap, the share
-    identical after normalisation, and the share with overlap >= 0.8 (near copies)."""
+    Per expert pair, :func:`paraphrase_overlap` against its original. E is an oracle to the
+    degree its questions are the test questions: reported as the mean overlap, the number
+    identical after normalisation, and the number with overlap >= ``NEAR_COPY`` (near copies)."""
     originals = {
         pid: str(m["original_question"])
         for pid, m in store.metadata(source="expert").items()
         if m.get("original_question")
     }
     questions = {p["id"]: p["question"] for p in store.list(source="expert")}
-    pairs = [(questions[pid], orig) for pid, orig in originals.items() if pid in questions]
-    overlaps = [f1_score(q, [orig]) for q, orig in pairs]
-    n = len(pairs)
+    scored = [
+        paraphrase_overlap(questions[pid], orig)
+        for pid, orig in originals.items()
+        if pid in questions
+    ]
+    overlaps = [o for o, _ in scored]
+    n = len(scored)
     return {
         "pairs": n,
         "mean_word_overlap_f1": round(sum(overlaps) / n, 3) if n else None,
-        "identical": sum(normalize_answer(q) == normalize_answer(orig) for q, orig in pairs),
-        "near_copies": sum(o >= 0.8 for o in overlaps),
+        "identical": sum(same for _, same in scored),
+        "near_copies": sum(o >= NEAR_COPY for o in overlaps),
     }
 
 
