@@ -87,7 +87,7 @@ def main() -> None:
         fb.add(
             failed.question, failed.answers[0], gold["text"], source="expert", chunk_id=gold["id"]
         )
-        para = paraphrase(llm, failed.question)
+        para = paraphrase(llm, failed.question).text
         fixed = str(graph.invoke({"question": para})["answer"])
         after = {
             ex.id: str(graph.invoke({"question": ex.question})["answer"])

@@ -7,12 +7,18 @@ For one bundled set, on its first ``--limit`` questions (0-49 for the README):
    synthetic Q&A pairs, is written for every paragraph of it by the model in use; E, the
    expert feedback, is one (rewording, expert answer, golden paragraph) triple per question,
    the rewording and answer by the same model.
+   E is built as it was first built: the model's greedy rewrite, whatever its overlap.
 2. How far E's questions are from the test questions is measured (word-overlap F1, identical,
    near copies) and written to ``expert_divergence.json``: E is an oracle to the degree its
    questions are the test questions.
-3. One ``gaprag eval`` on those questions and that corpus compares ``standard_rag`` with
-   ``rag_ef_S`` (pairs of S), ``rag_ef_SE`` (S ∪ E) and ``rag_ef_standard`` (the paper's Eq. 1
-   baseline: rank S's chunks, no pairs).
+3. E_r (``--rewrites``, default 4; 0 skips it): E again, with every near copy replaced by a
+   sampled rewrite that rewords the question and keeps its names and numbers
+   (``gaprag.graphs.rag_ef.ladder.paraphrase``), in a store of its own beside S
+   (``pairs_reworded.sqlite``; its pairs as text in ``expert_reworded.jsonl``, its divergence
+   in ``expert_divergence_reworded.json``).
+4. One ``gaprag eval`` on those questions and that corpus compares ``standard_rag`` with
+   ``rag_ef_S`` (pairs of S), ``rag_ef_SE`` (S ∪ E), ``rag_ef_SE_reworded`` (S ∪ E_r) and
+   ``rag_ef_standard`` (the paper's Eq. 1 baseline: rank S's chunks, no pairs).
 
 Building S costs one LLM call per paragraph (hours on a CPU), so every step resumes. The pair
 store (``pairs.sqlite``) is a cache: what was built is also kept as text in ``pairs.jsonl``,
@@ -28,12 +34,18 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from gaprag.eval.datasets import load_dataset
 from gaprag.eval.runner import evaluate
-from gaprag.graphs.rag_ef.ladder import build_expert, expert_divergence, write_first_questions
+from gaprag.graphs.rag_ef.ladder import (
+    REWRITES,
+    build_expert,
+    expert_divergence,
+    write_first_questions,
+)
 from gaprag.graphs.rag_ef.synth import chunk_text, synthesize
 from gaprag.llm.client import LLM
 from gaprag.llm.factory import default_llm
@@ -44,29 +56,43 @@ SOURCES = ("synthetic", "expert")
 JOBS = ("synthesize:synthetic", "ladder:expert")
 
 
-def save_journal(store: PairStore, path: Path) -> None:
-    """Every pair of S and E (chunks by id) and the finished work, one JSON line each."""
+def save_journal(
+    store: PairStore,
+    path: Path,
+    *,
+    sources: Collection[str] = SOURCES,
+    jobs: Collection[str] = JOBS,
+) -> None:
+    """Every pair of ``sources`` (chunks by id) and the finished ``jobs``, one JSON line each."""
     tmp = path.with_suffix(".tmp")
     with tmp.open("w", encoding="utf-8") as fh:
-        for source in SOURCES:
+        for source in sources:
             meta = store.metadata(source=source)
             for p in store.list(source=source):
                 row = {"source": source, "question": p["question"], "answer": p["answer"],
                        "chunk_id": p["chunk_id"], "meta": meta.get(p["id"], {})}  # fmt: skip
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-        for job in JOBS:
+        for job in jobs:
             keys = sorted(store.processed(job))
             fh.write(json.dumps({"processed": job, "keys": keys}) + "\n")
     tmp.replace(path)
 
 
-def restore_journal(store: PairStore, path: Path, chunks: dict[str, str]) -> None:
-    """Put a journal's pairs and finished work back into an empty store."""
+def restore_journal(
+    store: PairStore,
+    path: Path,
+    chunks: dict[str, str],
+    *,
+    sources: Collection[str] = SOURCES,
+    jobs: Collection[str] = JOBS,
+) -> None:
+    """Put a journal's pairs of ``sources`` and its finished ``jobs`` into an empty store."""
     for line in path.read_text(encoding="utf-8").splitlines():
         row: dict[str, Any] = json.loads(line)
         if "processed" in row:
-            store.mark_processed(str(row["processed"]), row["keys"])
-        else:
+            if row["processed"] in jobs:
+                store.mark_processed(str(row["processed"]), row["keys"])
+        elif row["source"] in sources:
             store.add(row["question"], row["answer"], chunks[row["chunk_id"]],
                       source=row["source"], chunk_id=row["chunk_id"], meta=row["meta"])  # fmt: skip
 
@@ -99,9 +125,47 @@ def build(
             break
         synthesize(store, left, llm, limit=batch, progress=False, concurrency=concurrency)
         save_journal(store, journal)
-    build_expert(store, data.select(limit), llm, progress=False)
+    build_expert(store, data.select(limit), llm, rewrites=0, progress=False)  # as first built
     save_journal(store, journal)
     return store
+
+
+def build_reworded(
+    subset: Path,
+    out: Path,
+    llm: LLM,
+    *,
+    limit: int,
+    rewrites: int,
+    embedder: Embedder | None = None,
+) -> PairStore:
+    """S (from ``pairs.jsonl``) and E_r in ``pairs_reworded.sqlite``; resumable like S."""
+    chunks = {d["id"]: chunk_text(d) for d in load_dataset(subset).documents()}
+    store_path, journal = out / "pairs_reworded.sqlite", out / "expert_reworded.jsonl"
+    if not store_path.is_file():  # built aside and moved in, so a stopped restore is redone
+        tmp = store_path.with_suffix(".tmp")
+        for stale in out.glob(f"{tmp.name}*"):
+            stale.unlink()
+        store = PairStore.open(tmp, embedder=embedder)
+        restore_journal(store, out / "pairs.jsonl", chunks, sources=["synthetic"], jobs=[])
+        if journal.is_file():
+            restore_journal(store, journal, chunks, sources=["expert"], jobs=["ladder:expert"])
+        store.close()
+        tmp.replace(store_path)
+    store = PairStore.open(store_path, embedder=embedder)
+    build_expert(store, load_dataset(subset).select(limit), llm, rewrites=rewrites, progress=False)
+    save_journal(store, journal, sources=["expert"], jobs=["ladder:expert"])
+    return store
+
+
+def write_divergence(store: PairStore, path: Path, paragraphs: int) -> None:
+    divergence = {
+        **expert_divergence(store),
+        "store_pairs": {s: store.count(source=s) for s in SOURCES},
+        "paragraphs": paragraphs,
+    }
+    path.write_text(json.dumps(divergence, indent=2) + "\n")
+    print(f"rag_ef_n50: {path.name}: {json.dumps(divergence)}", file=sys.stderr)
 
 
 def main() -> None:
@@ -111,6 +175,10 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--batch", type=int, default=25, help="paragraphs between journal writes")
     ap.add_argument("--build-only", action="store_true", help="build S and E, evaluate nothing")
+    ap.add_argument(
+        "--rewrites", type=int, default=REWRITES,
+        help="E_r: sampled rewrites that may replace a near-copy paraphrase (0: no E_r)",
+    )  # fmt: skip
     ap.add_argument(
         "--concurrency", type=int, default=1,
         help="S: calls in flight at once, on an embedded server with as many slots (not the "
@@ -127,27 +195,31 @@ def main() -> None:
     store = build(
         subset, out, llm, limit=args.limit, batch=args.batch, concurrency=args.concurrency
     )
-    divergence = {
-        **expert_divergence(store),
-        "store_pairs": {s: store.count(source=s) for s in SOURCES},
-        "paragraphs": len(load_dataset(subset).documents()),
-    }
-    (out / "expert_divergence.json").write_text(json.dumps(divergence, indent=2) + "\n")
-    print(f"rag_ef_n50: {json.dumps(divergence)}", file=sys.stderr)
+    paragraphs = len(load_dataset(subset).documents())
+    write_divergence(store, out / "expert_divergence.json", paragraphs)
     store.close()
+    pairs = str(out / "pairs.sqlite")
+    variants: dict[str, tuple[str, dict[str, Any]]] = {
+        "rag_ef_S": ("rag_ef", {"feedback_store": pairs, "sources": "synthetic"}),
+        "rag_ef_SE": ("rag_ef", {"feedback_store": pairs, "sources": "synthetic+expert"}),
+        "rag_ef_standard": (
+            "rag_ef",
+            {"feedback_store": pairs, "sources": "synthetic", "retrieval_mode": "standard"},
+        ),
+    }
+    if args.rewrites > 0:
+        reworded = build_reworded(subset, out, llm, limit=args.limit, rewrites=args.rewrites)
+        write_divergence(reworded, out / "expert_divergence_reworded.json", paragraphs)
+        reworded.close()
+        variants["rag_ef_SE_reworded"] = (
+            "rag_ef",
+            {"feedback_store": str(out / "pairs_reworded.sqlite"), "sources": "synthetic+expert"},
+        )
     if args.build_only:
         return
-    pairs = str(out / "pairs.sqlite")
     evaluate(
         methods=["standard_rag"],
-        variants={
-            "rag_ef_S": ("rag_ef", {"feedback_store": pairs, "sources": "synthetic"}),
-            "rag_ef_SE": ("rag_ef", {"feedback_store": pairs, "sources": "synthetic+expert"}),
-            "rag_ef_standard": (
-                "rag_ef",
-                {"feedback_store": pairs, "sources": "synthetic", "retrieval_mode": "standard"},
-            ),
-        },
+        variants=variants,
         dataset=subset,
         limit=args.limit,
         out=out,

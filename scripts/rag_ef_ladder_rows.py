@@ -4,15 +4,18 @@ pages quote the committed rows instead of copies typed by hand.
     python scripts/rag_ef_ladder_rows.py docs/results/n50/rag_ef/{hotpotqa,2wikimultihopqa,musique}
 
 Each directory is one set of ``bash scripts/eval_n50.sh rag_ef``: ``results.jsonl`` (rows of
-``standard_rag``, ``rag_ef_standard``, ``rag_ef_S`` and ``rag_ef_SE``) and ``pairs.jsonl`` (the
-pair store as text; E's pairs carry the test question they reword). Prints:
+``standard_rag``, ``rag_ef_standard``, ``rag_ef_S``, ``rag_ef_SE`` and ``rag_ef_SE_reworded``),
+``pairs.jsonl`` (the pair store as text; E's pairs carry the test question they reword) and,
+where built, ``expert_reworded.jsonl`` (E_r, near copies replaced by sampled rewordings).
+Prints:
 
 1. per set and pooled, each variant's F1 and its paired ΔF1 against ``standard_rag`` (95%
    percentile-bootstrap interval, wins / losses);
-2. how far E's questions are from the test questions, and S ∪ E against ``standard_rag`` split
-   by it: on the questions whose E pair is a near copy (word-overlap F1 >= 0.8 with the test
-   question, the ladder's own cut) and on the real rewordings. E is an oracle to the degree its
-   questions are the test questions, so the rewordings are the realistic part of S ∪ E.
+2. for E and E_r, how far their questions are from the test questions, and S ∪ E (S ∪ E_r)
+   against ``standard_rag`` split by it: on the questions whose pair is a near copy
+   (word-overlap F1 >= 0.8 with the test question, the ladder's own cut) and on the real
+   rewordings. E is an oracle to the degree its questions are the test questions, so the
+   rewordings are the realistic part.
 """
 
 from __future__ import annotations
@@ -29,7 +32,13 @@ from gaprag.eval.report import bootstrap_ci
 from gaprag.graphs.rag_ef.ladder import NEAR_COPY, paraphrase_overlap
 
 BASE = "standard_rag"
-VARIANTS = ("rag_ef_standard", "rag_ef_S", "rag_ef_SE")
+VARIANTS = ("rag_ef_standard", "rag_ef_S", "rag_ef_SE", "rag_ef_SE_reworded")
+#: each expert set: its label, the journal it is read from, the variant that uses it
+EXPERTS = (
+    ("E", "pairs.jsonl", "rag_ef_SE"),
+    ("E_r", "expert_reworded.jsonl", "rag_ef_SE_reworded"),
+)
+Overlap = dict[str, tuple[float, bool]]
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -75,17 +84,22 @@ def mean_f1(scores: Mapping[str, float], ids: Sequence[str]) -> str:
     return num(sum(vals) / len(vals), places=3) if vals else "–"
 
 
-def tables(sets: Sequence[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]]) -> str:
-    """The two tables for ``(set name, result rows, journal rows)`` per set, then pooled."""
+def tables(
+    sets: Sequence[tuple[str, list[dict[str, Any]], Mapping[str, list[dict[str, Any]]]]],
+) -> str:
+    """The two tables for ``(set name, result rows, {expert label: journal rows})`` per set,
+    then pooled."""
     pooled_f1: dict[str, dict[str, float]] = {}
-    pooled_overlap: dict[str, tuple[float, bool]] = {}
-    blocks: list[tuple[str, dict[str, dict[str, float]], dict[str, tuple[float, bool]]]] = []
-    for name, rows, pairs in sets:
-        scores, overlap = f1_by_method(rows), expert_overlap(pairs)
-        blocks.append((SET_NAMES.get(name, name), scores, overlap))
+    pooled_overlap: dict[str, Overlap] = {}
+    blocks: list[tuple[str, dict[str, dict[str, float]], dict[str, Overlap]]] = []
+    for name, rows, journals in sets:
+        scores = f1_by_method(rows)
+        overlaps = {label: expert_overlap(journals.get(label, [])) for label, _, _ in EXPERTS}
+        blocks.append((SET_NAMES.get(name, name), scores, overlaps))
         for m, s in scores.items():  # ids are unique across sets
             pooled_f1.setdefault(m, {}).update(s)
-        pooled_overlap.update(overlap)
+        for label, overlap in overlaps.items():
+            pooled_overlap.setdefault(label, {}).update(overlap)
     if len(blocks) > 1:
         blocks.append(("pooled", pooled_f1, pooled_overlap))
 
@@ -107,25 +121,30 @@ def tables(sets: Sequence[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]
 
     out += [
         "",
-        f"E's questions against the test questions (word-overlap F1; near copy >= {NEAR_COPY}),"
-        " and S ∪ E against standard_rag on each part:",
+        f"The expert's questions against the test questions (word-overlap F1; near copy >="
+        f" {NEAR_COPY}), and S ∪ E (S ∪ E_r) against standard_rag on each part:",
         "",
-        "| set | E pairs | mean overlap | identical | near copies | rag_ef_SE − standard_rag,"
-        " near copies | rag_ef_SE − standard_rag, rewordings | rag_ef_S − standard_rag,"
-        " rewordings |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| set | expert set | pairs | mean overlap | identical | near copies | S ∪ it −"
+        " standard_rag, near copies | S ∪ it − standard_rag, rewordings | rag_ef_S −"
+        " standard_rag, rewordings |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for label, scores, overlap in blocks:
-        base, se, s = scores.get(BASE, {}), scores.get("rag_ef_SE", {}), scores.get("rag_ef_S", {})
-        near = sorted(i for i, (o, _) in overlap.items() if o >= NEAR_COPY)
-        reworded = sorted(i for i, (o, _) in overlap.items() if o < NEAR_COPY)
-        identical = sum(same for _, same in overlap.values())
-        mean = num(sum(o for o, _ in overlap.values()) / len(overlap)) if overlap else "–"
-        out.append(
-            f"| {label} | {len(overlap)} | {mean} | {identical} | {len(near)} "
-            f"| {paired(base, se, near)} | {paired(base, se, reworded)} "
-            f"| {paired(base, s, reworded)} |"
-        )
+    for label, scores, overlaps in blocks:
+        base, s = scores.get(BASE, {}), scores.get("rag_ef_S", {})
+        for expert, _, variant in EXPERTS:
+            overlap = overlaps.get(expert) or {}
+            if not overlap:
+                continue
+            se = scores.get(variant, {})
+            near = sorted(i for i, (o, _) in overlap.items() if o >= NEAR_COPY)
+            reworded = sorted(i for i, (o, _) in overlap.items() if o < NEAR_COPY)
+            identical = sum(same for _, same in overlap.values())
+            mean = num(sum(o for o, _ in overlap.values()) / len(overlap))
+            out.append(
+                f"| {label} | {expert} | {len(overlap)} | {mean} | {identical} | {len(near)} "
+                f"| {paired(base, se, near)} | {paired(base, se, reworded)} "
+                f"| {paired(base, s, reworded)} |"
+            )
     return "\n".join(out)
 
 
@@ -138,7 +157,8 @@ def main() -> None:
         for f in ("results.jsonl", "pairs.jsonl"):
             if not (d / f).is_file():
                 raise SystemExit(f"rag_ef_ladder_rows: {d / f} not found (run the ladder first)")
-        sets.append((d.name, read_jsonl(d / "results.jsonl"), read_jsonl(d / "pairs.jsonl")))
+        journals = {label: read_jsonl(d / f) for label, f, _ in EXPERTS if (d / f).is_file()}
+        sets.append((d.name, read_jsonl(d / "results.jsonl"), journals))
     print(tables(sets))
 
 

@@ -268,9 +268,16 @@ class LLM:
         *,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         stop: list[str] | None = None,
+        temperature: float | None = None,
+        seed: int | None = None,
     ) -> str:
-        """Free text, capped at ``max_tokens``; ``<think>`` blocks removed."""
-        return run_sync(self.agenerate(messages, max_tokens=max_tokens, stop=stop))
+        """Free text, capped at ``max_tokens``; ``<think>`` blocks removed; see
+        :meth:`agenerate`."""
+        return run_sync(
+            self.agenerate(
+                messages, max_tokens=max_tokens, stop=stop, temperature=temperature, seed=seed
+            )
+        )
 
     def structured(
         self, messages: Messages, schema: type[M], *, default: M,
@@ -296,9 +303,17 @@ class LLM:
         *,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         stop: list[str] | None = None,
+        temperature: float | None = None,
+        seed: int | None = None,
     ) -> str:
-        """Free text, capped at ``max_tokens``; ``<think>`` blocks removed."""
+        """Free text, capped at ``max_tokens``; ``<think>`` blocks removed. ``temperature``
+        and ``seed`` override the chat model's for this call (a sampled call with a fixed
+        seed is repeatable on a repeatable endpoint); None keeps the model's own."""
         extra: dict[str, Any] = {"stop": stop} if stop else {}
+        if temperature is not None:
+            extra["temperature"] = temperature
+        if seed is not None:
+            extra["seed"] = seed
         reply = await self._ainvoke(
             to_messages(messages), max_tokens, prompt_parts(messages), **extra
         )

@@ -28,11 +28,16 @@ from gaprag.graphs.rag_ef import nodes as rag_ef_nodes
 from gaprag.graphs.rag_ef.context import Context
 from gaprag.graphs.rag_ef.feedback import parse_feedback
 from gaprag.graphs.rag_ef.ladder import (
+    REWRITE_TEMPERATURE,
+    Paraphrase,
     build_expert,
     build_oracle,
     evaluate_ladder,
     expert_divergence,
     golden_chunk,
+    keeps_names,
+    names_and_numbers,
+    paraphrase,
 )
 from gaprag.graphs.rag_ef.state import State
 from gaprag.graphs.rag_ef.synth import chunk_text, parse_qa, synthesize
@@ -41,7 +46,7 @@ from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.bm25 import tokenize
 from gaprag.stores.documents import Document
 from gaprag.stores.pairs import PairStore
-from gaprag.testing import ScriptedChatModel
+from gaprag.testing import ScriptedChatModel, scripted
 
 
 class ParentState(TypedDict):
@@ -553,6 +558,77 @@ def test_expert_divergence_flags_copied_questions(store: PairStore) -> None:
     assert div["mean_word_overlap_f1"] == 0.5
 
 
+OPERA_Q = "Which opera has more acts, Parsifal or Manon by Massenet?"
+
+
+def test_names_and_numbers_a_rewording_must_keep() -> None:
+    assert names_and_numbers("Which magazine was published first, Woman's Day or The Lady?") == [
+        "womans", "day", "lady",
+    ]  # fmt: skip
+    assert names_and_numbers("who won the 1998 final?") == ["1998"]
+    assert keeps_names("Which of Massenet's operas, Parsifal or Manon, has more acts?", OPERA_Q)
+    assert not keeps_names("In what opera by Massenet has more acts?", OPERA_Q)  # no Parsifal
+
+
+def _sampling(chat: ScriptedChatModel) -> list[tuple[Any, Any]]:
+    return [(c["kwargs"].get("temperature"), c["kwargs"].get("seed")) for c in chat.calls]
+
+
+def test_paraphrase_samples_rewrites_until_one_is_a_real_rewording() -> None:
+    chat = scripted(
+        OPERA_Q,  # greedy: the question itself
+        OPERA_Q,  # the "different words" retry: the same again
+        "In what opera by Massenet has more acts?",  # seed 1: drops Parsifal
+        "Tell me whether Parsifal or Massenet's Manon has the larger number of acts.",  # seed 2
+        "Between Parsifal and Massenet's Manon, which has the larger number of acts?",  # seed 3
+        "never asked",
+    )
+    out = paraphrase(LLM(chat), OPERA_Q, rewrites=4)
+    assert out == Paraphrase(
+        "Between Parsifal and Massenet's Manon, which has the larger number of acts?", 3
+    )
+    t = REWRITE_TEMPERATURE
+    assert _sampling(chat) == [(None, None), (None, None), (t, 1), (t, 2), (t, 3)]
+
+
+def test_paraphrase_keeps_the_greedy_rewrite_when_it_rewords_or_nothing_better_comes() -> None:
+    reworded = "Between Parsifal and Massenet's Manon, which has the larger number of acts?"
+    chat = scripted(reworded)
+    assert paraphrase(LLM(chat), OPERA_Q, rewrites=4) == Paraphrase(reworded)
+    assert len(chat.calls) == 1  # a real rewording: nothing sampled
+
+    near = "Which opera has more acts, Parsifal or Manon of Massenet?"  # overlap 0.9
+    chat = scripted(near, default=OPERA_Q)  # every sampled rewrite a copy
+    assert paraphrase(LLM(chat), OPERA_Q, rewrites=2) == Paraphrase(near)
+    assert len(chat.calls) == 3
+    chat = scripted(near)
+    assert paraphrase(LLM(chat), OPERA_Q, rewrites=0) == Paraphrase(near)  # as E was first built
+    assert len(chat.calls) == 1
+
+
+def test_build_expert_with_rewrites_records_the_seed(store: PairStore, tmp_path: Path) -> None:
+    data = load_dataset(_dataset(tmp_path))
+    mona = "Who painted the famous Mona Lisa portrait?"
+    sampled = "Which artist created the Mona Lisa?"
+
+    chat = _expert_llm()
+    llm = LLM(chat)
+    seeds = iter([None, None, 1])  # the Mona Lisa question: greedy, retry, then seed 1
+
+    def rule(messages: list[BaseMessage]) -> str:
+        question = str(messages[0].content).rsplit("Question: ", 1)[1].strip()
+        if question != mona:
+            return PARAPHRASES[question]
+        return sampled if next(seeds) == 1 else mona
+
+    chat.rules[0] = ("Rewrite the question", rule)
+    assert build_expert(store, data.examples, llm, rewrites=2, progress=False) == 3
+    meta = {m["origin_id"]: m for m in store.metadata(source="expert").values()}
+    assert {k: m["rewrite_seed"] for k, m in meta.items()} == {"q1": None, "q2": None, "q3": 1}
+    assert sampled in [p["question"] for p in store.list(source="expert")]
+    assert expert_divergence(store)["near_copies"] == 0
+
+
 def test_ladder_is_monotone_with_a_copy_mode_generator(store: PairStore, tmp_path: Path) -> None:
     data = load_dataset(_dataset(tmp_path))
     for ex in data.examples:  # S: pairs about the right chunks, asking other questions
@@ -841,3 +917,52 @@ def test_ladder_script_builds_s_and_e_and_resumes_from_its_journal(tmp_path: Pat
                        concurrency=2)  # fmt: skip
     assert len(calls) == 8
     assert [p["chunk_id"] for p in two.list(source="synthetic")] == ["p1", "p9", "p2", "p3"]
+
+
+def test_ladder_script_builds_a_reworded_e_beside_s(tmp_path: Path) -> None:
+    from tests.scripts import load_script
+
+    script = load_script("benchmarks/rag_ef_n50.py")
+    data = _dataset(tmp_path)
+    mona = "Who painted the famous Mona Lisa portrait?"
+    sampled = "Which artist created the Mona Lisa?"
+    asked: list[str] = []
+
+    def rewrite(messages: list[BaseMessage]) -> str:
+        question = str(messages[0].content).rsplit("Question: ", 1)[1].strip()
+        if question != mona:
+            return PARAPHRASES[question]
+        asked.append(question)
+        # E: greedy and retry copy it; E_r: greedy and retry copy it, the seed-1 rewrite rewords
+        return sampled if len(asked) == 5 else mona
+
+    expert = _expert_llm()
+    model = ScriptedChatModel(
+        rules=[
+            ("Write question-and-answer pairs", "Q: What does the passage describe? A: its topic"),
+            ("Rewrite the question", rewrite),
+            expert.rules[1],
+        ]
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    llm, embedder = LLM(model), HashingEmbedder()
+    script.build(data, out, llm, limit=3, batch=2, embedder=embedder).close()
+    n_calls = len(model.calls)
+    reworded = script.build_reworded(data, out, llm, limit=3, rewrites=2, embedder=embedder)
+    assert reworded.count(source="synthetic") == 4  # S came from the journal, not the model
+    assert not any("Write question-and-answer" in p for p in model.prompts()[n_calls:])
+    assert sampled in [p["question"] for p in reworded.list(source="expert")]
+    assert script.expert_divergence(reworded)["near_copies"] == 0
+    reworded.close()
+    with_copy = script.build(data, out, llm, limit=3, batch=2, embedder=embedder)
+    assert script.expert_divergence(with_copy)["identical"] == 1  # E as first built: untouched
+    with_copy.close()
+    # a new machine: both stores rebuilt from the journals; nothing is asked again
+    n_calls = len(model.calls)
+    (out / "pairs_reworded.sqlite").unlink()
+    again = script.build_reworded(data, out, llm, limit=3, rewrites=2, embedder=embedder)
+    assert len(model.calls) == n_calls
+    assert again.count(source="synthetic") == 4 and again.count(source="expert") == 3
+    assert sampled in [p["question"] for p in again.list(source="expert")]
+    again.close()

@@ -41,6 +41,14 @@ PAIRS = [
 ]
 
 
+REWORDED = [
+    expert(0, "Of A and B, whose birth came earlier?", "Who was born first, A or B?"),
+    PAIRS[2],  # still a near copy: no sampled rewrite qualified
+    PAIRS[3],
+    {"processed": "ladder:expert", "keys": ["q0", "q1", "q2"]},
+]
+
+
 def test_splits_the_expert_gain_by_how_close_e_is_to_the_test_question() -> None:
     mod = load()
     result = rows(
@@ -49,21 +57,28 @@ def test_splits_the_expert_gain_by_how_close_e_is_to_the_test_question() -> None
             "rag_ef_standard": [0.0, 0.5, 0.5],
             "rag_ef_S": [0.0, 0.0, 1.0],
             "rag_ef_SE": [1.0, 1.0, 0.0],
+            "rag_ef_SE_reworded": [0.0, 1.0, 1.0],
         }
     )
-    text = mod.tables([("hotpotqa", result, PAIRS)])
+    text = mod.tables([("hotpotqa", result, {"E": PAIRS, "E_r": REWORDED})])
     lines = text.splitlines()
     f1_row = next(line for line in lines if line.startswith("| HotpotQA | 0.167"))
     # rag_ef_SE: mean 2/3, paired +0.5 (2 wins, 1 loss, 3 questions)
     assert "0.667; +0.50" in f1_row and "(2 / 1, n = 3)" in f1_row
-    e_row = [line for line in lines if line.startswith("| HotpotQA | 3 |")]
+    e_row = [line for line in lines if line.startswith("| HotpotQA | E | 3 |")]
     assert len(e_row) == 1
     cells = [c.strip() for c in e_row[0].strip("|").split("|")]
     # 3 pairs, one identical, two near copies (q0, q1), one rewording (q2)
-    assert cells[3:5] == ["1", "2"]
-    assert cells[5].startswith("+1.00") and "(2 / 0, n = 2)" in cells[5]
-    assert cells[6].startswith("−0.50") and "(0 / 1, n = 1)" in cells[6]
-    assert cells[7].startswith("+0.50") and "(1 / 0, n = 1)" in cells[7]
+    assert cells[4:6] == ["1", "2"]
+    assert cells[6].startswith("+1.00") and "(2 / 0, n = 2)" in cells[6]
+    assert cells[7].startswith("−0.50") and "(0 / 1, n = 1)" in cells[7]
+    assert cells[8].startswith("+0.50") and "(1 / 0, n = 1)" in cells[8]
+    # E_r: q0 reworded now, q1 still a near copy; its rows are rag_ef_SE_reworded's
+    r_row = next(line for line in lines if line.startswith("| HotpotQA | E_r | 3 |"))
+    cells = [c.strip() for c in r_row.strip("|").split("|")]
+    assert cells[4:6] == ["0", "1"]
+    assert cells[6].startswith("+1.00") and "(1 / 0, n = 1)" in cells[6]  # q1
+    assert "+0.25" in cells[7] and "(1 / 0, n = 2)" in cells[7]  # q0 0, q2 +0.5
 
 
 def test_pools_sets_and_skips_failed_rows() -> None:
@@ -71,7 +86,7 @@ def test_pools_sets_and_skips_failed_rows() -> None:
     a = rows({"standard_rag": [0.0, 1.0], "rag_ef_SE": [1.0, 1.0]})
     b = [{**r, "id": "m" + r["id"], "dataset": "musique"} for r in a]
     b.append({"method": "rag_ef_SE", "id": "mq0", "error": "timeout", "f1": 0.0})
-    text = mod.tables([("hotpotqa", a, []), ("musique", b, [])])
+    text = mod.tables([("hotpotqa", a, {}), ("musique", b, {})])
     pooled = next(line for line in text.splitlines() if line.startswith("| pooled | 0.500"))
     assert "(2 / 0, n = 4)" in pooled
 
@@ -95,4 +110,4 @@ def test_cli_prints_both_tables(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), str(d)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "| HotpotQA | 0.000 (n = 3) | – | – | 1.000; +1.00" in proc.stdout
-    assert "| HotpotQA | 3 | " in proc.stdout
+    assert "| HotpotQA | E | 3 | " in proc.stdout

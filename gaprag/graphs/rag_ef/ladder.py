@@ -26,13 +26,13 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gaprag.errors import InputError
 from gaprag.eval.datasets import Dataset, Example, load_dataset
 from gaprag.eval.metrics import accuracy, exact_match, f1_score, normalize_answer
 from gaprag.graphs.rag_ef.synth import PROMPTS, SynthReport, chunk_text, synthesize
-from gaprag.llm.client import LLM
+from gaprag.llm.client import LLM, Messages
 from gaprag.llm.factory import resolve_llm
 from gaprag.nodes import clean_answer, truncate_words
 from gaprag.stores.documents import Document
@@ -92,19 +92,85 @@ def build_oracle(store: PairStore, examples: Sequence[Example]) -> int:
     return len(items)
 
 
-def paraphrase(llm: LLM, question: str) -> str:
-    """The expert's rewrite; asked once more if it comes back unchanged (a paraphrase that
-    repeats the question would make E an oracle)."""
+NEAR_COPY = 0.8
+"""Word-overlap F1 at or above which a paraphrase counts as a near copy of its original."""
+REWRITES = 4
+"""How many sampled rewrites may replace a near-copy paraphrase (:func:`paraphrase`)."""
+REWRITE_TEMPERATURE = 0.8
+"""The temperature of the sampled rewrites."""
+
+
+def paraphrase_overlap(question: str, original: str) -> tuple[float, bool]:
+    """How close a paraphrase is to the question it rewords: its word-overlap F1 against it
+    (the answer metric's normalisation: 1.0 = the same words, whatever the order) and whether
+    the two are identical after normalisation."""
+    return f1_score(question, [original]), normalize_answer(question) == normalize_answer(original)
+
+
+def names_and_numbers(question: str) -> list[str]:
+    """The words a rewording must keep: the question's capitalised words after the first and
+    its words with digits, normalised (articles drop out)."""
+    out = []
+    for i, word in enumerate(question.split()):
+        bare = word.lstrip("\"'(“‘")
+        named = (i > 0 and bare[:1].isupper()) or any(c.isdigit() for c in word)
+        if named and (norm := normalize_answer(word)):
+            out.append(norm)
+    return out
+
+
+def keeps_names(rewrite: str, question: str) -> bool:
+    """Whether ``rewrite`` still names everything ``question`` names (a word may gain a
+    suffix: "Massenet" is kept by "Massenet's")."""
+    words = normalize_answer(rewrite).split()
+    return all(any(w.startswith(n) for w in words) for n in names_and_numbers(question))
+
+
+class Paraphrase(NamedTuple):
+    text: str
+    #: None: the greedy (temperature 0) rewrite; else the seed of the sampled rewrite kept
+    seed: int | None = None
+
+
+def _rewrite(llm: LLM, messages: Messages, **sampling: Any) -> str:
+    reply = llm.generate(messages, max_tokens=96, **sampling)
+    return clean_answer(reply).removeprefix("Question:").strip()
+
+
+def paraphrase(
+    llm: LLM, question: str, *, rewrites: int = REWRITES, temperature: float = REWRITE_TEMPERATURE
+) -> Paraphrase:
+    """The expert's rewrite of a test question.
+
+    First at temperature 0, asked once more if it comes back unchanged. A small model still
+    often returns a near copy (word-overlap F1 >= ``NEAR_COPY``), and a near copy makes E an
+    oracle. So a near copy is replaced: up to ``rewrites`` rewrites are sampled at
+    ``temperature`` with seeds 1, 2, ... (repeatable on a repeatable endpoint), and the first
+    that is no near copy, keeps the question's names and numbers (:func:`keeps_names`) and is
+    still a question is kept; if none is, the greedy rewrite stays. ``rewrites=0`` keeps the
+    greedy rewrite whatever its overlap (how E was first built)."""
     messages = PROMPTS["paraphrase"].render(question=question)
-    out = clean_answer(llm.generate(messages, max_tokens=96)).removeprefix("Question:").strip()
+    out = _rewrite(llm, messages)
     if normalize_answer(out) == normalize_answer(question) or not out:
         retry = [
             *messages,
             ("user", "That is the same wording. Rewrite it with different words and word order."),
         ]
-        again = clean_answer(llm.generate(retry, max_tokens=96)).removeprefix("Question:").strip()
-        out = again or out
-    return out or question
+        out = _rewrite(llm, retry) or out
+    out = out or question
+    if rewrites <= 0 or paraphrase_overlap(out, question)[0] < NEAR_COPY:
+        return Paraphrase(out)
+    asks = question.rstrip().endswith("?")
+    for seed in range(1, rewrites + 1):
+        candidate = _rewrite(llm, messages, temperature=temperature, seed=seed)
+        if (
+            candidate
+            and (candidate.endswith("?") or not asks)
+            and paraphrase_overlap(candidate, question)[0] < NEAR_COPY
+            and keeps_names(candidate, question)
+        ):
+            return Paraphrase(candidate, seed)
+    return Paraphrase(out)
 
 
 def expert_answer(llm: LLM, question: str, document: str) -> str:
@@ -115,9 +181,16 @@ def expert_answer(llm: LLM, question: str, document: str) -> str:
 
 
 def build_expert(
-    store: PairStore, examples: Sequence[Example], llm: LLM, *, progress: bool = True
+    store: PairStore,
+    examples: Sequence[Example],
+    llm: LLM,
+    *,
+    rewrites: int = REWRITES,
+    progress: bool = True,
 ) -> int:
-    """E: (paraphrase, expert answer, golden chunk) per usable test item; resumable."""
+    """E: (paraphrase, expert answer, golden chunk) per usable test item; resumable.
+    ``rewrites``: see :func:`paraphrase`; when above 0 the pair's metadata records which
+    sampled rewrite was kept (``rewrite_seed``, None for the greedy one)."""
     job = "ladder:expert"
     done = store.processed(job)
     items = [(ex, gold) for ex, gold in _usable(examples) if ex.id not in done]
@@ -129,13 +202,16 @@ def build_expert(
     added = 0
     try:
         for ex, gold in items:
-            para = paraphrase(llm, ex.question)
+            para = paraphrase(llm, ex.question, rewrites=rewrites)
             by_id = {p["id"]: p for p in ex.paragraphs}
             docs = [by_id[s] for s in ex.supporting if s in by_id] or [gold]
-            answer = expert_answer(llm, para, "\n\n".join(chunk_text(d) for d in docs))
+            answer = expert_answer(llm, para.text, "\n\n".join(chunk_text(d) for d in docs))
             if answer:
-                store.add(para, answer, chunk_text(gold), source="expert", chunk_id=gold["id"],
-                          meta={"origin_id": ex.id, "original_question": ex.question})  # fmt: skip
+                meta: dict[str, Any] = {"origin_id": ex.id, "original_question": ex.question}
+                if rewrites > 0:
+                    meta["rewrite_seed"] = para.seed
+                store.add(para.text, answer, chunk_text(gold), source="expert",
+                          chunk_id=gold["id"], meta=meta)  # fmt: skip
                 added += 1
             store.mark_processed(job, [ex.id])
             if bar is not None:
@@ -156,17 +232,6 @@ def write_first_questions(dataset: str | Path, limit: int, path: str | Path) -> 
     if not target.is_file() or target.read_text(encoding="utf-8") != text:
         target.write_text(text, encoding="utf-8")
     return target
-
-
-NEAR_COPY = 0.8
-"""Word-overlap F1 at or above which a paraphrase counts as a near copy of its original."""
-
-
-def paraphrase_overlap(question: str, original: str) -> tuple[float, bool]:
-    """How close a paraphrase is to the question it rewords: its word-overlap F1 against it
-    (the answer metric's normalisation: 1.0 = the same words, whatever the order) and whether
-    the two are identical after normalisation."""
-    return f1_score(question, [original]), normalize_answer(question) == normalize_answer(original)
 
 
 def expert_divergence(store: PairStore) -> dict[str, Any]:
@@ -213,12 +278,15 @@ def build_ladder(
     embedder: Embedder | None = None,
     limit: int | None = None,
     synth_limit: int | None = None,
+    expert_rewrites: int = REWRITES,
     progress: bool = True,
 ) -> LadderBuild:
     """Build S (whole corpus), E and O (first ``limit`` questions) into one pair store.
 
     ``llm`` writes S; ``expert_llm`` (default: ``llm``) plays the expert for E — use the
     strongest model available and record which. ``synth_limit`` caps chunks synthesised now.
+    ``expert_rewrites``: how many sampled rewrites may replace an expert paraphrase that
+    nearly copies its test question (:func:`paraphrase`; 0 keeps it).
     """
     data = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
     examples = data.select(limit)
@@ -229,7 +297,7 @@ def build_ladder(
     expert = resolve_llm(expert_llm) if expert_llm is not None else gen
     store = PairStore.open(store_path, embedder=embedder)
     report = synthesize(store, docs, gen, limit=synth_limit, progress=progress)
-    added = build_expert(store, examples, expert, progress=progress)
+    added = build_expert(store, examples, expert, rewrites=expert_rewrites, progress=progress)
     oracle = build_oracle(store, examples)
     if progress:
         print(
