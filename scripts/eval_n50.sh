@@ -19,10 +19,13 @@ cd "$(dirname "$0")/.."
 LABEL=${1:-after}
 BEFORE_COMMIT=b99a6b7  # main before the small-model work: 64049d9 + this script's method list
 AFTER_COMMIT=a2f8522  # the small-model work, the calibrated profile, MIGRES's empty-pool forced answer
-RAG_EF_COMMIT=e4ef8ab  # RAG-EF's ladder: the package code its S was started with (2ba43c3's,
-# itself 0141d4f's) and the set-named questions file; HotpotQA's rows ran at 2ba43c3
-# (the after rows of HotpotQA questions 0-7 for the four other methods were made by 7bea6fb,
-# whose code differs from a2f8522 only in MIGRES, the RAG-EF ladder and the report)
+RAG_EF_COMMIT=2b0d498  # RAG-EF's ladder: E_r (near copies replaced by sampled rewordings)
+# beside S and E. The code that builds S and E and evaluates rag_ef_S/SE/standard is the same as
+# at e4ef8ab (E is built with rewrites=0, as it was first built; LLM.generate only gained
+# optional per-call sampling), which made HotpotQA's and 2Wiki's S, E and rows and MuSiQue's
+# first paragraphs of S; e4ef8ab's package code is 2ba43c3's, which made HotpotQA's S.
+# (The after rows of HotpotQA questions 0-7 for the four other methods were made by 7bea6fb,
+# whose code differs from a2f8522 only in MIGRES, the RAG-EF ladder and the report.)
 ROOT=$PWD
 . scripts/pinned_worktree.sh
 . .venv/bin/activate
