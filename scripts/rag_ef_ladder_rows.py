@@ -28,6 +28,7 @@ from typing import Any
 
 from readme_tables import SET_NAMES, num  # this script's directory is on sys.path
 
+from gaprag.eval.metrics import f1_score
 from gaprag.eval.report import bootstrap_ci
 from gaprag.graphs.rag_ef.ladder import NEAR_COPY, paraphrase_overlap
 
@@ -39,6 +40,8 @@ EXPERTS = (
     ("E_r", "expert_reworded.jsonl", "rag_ef_SE_reworded"),
 )
 Overlap = dict[str, tuple[float, bool]]
+#: (label, F1 by method, overlap by expert set, expert answer F1 by expert set)
+Block = tuple[str, dict[str, dict[str, float]], dict[str, Overlap], dict[str, dict[str, float]]]
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -67,6 +70,20 @@ def expert_overlap(pairs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float,
     return out
 
 
+def expert_answer_f1(
+    pairs: Sequence[Mapping[str, Any]], gold: Mapping[str, Sequence[str]]
+) -> dict[str, float]:
+    """``{test question id: F1 of the expert's stored answer against the test question's gold
+    answers}``: whether the pair still carries the right answer (a rewording that changed the
+    question gets the answer to the changed question)."""
+    out: dict[str, float] = {}
+    for p in pairs:
+        origin = str((p.get("meta") or {}).get("origin_id") or "")
+        if p.get("source") == "expert" and origin in gold:
+            out[origin] = f1_score(str(p["answer"]), list(gold[origin]))
+    return out
+
+
 def paired(base: Mapping[str, float], other: Mapping[str, float], ids: Sequence[str]) -> str:
     """``other - base`` on ``ids`` answered by both: mean [95% CI] (wins / losses, n)."""
     diffs = [other[i] - base[i] for i in ids if i in base and i in other]
@@ -91,17 +108,24 @@ def tables(
     then pooled."""
     pooled_f1: dict[str, dict[str, float]] = {}
     pooled_overlap: dict[str, Overlap] = {}
-    blocks: list[tuple[str, dict[str, dict[str, float]], dict[str, Overlap]]] = []
+    pooled_answers: dict[str, dict[str, float]] = {}
+    blocks: list[Block] = []
     for name, rows, journals in sets:
         scores = f1_by_method(rows)
+        gold = {str(r["id"]): r["answers"] for r in rows if isinstance(r.get("answers"), list)}
         overlaps = {label: expert_overlap(journals.get(label, [])) for label, _, _ in EXPERTS}
-        blocks.append((SET_NAMES.get(name, name), scores, overlaps))
+        answers = {
+            label: expert_answer_f1(journals.get(label, []), gold) for label, _, _ in EXPERTS
+        }
+        blocks.append((SET_NAMES.get(name, name), scores, overlaps, answers))
         for m, s in scores.items():  # ids are unique across sets
             pooled_f1.setdefault(m, {}).update(s)
         for label, overlap in overlaps.items():
             pooled_overlap.setdefault(label, {}).update(overlap)
+        for label, f1s in answers.items():
+            pooled_answers.setdefault(label, {}).update(f1s)
     if len(blocks) > 1:
-        blocks.append(("pooled", pooled_f1, pooled_overlap))
+        blocks.append(("pooled", pooled_f1, pooled_overlap, pooled_answers))
 
     head = "| set | " + " | ".join([BASE, *VARIANTS]) + " |"
     out = [
@@ -110,7 +134,7 @@ def tables(
         head,
         "|---|" + "---:|" * (1 + len(VARIANTS)),
     ]
-    for label, scores, _ in blocks:
+    for label, scores, _, _ in blocks:
         base = scores.get(BASE, {})
         ids = sorted(base)
         cells = [f"{mean_f1(base, ids)} (n = {len(ids)})"]
@@ -122,14 +146,15 @@ def tables(
     out += [
         "",
         f"The expert's questions against the test questions (word-overlap F1; near copy >="
-        f" {NEAR_COPY}), and S ∪ E (S ∪ E_r) against standard_rag on each part:",
+        f" {NEAR_COPY}), the expert's answers against the gold answers (F1), and S ∪ E"
+        " (S ∪ E_r) against standard_rag on each part:",
         "",
-        "| set | expert set | pairs | mean overlap | identical | near copies | S ∪ it −"
-        " standard_rag, near copies | S ∪ it − standard_rag, rewordings | rag_ef_S −"
+        "| set | expert set | pairs | mean overlap | identical | near copies | expert answer F1"
+        " | S ∪ it − standard_rag, near copies | S ∪ it − standard_rag, rewordings | rag_ef_S −"
         " standard_rag, rewordings |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for label, scores, overlaps in blocks:
+    for label, scores, overlaps, answers in blocks:
         base, s = scores.get(BASE, {}), scores.get("rag_ef_S", {})
         for expert, _, variant in EXPERTS:
             overlap = overlaps.get(expert) or {}
@@ -140,9 +165,11 @@ def tables(
             reworded = sorted(i for i, (o, _) in overlap.items() if o < NEAR_COPY)
             identical = sum(same for _, same in overlap.values())
             mean = num(sum(o for o, _ in overlap.values()) / len(overlap))
+            right = answers.get(expert) or {}
+            answer_f1 = num(sum(right.values()) / len(right)) if right else "–"
             out.append(
                 f"| {label} | {expert} | {len(overlap)} | {mean} | {identical} | {len(near)} "
-                f"| {paired(base, se, near)} | {paired(base, se, reworded)} "
+                f"| {answer_f1} | {paired(base, se, near)} | {paired(base, se, reworded)} "
                 f"| {paired(base, s, reworded)} |"
             )
     return "\n".join(out)

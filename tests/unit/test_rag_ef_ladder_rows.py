@@ -21,7 +21,7 @@ def load() -> ModuleType:
 def rows(scores: dict[str, list[float]]) -> list[dict[str, Any]]:
     """Result rows: ``scores[method][k]`` is the F1 of question ``qk``."""
     return [
-        {"method": m, "id": f"q{k}", "f1": f, "dataset": "hotpotqa"}
+        {"method": m, "id": f"q{k}", "f1": f, "dataset": "hotpotqa", "answers": ["a"]}
         for m, fs in scores.items()
         for k, f in enumerate(fs)
     ]
@@ -42,7 +42,10 @@ PAIRS = [
 
 
 REWORDED = [
-    expert(0, "Of A and B, whose birth came earlier?", "Who was born first, A or B?"),
+    {
+        **expert(0, "Of A and B, whose birth came earlier?", "Who was born first, A or B?"),
+        "answer": "b",
+    },  # the expert got it wrong
     PAIRS[2],  # still a near copy: no sampled rewrite qualified
     PAIRS[3],
     {"processed": "ladder:expert", "keys": ["q0", "q1", "q2"]},
@@ -69,16 +72,16 @@ def test_splits_the_expert_gain_by_how_close_e_is_to_the_test_question() -> None
     assert len(e_row) == 1
     cells = [c.strip() for c in e_row[0].strip("|").split("|")]
     # 3 pairs, one identical, two near copies (q0, q1), one rewording (q2)
-    assert cells[4:6] == ["1", "2"]
-    assert cells[6].startswith("+1.00") and "(2 / 0, n = 2)" in cells[6]
-    assert cells[7].startswith("−0.50") and "(0 / 1, n = 1)" in cells[7]
-    assert cells[8].startswith("+0.50") and "(1 / 0, n = 1)" in cells[8]
+    assert cells[4:7] == ["1", "2", "1.00"]  # every expert answer is the gold "a"
+    assert cells[7].startswith("+1.00") and "(2 / 0, n = 2)" in cells[7]
+    assert cells[8].startswith("−0.50") and "(0 / 1, n = 1)" in cells[8]
+    assert cells[9].startswith("+0.50") and "(1 / 0, n = 1)" in cells[9]
     # E_r: q0 reworded now, q1 still a near copy; its rows are rag_ef_SE_reworded's
     r_row = next(line for line in lines if line.startswith("| HotpotQA | E_r | 3 |"))
     cells = [c.strip() for c in r_row.strip("|").split("|")]
-    assert cells[4:6] == ["0", "1"]
-    assert cells[6].startswith("+1.00") and "(1 / 0, n = 1)" in cells[6]  # q1
-    assert "+0.25" in cells[7] and "(1 / 0, n = 2)" in cells[7]  # q0 0, q2 +0.5
+    assert cells[4:7] == ["0", "1", "0.67"]  # q0's answer "b" is wrong
+    assert cells[7].startswith("+1.00") and "(1 / 0, n = 1)" in cells[7]  # q1
+    assert "+0.25" in cells[8] and "(1 / 0, n = 2)" in cells[8]  # q0 0, q2 +0.5
 
 
 def test_pools_sets_and_skips_failed_rows() -> None:
