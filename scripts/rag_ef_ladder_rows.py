@@ -29,7 +29,7 @@ from typing import Any
 from readme_tables import SET_NAMES, num  # this script's directory is on sys.path
 
 from gaprag.eval.metrics import f1_score
-from gaprag.eval.report import bootstrap_ci
+from gaprag.eval.report import bootstrap_ci, summarize
 from gaprag.graphs.rag_ef.ladder import NEAR_COPY, paraphrase_overlap
 
 BASE = "standard_rag"
@@ -96,9 +96,23 @@ def paired(base: Mapping[str, float], other: Mapping[str, float], ids: Sequence[
     return f"{num(mean, True)}{interval} ({wins} / {losses}, n = {len(diffs)})"
 
 
-def mean_f1(scores: Mapping[str, float], ids: Sequence[str]) -> str:
-    vals = [scores[i] for i in ids if i in scores]
-    return num(sum(vals) / len(vals), places=3) if vals else "–"
+def stat_mean(stat: Mapping[str, Any] | None) -> str:
+    """A summary statistic's mean, three places."""
+    mean = (stat or {}).get("mean")
+    return num(float(mean), places=3) if mean is not None else "–"
+
+
+def versus(vs: Mapping[str, Any] | None) -> str:
+    """A summary's paired F1 difference: mean [95% CI] (wins / losses, n)."""
+    f1 = (vs or {}).get("f1") or {}
+    if f1.get("mean") is None:
+        return "–"
+    ci = f1.get("ci")
+    interval = f" [{num(ci[0], True)}, {num(ci[1], True)}]" if ci else ""
+    return (
+        f"{num(f1['mean'], True)}{interval} ({f1.get('wins', 0)} / {f1.get('losses', 0)},"
+        f" n = {f1.get('n', 0)})"
+    )
 
 
 def tables(
@@ -127,20 +141,29 @@ def tables(
     if len(blocks) > 1:
         blocks.append(("pooled", pooled_f1, pooled_overlap, pooled_answers))
 
+    # the first table from the report's own summary, so its numbers are the report's
+    summary = summarize([r for _, rows, _ in sets for r in rows])
+    entries = [(SET_NAMES.get(n, n), summary["datasets"].get(n, {}).get("methods", {}))
+               for n, _, _ in sets]  # fmt: skip
+    if len(sets) > 1:
+        entries.append(("pooled", summary.get("pooled") or {}))
     head = "| set | " + " | ".join([BASE, *VARIANTS]) + " |"
     out = [
-        "F1 (ΔF1 against standard_rag [95% CI] (wins / losses, n)):",
+        "F1 (ΔF1 against standard_rag [95% CI] (wins / losses, n)), as in the report:",
         "",
         head,
         "|---|" + "---:|" * (1 + len(VARIANTS)),
     ]
-    for label, scores, _, _ in blocks:
-        base = scores.get(BASE, {})
-        ids = sorted(base)
-        cells = [f"{mean_f1(base, ids)} (n = {len(ids)})"]
+    for label, methods in entries:
+        base = methods.get(BASE) or {}
+        cells = [f"{stat_mean(base.get('f1'))} (n = {base.get('n', 0)})"]
         for v in VARIANTS:
-            s = scores.get(v, {})
-            cells.append(f"{mean_f1(s, sorted(s))}; {paired(base, s, ids)}" if s else "–")
+            entry = methods.get(v)
+            cells.append(
+                f"{stat_mean(entry.get('f1'))}; {versus(entry.get('vs_baseline'))}"
+                if entry
+                else "–"
+            )
         out.append(f"| {label} | " + " | ".join(cells) + " |")
 
     out += [
