@@ -140,7 +140,8 @@ def build_reworded(
     embedder: Embedder | None = None,
 ) -> PairStore:
     """S (from ``pairs.jsonl``) and E_r in ``pairs_reworded.sqlite``; resumable like S."""
-    chunks = {d["id"]: chunk_text(d) for d in load_dataset(subset).documents()}
+    data = load_dataset(subset)
+    chunks = {d["id"]: chunk_text(d) for d in data.documents()}
     store_path, journal = out / "pairs_reworded.sqlite", out / "expert_reworded.jsonl"
     if not store_path.is_file():  # built aside and moved in, so a stopped restore is redone
         tmp = store_path.with_suffix(".tmp")
@@ -153,7 +154,7 @@ def build_reworded(
         store.close()
         tmp.replace(store_path)
     store = PairStore.open(store_path, embedder=embedder)
-    build_expert(store, load_dataset(subset).select(limit), llm, rewrites=rewrites, progress=False)
+    build_expert(store, data.select(limit), llm, rewrites=rewrites, progress=False)
     save_journal(store, journal, sources=["expert"], jobs=["ladder:expert"])
     return store
 

@@ -29,7 +29,7 @@ from typing import Any
 from readme_tables import SET_NAMES, num  # this script's directory is on sys.path
 
 from gaprag.eval.metrics import f1_score
-from gaprag.eval.report import bootstrap_ci, summarize
+from gaprag.eval.report import bootstrap_ci, dedupe, summarize
 from gaprag.graphs.rag_ef.ladder import NEAR_COPY, paraphrase_overlap
 
 BASE = "standard_rag"
@@ -51,7 +51,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 def f1_by_method(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
     """``{method: {question id: F1}}``, the last error-free row of each (method, id)."""
     out: dict[str, dict[str, float]] = {}
-    for r in rows:
+    for r in dedupe(rows):
         if r.get("error") or not isinstance(r.get("f1"), int | float):
             continue
         out.setdefault(str(r["method"]), {})[str(r["id"])] = float(r["f1"])
