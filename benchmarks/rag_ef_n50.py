@@ -1,6 +1,6 @@
-"""RAG-EF's ladder on the README's questions (issue: RAG-EF in the same table).
+"""RAG-EF's ladder on the reported questions, beside its own plain RAG.
 
-For one bundled set, on its first ``--limit`` questions (0-49 for the README):
+For one bundled set, on its first ``--limit`` questions (0-49 for the reported results):
 
 1. The corpus is the union of those questions' paragraphs (``<dataset>.jsonl``, written here
    from the bundled file; its name is the set's name in the rows and the report). S, the
