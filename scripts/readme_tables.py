@@ -1,12 +1,16 @@
-"""Print the README's n = 50 tables from a combined evaluation summary, so the README quotes
-the committed numbers instead of copies typed by hand.
+"""Print the results tables from combined evaluation summaries, so README.md and
+docs/results/README.md quote the committed numbers instead of copies typed by hand.
 
     python scripts/readme_tables.py docs/results/n50/after
+    python scripts/readme_tables.py docs/results/n50/after --readme docs/results/n50/rag_ef
 
 The directory needs the ``summary.json`` that ``gaprag report SET_DIR... --out DIR [--before
-BEFORE_DIR...]`` writes over several sets. Prints: the methods' F1 per set and pooled with both
-recalls and the cost per question; the paired ΔF1 against the baseline per set and pooled; and,
-where the summary has a before run, after against before per method.
+BEFORE_DIR...]`` writes over several sets. Prints (docs/results/README.md): the methods' F1 per
+set and pooled with both recalls and the cost per question; the paired ΔF1 against the
+baseline per set and pooled; and, where the summary has a before run, after against before per
+method. With ``--readme LADDER_DIR`` it prints instead README.md's one results table: each
+method's settings, pooled F1 and ΔF1 against plain RAG with the cost per question, and last
+RAG-EF's row from its ladder's summary (its own corpus and plain RAG).
 """
 
 from __future__ import annotations
@@ -42,8 +46,9 @@ def with_ci(stat: Mapping[str, Any] | None, signed: bool = False) -> str:
     return f"{text} [{num(ci[0], signed)}, {num(ci[1], signed)}]" if ci else text
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
+    """A Markdown table, its first ``left`` columns left-aligned and the rest right-aligned."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * left + "---:|" * (len(header) - left)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
 
@@ -138,11 +143,84 @@ def versus_before(summary: Mapping[str, Any]) -> str | None:
     return table(header, rows)
 
 
+#: settings every row shows first, as "<retrieval_mode> top <top_k>"
+SHOWN_FIRST = ("retrieval_mode", "top_k")
+#: RAG-EF's ladder variant the README's table shows: expert pairs that really reword
+LADDER_VARIANT = "rag_ef_SE_reworded"
+
+
+def value(x: Any) -> str:
+    """A setting's value as in a profile file: ``true``, ``0.85``, ``hybrid``."""
+    return json.dumps(x) if isinstance(x, bool) else str(x)
+
+
+def settings_cell(summary: Mapping[str, Any], method: str) -> str:
+    """``"hybrid top 5; judge_threshold=1.0"``: the retrieval every set used, then each setting
+    that did not come from the method's defaults (a model profile or an explicit value), with
+    the sets it applied to when not all."""
+    runs = [r for r in summary.get("runs") or [] if method in (r.get("settings") or {})]
+    if not runs:
+        return "–"
+    first = runs[0]["settings"][method]
+    cell = f"{first.get('retrieval_mode', '?')} top {first.get('top_k', '?')}"
+    seen: dict[str, list[str]] = {}
+    for r in runs:
+        for key in (r.get("setting_sources") or {}).get(method) or {}:
+            if key not in SHOWN_FIRST:
+                item = f"{key}={value(r['settings'][method][key])}"
+                seen.setdefault(item, []).append(SET_NAMES.get(r["dataset"], r["dataset"]))
+    extras = [
+        item if len(sets) == len(runs) else f"{item} ({', '.join(sets)})"
+        for item, sets in sorted(seen.items())
+    ]
+    return "; ".join([cell, ", ".join(extras)]) if extras else cell
+
+
+def overview(summary: Mapping[str, Any], ladder: Mapping[str, Any] | None = None) -> str:
+    """README.md's results table: the baseline, the methods by pooled ΔF1, then RAG-EF's
+    ladder row (``LADDER_VARIANT`` against the ladder's own baseline) when given."""
+    pooled = summary["pooled"]
+    n = max(v["n"] for v in pooled.values())
+    header = ["method", "settings", f"pooled F1, {n} q", "ΔF1 vs plain RAG [95% CI]"]
+    header += ["LLM calls / q", "s / q"]
+
+    def row(label: str, settings: str, entry: Mapping[str, Any]) -> list[str]:
+        vs = (entry.get("vs_baseline") or {}).get("f1")
+        cost = entry["cost"]
+        return [label, settings, with_ci(entry["f1"]), with_ci(vs, signed=True) if vs else "–",
+                num(cost["llm_calls"], places=1), f"{cost['wall_s']:.0f}"]  # fmt: skip
+
+    base_name = summary.get("baseline", "standard_rag")
+    labels = {**LABELS, base_name: f"plain RAG (`{base_name}`)"}
+    rows = [row(labels.get(m, m), settings_cell(summary, m), pooled[m]) for m in order(summary)]
+    if ladder is not None:
+        entry = ladder["pooled"][LADDER_VARIANT]
+        base = ladder["pooled"][ladder.get("baseline", "standard_rag")]
+        run = next(r for r in ladder["runs"] if LADDER_VARIANT in r["settings"])
+        ctx = run["settings"][LADDER_VARIANT]
+        settings = (
+            f"{ctx.get('similarity', '?')} top {ctx.get('top_k', '?')} over S ∪ E_r (synthetic "
+            "pairs + one reworded expert pair a question); its own corpus and plain RAG "
+            f"(F1 {num(base['f1']['mean'])})"
+        )
+        rows.append(row(f"{LABELS['rag_ef']} (ladder)", settings, entry))
+    return table(header, rows, left=2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("dir", type=Path, help="a directory with a combined summary.json")
+    ap.add_argument(
+        "--readme",
+        type=Path,
+        metavar="LADDER_DIR",
+        help="print README.md's table, with RAG-EF's row from this ladder's summary",
+    )
     args = ap.parse_args()
     summary = json.loads((args.dir / "summary.json").read_text())
+    if args.readme:
+        print(overview(summary, json.loads((args.readme / "summary.json").read_text())))
+        return
     print(absolute(summary), end="\n\n")
     print(deltas(summary))
     vb = versus_before(summary)

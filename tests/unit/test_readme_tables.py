@@ -1,4 +1,5 @@
-"""scripts/readme_tables.py: the README's n = 50 tables printed from a combined summary."""
+"""scripts/readme_tables.py: the results tables printed from combined summaries, and the
+committed pages (README.md, docs/results/README.md) quoting the committed summaries."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Any
 
 from tests.scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "readme_tables.py"
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "readme_tables.py"
+N50 = ROOT / "docs" / "results" / "n50"
 
 
 def load() -> ModuleType:
@@ -109,3 +112,79 @@ def test_after_against_before_has_a_column_per_set_and_the_pooled_interval() -> 
     assert lines[2] == (
         "| IterKey | +0.28 | −0.01 | 0.200 → 0.300 | +0.10 [+0.03, +0.17] | 43 / 42 | 3.0 → 4.0 |"
     )
+
+
+def run(
+    dataset: str, settings: dict[str, dict[str, Any]], sources: dict[str, dict[str, str]]
+) -> dict[str, Any]:
+    return {"dataset": dataset, "settings": settings, "setting_sources": sources}
+
+
+def test_readme_table_shows_each_method_s_non_default_settings_and_the_ladder_row() -> None:
+    mod = load()
+    base = {"retrieval_mode": "hybrid", "top_k": 5}
+    migres = {
+        "retrieval_mode": "bm25",
+        "top_k": 5,
+        "sufficiency_threshold": 0.85,
+        "seed_facts": True,
+    }
+    summary = {
+        **SUMMARY,
+        "runs": [
+            run("hotpotqa", {"standard_rag": base, "iterkey": base, "migres": {**migres, "seed_facts": False}},
+                {"migres": {"sufficiency_threshold": "profile qwen"}}),
+            run("musique", {"standard_rag": base, "iterkey": base, "migres": migres},
+                {"migres": {"sufficiency_threshold": "profile qwen", "seed_facts": "explicit"}}),
+        ],
+    }  # fmt: skip
+    ladder = {
+        "baseline": "standard_rag",
+        "pooled": {"standard_rag": method(0.36, None), "rag_ef_SE_reworded": method(0.45, 0.092)},
+        "runs": [run("hotpotqa", {"rag_ef_SE_reworded": {"similarity": "dense", "top_k": 5}}, {})],
+    }  # fmt: skip
+    lines = mod.overview(summary, ladder).splitlines()
+    assert lines[0] == (
+        "| method | settings | pooled F1, 100 q | ΔF1 vs plain RAG [95% CI] | LLM calls / q | s / q |"
+    )
+    assert lines[1] == "|---|---|---:|---:|---:|---:|"
+    assert (
+        lines[2]
+        == "| plain RAG (`standard_rag`) | hybrid top 5 | 0.41 [0.31, 0.51] | – | 4.0 | 88 |"
+    )
+    assert lines[3] == (
+        "| MIGRES | bm25 top 5; seed_facts=true (MuSiQue), sufficiency_threshold=0.85 "
+        "| 0.52 [0.42, 0.62] | +0.11 [+0.02, +0.20] | 4.0 | 88 |"
+    )
+    assert lines[4].startswith("| IterKey | hybrid top 5 | 0.35 ")
+    assert lines[5].startswith("| RAG-EF (ladder) | dense top 5 over S ∪ E_r ")
+    assert (
+        "its own corpus and plain RAG (F1 0.36) | 0.45 [0.35, 0.55] | +0.09 [+0.00, +0.18] |"
+        in lines[5]
+    )
+
+
+def committed(name: str) -> dict[str, Any]:
+    summary: dict[str, Any] = json.loads((N50 / name / "summary.json").read_text(encoding="utf-8"))
+    return summary
+
+
+def test_readme_quotes_the_committed_results_table() -> None:
+    mod = load()
+    after, ladder = committed("after"), committed("rag_ef")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert mod.overview(after, ladder) in readme
+    prose = " ".join(readme.split())
+    serving = next(iter(after["serving"].values()))
+    assert f"{serving['engine']} {serving['engine_version']}" in prose
+    assert f"on {after['generated'][:10]}" in prose
+
+
+def test_results_page_quotes_the_committed_n50_tables() -> None:
+    mod = load()
+    page = (ROOT / "docs" / "results" / "README.md").read_text(encoding="utf-8")
+    after, before = committed("after"), committed("before")
+    for table in (mod.absolute(after), mod.deltas(after), mod.versus_before(after)):
+        assert table and table in page
+    for table in (mod.absolute(before), mod.deltas(before)):
+        assert table in page
