@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Seconds per question of the results table's five methods, today's table setting against this
-# checkout's default, on the same questions, one after the other, on this machine:
+# Seconds per question of the results table's five methods, the n = 50 results' setting
+# against this checkout's default, on the same questions, one after the other, on this machine:
 #
-#   pinned:  the pinned after-run code of scripts/eval_n50.sh (no reply memo) on xllamacpp,
-#            i.e. how the README's n = 50 rows are made;
+#   pinned:  the code of scripts/eval_n50.sh after, at its commit (no reply memo) on xllamacpp,
+#            i.e. how the n = 50 rows are made;
 #   current: this checkout (reply memo) on the engine gaprag picks here by default
 #            (on an AVX-512 CPU the prebuilt llama-server of gaprag[avx512], else xllamacpp).
 #

