@@ -37,6 +37,18 @@ def row(ds: str, method: str, v: dict[str, Any]) -> str:
     )
 
 
+def rows(method: str, dirs: list[Path]) -> list[str]:
+    """The table's rows: per set directory and dataset, the baseline's row, then ``method``'s."""
+    out = []
+    for d in dirs:
+        summary = json.loads((d / "summary.json").read_text())
+        for ds, block in summary["datasets"].items():
+            methods = block["methods"]
+            base = block.get("baseline", "standard_rag")
+            out += [row(ds, m, methods[m]) for m in (base, method) if m in methods]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("method")
@@ -44,14 +56,7 @@ def main() -> None:
     args = ap.parse_args()
     print(HEADER)
     print("|" + "---|" * (HEADER.count("|") - 1))
-    for d in args.dirs:
-        summary = json.loads((d / "summary.json").read_text())
-        for ds, block in summary["datasets"].items():
-            methods = block["methods"]
-            base = block.get("baseline", "standard_rag")
-            for m in (base, args.method):
-                if m in methods:
-                    print(row(ds, m, methods[m]))
+    print("\n".join(rows(args.method, args.dirs)))
 
 
 if __name__ == "__main__":
