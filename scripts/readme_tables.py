@@ -8,7 +8,8 @@ The directory needs the ``summary.json`` that ``gaprag report SET_DIR... --out D
 BEFORE_DIR...]`` writes over several sets. Prints (docs/results/README.md): the methods' F1 per
 set and pooled with both recalls and the cost per question; the paired ΔF1 against the
 baseline per set and pooled; and, where the summary has a before run, after against before per
-method. With ``--readme LADDER_DIR`` it prints instead README.md's one results table: each
+method; for RAG-EF's ladder directory (``docs/results/n50/rag_ef``), its ladder table. With
+``--readme LADDER_DIR`` it prints instead README.md's one results table: each
 method's settings, pooled F1 and ΔF1 against plain RAG with the cost per question, and last
 RAG-EF's row from its ladder's summary (its own corpus and plain RAG).
 """
@@ -207,6 +208,39 @@ def overview(summary: Mapping[str, Any], ladder: Mapping[str, Any] | None = None
     return table(header, rows, left=2)
 
 
+#: RAG-EF's ladder, in the ladder's order, with what each row is
+LADDER_ROWS = {
+    "standard_rag": "standard_rag (hybrid top 5 of the set's paragraphs)",
+    "rag_ef_standard": "RAG-EF's Eq. 1 baseline (dense top 5 of S's chunks)",
+    "rag_ef_S": "RAG-EF over S (the model's pairs for every paragraph)",
+    "rag_ef_SE": "RAG-EF over S ∪ E (+ one expert pair a question, 83 of 150 near copies of it)",
+    "rag_ef_SE_reworded": (
+        "RAG-EF over S ∪ E_r (E's near copies replaced by sampled rewordings; 10 of 150 left)"
+    ),
+}
+
+
+def ladder(summary: Mapping[str, Any]) -> str:
+    """RAG-EF's ladder (docs/results/README.md): per set F1, pooled ΔF1 against the ladder's
+    own baseline, wins / losses, support recall and LLM calls per question."""
+    sets = list(summary["datasets"])
+    pooled = summary["pooled"]
+    n = max(v["n"] for v in pooled.values())
+    header = [f"RAG-EF's ladder, {n} questions", *(f"{SET_NAMES.get(s, s)} F1" for s in sets)]
+    header += ["pooled ΔF1 vs standard_rag [95% CI]", "wins / losses", "support recall"]
+    header += ["LLM calls / q"]
+    rows = []
+    for m, label in LADDER_ROWS.items():
+        p = pooled[m]
+        vs = (p.get("vs_baseline") or {}).get("f1")
+        per_set = [summary["datasets"][s]["methods"][m]["f1"]["mean"] for s in sets]
+        delta = with_ci(vs, signed=True) if vs else "–"
+        wins = f"{vs['wins']} / {vs['losses']}" if vs else "–"
+        recall, calls = num(p["support_recall"]["mean"]), num(p["cost"]["llm_calls"])
+        rows.append([label, *(num(f, places=3) for f in per_set), delta, wins, recall, calls])
+    return table(header, rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("dir", type=Path, help="a directory with a combined summary.json")
@@ -220,6 +254,9 @@ def main() -> None:
     summary = json.loads((args.dir / "summary.json").read_text())
     if args.readme:
         print(overview(summary, json.loads((args.readme / "summary.json").read_text())))
+        return
+    if set(LADDER_ROWS) <= set(summary["pooled"]):
+        print(ladder(summary))
         return
     print(absolute(summary), end="\n\n")
     print(deltas(summary))

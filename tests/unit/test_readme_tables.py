@@ -188,3 +188,4 @@ def test_results_page_quotes_the_committed_n50_tables() -> None:
         assert table and table in page
     for table in (mod.absolute(before), mod.deltas(before)):
         assert table in page
+    assert mod.ladder(committed("rag_ef")) in page
