@@ -164,7 +164,9 @@ def _schema_bound(prop: dict[str, Any], key: str) -> Any:
 @pytest.mark.parametrize("method", AVAILABLE)
 def test_form_shows_each_settings_minimum_and_maximum(method: str) -> None:
     graph = studio.GRAPHS[method]
-    props = graph.get_context_jsonschema()["properties"]
+    schema = graph.get_context_jsonschema()
+    assert schema is not None and graph.builder.context_schema is not None
+    props = schema["properties"]
     bounded = 0
     for f in dataclasses.fields(graph.builder.context_schema):
         minimum, maximum = field_range(f)
