@@ -26,9 +26,10 @@ from langgraph.types import Command
 from typing_extensions import TypedDict
 
 from gaprag import build_graph
-from gaprag.context import field_range
+from gaprag.context import BaseContext, describe, field_range
 from gaprag.errors import InputError
 from gaprag.graphs import METHODS, context_class
+from gaprag.nodes.wiring import STEP_MARGIN, compile_graph
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.documents import Document
 from gaprag.stores.pairs import PairStore
@@ -290,3 +291,24 @@ def test_bound_at_its_maximum_is_reached_in_stream_and_as_a_subgraph(
     parent.add_edge(START, "ircot")
     out = parent.compile().invoke({"question": QUESTION}, context=context)
     assert out["iterations"] == 25
+
+
+@dataclass(kw_only=True)
+class _Looping(BaseContext):
+    rounds: int = describe(3, "Rounds.", minimum=1, maximum=7)
+    unbounded: int = describe(3, "Rounds without a maximum.", minimum=1)
+
+
+class _Plain(TypedDict):
+    question: str
+
+
+def test_compiled_limit_fits_each_loop_at_its_maximum_and_needs_one() -> None:
+    builder = StateGraph(_Plain, context_schema=_Looping)
+    builder.add_node("work", lambda state: {})
+    builder.add_edge(START, "work")
+    graph = compile_graph(builder, None, name="looping", loops={"rounds": 3})
+    assert graph.config is not None
+    assert graph.config["recursion_limit"] == 1 + 3 * 7 + STEP_MARGIN  # nodes + rounds + margin
+    with pytest.raises(TypeError, match="'unbounded' must be a context field with a maximum"):
+        compile_graph(builder, None, name="looping", loops={"unbounded": 3})
