@@ -10,7 +10,10 @@ class whose *defaults* are the build-time values, and LangGraph builds that clas
 run-time dict, so a run-time value is simply an argument to the constructor.
 
 Validation happens once, when a context object is constructed (``__post_init__``): ``Literal``
-fields must hold one of their values, and numbers must respect a field's ``minimum``.
+fields must hold one of their values, and numbers must lie within a field's ``minimum`` and
+``maximum``. Both bounds are kept in the field's metadata under pydantic's names (``ge``,
+``le``), so the JSON schema LangGraph builds for Studio carries them as ``minimum`` and
+``maximum``.
 """
 
 from __future__ import annotations
@@ -26,17 +29,31 @@ from gaprag.errors import InputError
 C = TypeVar("C", bound="BaseContext")
 
 
-def describe(default: Any, description: str, *, minimum: float | None = None) -> Any:
+def describe(
+    default: Any,
+    description: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> Any:
     """A dataclass field whose description Studio shows in the assistant form.
 
-    ``minimum``: the smallest value a number may take (checked when a context is built).
+    ``minimum``/``maximum``: the smallest and largest value a number may take (checked when a
+    context is built; Studio's form shows both). Every loop bound has a ``maximum``.
     """
     metadata: dict[str, Any] = {"description": description}
     if minimum is not None:
-        metadata["minimum"] = minimum
+        metadata["ge"] = minimum
+    if maximum is not None:
+        metadata["le"] = maximum
     if isinstance(default, list | dict | set):
         return field(default_factory=lambda: type(default)(default), metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def field_range(f: dataclasses.Field[Any]) -> tuple[float | None, float | None]:
+    """A context field's (minimum, maximum), either None when the field has none."""
+    return f.metadata.get("ge"), f.metadata.get("le")
 
 
 def _literal_values(annotation: Any) -> tuple[Any, ...] | None:
@@ -93,16 +110,18 @@ class BaseContext:
                     f"{method}: {f.name}={value!r} is not valid",
                     hint="use one of: " + ", ".join(repr(v) for v in allowed),
                 )
-            minimum = f.metadata.get("minimum")
-            if (
-                minimum is not None
-                and isinstance(value, int | float)
-                and not isinstance(value, bool)
-                and value < minimum
-            ):
+            minimum, maximum = field_range(f)
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                continue
+            if minimum is not None and value < minimum:
                 raise InputError(
                     f"{method}: {f.name} must be at least {minimum:g} (got {value!r})",
                     hint=f"set {f.name}={minimum:g} or more",
+                )
+            if maximum is not None and value > maximum:
+                raise InputError(
+                    f"{method}: {f.name} must be at most {maximum:g} (got {value!r})",
+                    hint=f"set {f.name}={maximum:g} or less",
                 )
 
 

@@ -10,7 +10,8 @@
 - :mod:`~gaprag.nodes.pool`: update an evidence pool (dedup, provenance, round).
 - :mod:`~gaprag.nodes.decisions`: record a loop decision with its probability and path.
 - :mod:`~gaprag.nodes.wiring`: turn module-level node functions into graph nodes and routers,
-  reset per-question state, validate the question.
+  reset per-question state, validate the question; compile a method with a recursion limit
+  that fits every valid run.
 """
 
 from gaprag.nodes.answer import clean_answer, generate_answer
@@ -26,7 +27,7 @@ from gaprag.nodes.render import (
 )
 from gaprag.nodes.retrieve import retrieve
 from gaprag.nodes.short_answer import add_short_answer, shorten
-from gaprag.nodes.wiring import add_nodes, add_router
+from gaprag.nodes.wiring import add_nodes, add_router, compile_graph
 
 __all__ = [
     "PassageFormat",
@@ -34,6 +35,7 @@ __all__ = [
     "add_router",
     "add_short_answer",
     "clean_answer",
+    "compile_graph",
     "cut_text",
     "generate_answer",
     "join_passages",

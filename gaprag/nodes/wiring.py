@@ -22,6 +22,12 @@ validated there, once.
 A router is a module-level function ``(state, runtime) -> Literal[...]``; :func:`add_router`
 gives it the resolved settings too and passes its ``Literal`` values as the edge map, so
 Studio draws every edge.
+
+:func:`compile_graph` compiles every method the same way. A method names its loop bounds (the
+context fields that bound its rounds, each with a ``maximum``) and the steps one round takes;
+the compiled graph's recursion limit is what the longest valid run needs (every node once,
+each bound at its maximum, and a margin), so any bound a run may set works in ``invoke``,
+``ainvoke``, ``stream``, a subgraph and LangGraph's server, and a runaway loop still stops.
 """
 
 from __future__ import annotations
@@ -32,17 +38,19 @@ import inspect
 import time
 import typing
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import is_dataclass
 from typing import Any, get_args, get_origin
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.constants import START
 from langgraph.graph import StateGraph
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
 from gaprag.aio import run_sync
-from gaprag.context import BaseContext, resolve_context
+from gaprag.context import BaseContext, field_range, resolve_context
 from gaprag.deps import Deps
 from gaprag.llm.accounting import metered
 from gaprag.llm.memo import run_scope
@@ -50,6 +58,9 @@ from gaprag.state.base import PERSISTENT, InputState
 from gaprag.validate import check_question
 
 NodeFn = Callable[..., Any]
+
+#: Supersteps a run may take beyond every node once and each loop at its bound's maximum.
+STEP_MARGIN = 10
 
 
 def _is_reducer_field(annotation: Any) -> bool:
@@ -195,3 +206,39 @@ def add_router(builder: StateGraph[Any, Any, Any, Any], source: str, fn: NodeFn)
 
     route.__name__ = fn.__name__
     builder.add_conditional_edges(source, route, targets)
+
+
+def recursion_limit(
+    builder: StateGraph[Any, Any, Any, Any], loops: Mapping[str, int] | None = None
+) -> int:
+    """The most supersteps a valid run can take: every node once, ``steps`` more for each
+    round that each loop bound (``{field: steps}``) allows at its maximum, and
+    :data:`STEP_MARGIN`."""
+    context = builder.context_schema
+    assert context is not None and issubclass(context, BaseContext)
+    fields = {f.name: f for f in dataclasses.fields(context)}
+    total = len(builder.nodes) + STEP_MARGIN
+    for name, steps in (loops or {}).items():
+        maximum = field_range(fields[name])[1] if name in fields else None
+        if maximum is None:
+            raise TypeError(f"loop bound {name!r} must be a context field with a maximum")
+        total += steps * int(maximum)
+    return total
+
+
+def compile_graph(
+    builder: StateGraph[Any, Any, Any, Any],
+    checkpointer: BaseCheckpointSaver[Any] | None,
+    *,
+    name: str,
+    loops: Mapping[str, int] | None = None,
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """Compile a method's graph. ``loops``: each loop bound (a context field with a
+    ``maximum``) and the steps one round of its loop takes, e.g. ``{"max_steps": 2}``.
+
+    The recursion limit is :func:`recursion_limit`, fixed on the compiled graph, so every run
+    whose settings validate fits, whatever it sets at run time. A caller's own
+    ``recursion_limit`` in the run config (or a parent graph's, for a subgraph) takes its
+    place."""
+    graph = builder.compile(checkpointer=checkpointer, name=name)
+    return graph.with_config(recursion_limit=recursion_limit(builder, loops))

@@ -197,3 +197,18 @@ def test_stateless_wait_run_returns_the_output_schema(client: Any, served: Serve
     assert out["queries"] == ["What is the capital of France?"]
     assert [e["id"] for e in out["evidence"]] == ["fr"]
     assert "question" not in out  # output_schema, not the internal state
+
+
+def test_run_time_bound_at_its_maximum_runs_under_the_server(client: Any, served: Served) -> None:
+    aid = assistant_id(client, "ircot")
+    form = client.assistants.get_schemas(aid)["context_schema"]["properties"]["max_steps"]
+    assert (form["minimum"], form["maximum"]) == (1, 25)
+    # the canned reply never states "answer is": every step retrieves again, up to the bound
+    out = client.runs.wait(
+        None,
+        "ircot",
+        input={"question": "Who built the Eiffel Tower in Paris?"},
+        context={"store": str(served.store), "max_steps": 25},
+    )
+    assert "__error__" not in out, f"{out}\n{served.log.read_text()[-3000:]}"
+    assert out["iterations"] == 25 and out["stop_reason"] == "max_iterations"

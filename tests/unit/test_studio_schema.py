@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -12,6 +13,7 @@ from langgraph.graph import END, START, StateGraph
 
 import gaprag
 import gaprag.studio as studio
+from gaprag.context import field_range
 from gaprag.graphs import METHODS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,3 +152,25 @@ def test_edge_checker_sees_typed_routers_and_rejects_untyped_ones() -> None:
     }
     with pytest.raises(AssertionError, match="declares no targets"):
         conditional_edges(_loop_graph(typed=False))
+
+
+def _schema_bound(prop: dict[str, Any], key: str) -> Any:
+    """A JSON-schema bound of a property, also inside ``anyOf`` (an optional number)."""
+    if key in prop:
+        return prop[key]
+    return next((p[key] for p in prop.get("anyOf", []) if key in p), None)
+
+
+@pytest.mark.parametrize("method", AVAILABLE)
+def test_form_shows_each_settings_minimum_and_maximum(method: str) -> None:
+    graph = studio.GRAPHS[method]
+    schema = graph.get_context_jsonschema()
+    assert schema is not None and graph.builder.context_schema is not None
+    props = schema["properties"]
+    bounded = 0
+    for f in dataclasses.fields(graph.builder.context_schema):
+        minimum, maximum = field_range(f)
+        assert _schema_bound(props[f.name], "minimum") == minimum, f.name
+        assert _schema_bound(props[f.name], "maximum") == maximum, f.name
+        bounded += maximum is not None
+    assert bounded >= (0 if method == "standard_rag" else 1)  # every loop bound has a maximum

@@ -19,7 +19,7 @@ class Context(BaseContext):
     )
     max_steps: int = describe(
         5, "Most reasoning steps (one sentence each); each step but the last retrieves once more.",
-        minimum=1,
+        minimum=1, maximum=25,
     )  # fmt: skip
     max_passages: int = describe(
         15, "Most passages in a reasoning prompt; the earliest retrieved are kept (paper: 15).",

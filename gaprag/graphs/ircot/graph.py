@@ -18,7 +18,7 @@ from gaprag.deps import Deps
 from gaprag.graphs.ircot.context import Context
 from gaprag.graphs.ircot.nodes import final_answer, generate_answer, reason, retrieve
 from gaprag.graphs.ircot.state import InputState, IRCoTOutput, IRCoTState
-from gaprag.nodes import add_nodes, add_router, add_short_answer
+from gaprag.nodes import add_nodes, add_router, add_short_answer, compile_graph
 
 
 def route_after_reason(
@@ -41,8 +41,8 @@ def build(
     builder.add_edge("retrieve", "reason")
     add_router(builder, "reason", route_after_reason)
     add_short_answer(builder, deps, after="generate_answer")
-    graph = builder.compile(checkpointer=checkpointer, name="ircot")
-    return graph.with_config(recursion_limit=2 * context().max_steps + 10)
+    # a step: retrieve, reason
+    return compile_graph(builder, checkpointer, name="ircot", loops={"max_steps": 2})
 
 
 __all__ = ["Context", "build"]

@@ -16,13 +16,18 @@ RegenerationMode = Literal["keywords_only", "doc_by_doc"]
 @dataclass(kw_only=True)
 class Context(BaseContext):
     max_iterations: int = describe(
-        5, "N: most keywords-retrieve-answer-validate rounds (paper: up to five).", minimum=1
+        5,
+        "N: most keywords-retrieve-answer-validate rounds (paper: up to five).",
+        minimum=1,
+        maximum=25,
     )
     top_k: int = describe(
         3,
         "Passages shown per round to the answer and validation prompts (paper: 3). This alone "
-        "sets what the model sees; top_k=5 with retrieval_mode=hybrid matches standard_rag.",
+        "sets what the model sees; top_k=5 with retrieval_mode=hybrid matches standard_rag. "
+        "With regeneration_mode=doc_by_doc, one keyword call per passage each round.",
         minimum=1,
+        maximum=15,
     )
     retrieval_mode: RetrievalMode = describe(
         "bm25",

@@ -26,11 +26,7 @@ from gaprag.graphs.iterkey.nodes import (
     validate_answer,
 )
 from gaprag.graphs.iterkey.state import InputState, IterKeyOutput, IterKeyState
-from gaprag.nodes import add_nodes, add_router, add_short_answer
-
-# A run takes 4 steps a round + 2 (22 at N=5); the loop is bounded by max_iterations, so the
-# step limit is only a safety net, never below LangGraph's current default.
-RECURSION_FLOOR = 10_000
+from gaprag.nodes import add_nodes, add_router, add_short_answer, compile_graph
 
 
 def route_after_validation(
@@ -62,9 +58,8 @@ def build(
     add_router(builder, "validate_answer", route_after_validation)
     builder.add_edge("regenerate_keywords", "retrieve")
     add_short_answer(builder, deps, after="finalize")
-    graph = builder.compile(checkpointer=checkpointer, name="iterkey")
-    limit = max(4 * context().max_iterations + 10, RECURSION_FLOOR)
-    return graph.with_config(recursion_limit=limit)
+    # a round: retrieve, generate_answer, validate_answer, regenerate_keywords
+    return compile_graph(builder, checkpointer, name="iterkey", loops={"max_iterations": 4})
 
 
 __all__ = ["Context", "build"]

@@ -28,6 +28,7 @@ class Context(BaseContext):
         "T, the most judge rounds (skipped ones count); at most T+1 retrieval rounds. "
         "0 = the task's paper value: multihop 5, odqa 3, strategyqa 5.",
         minimum=0,
+        maximum=25,
     )
     delta: float | str = describe(
         "auto",
@@ -46,7 +47,9 @@ class Context(BaseContext):
         5, "k: most snippets shown to the leaf (extraction) call per round.", minimum=1
     )
     n_retrieve: int = describe(50, "BM25 candidates per query before filtering.", minimum=1)
-    max_queries: int = describe(3, "Most new queries kept per query-generation call.", minimum=1)
+    max_queries: int = describe(
+        3, "Most new queries kept per query-generation call.", minimum=1, maximum=10
+    )
     retrieval_mode: RetrievalMode = describe(
         "bm25", "bm25 (the paper), dense or hybrid retrieval of candidates."
     )

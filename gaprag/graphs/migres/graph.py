@@ -31,7 +31,7 @@ from gaprag.graphs.migres.nodes import (
     verify_nli,
 )
 from gaprag.graphs.migres.state import InputState, Output, State
-from gaprag.nodes import add_nodes, add_router, add_short_answer
+from gaprag.nodes import add_nodes, add_router, add_short_answer, compile_graph
 
 
 def after_filter(
@@ -75,9 +75,9 @@ def build(
     builder.add_edge("regenerate_keywords", "retrieve")
     builder.add_edge("generate_answer", "finalize")
     add_short_answer(builder, deps, after="finalize")
-    graph = builder.compile(checkpointer=checkpointer, name="migres")
-    # at most 8 nodes per round, T+1 rounds, plus init / generate_answer / finalize
-    return graph.with_config(recursion_limit=max(100, 8 * (budget(context()) + 1) + 10))
+    # a round: retrieve, rerank_filter, llm_knowledge, extract, verify_nli,
+    # update_evidence_pool, judge_missing, regenerate_keywords (T judge rounds, T+1 retrievals)
+    return compile_graph(builder, checkpointer, name="migres", loops={"max_iterations": 8})
 
 
 __all__ = ["Context", "build"]

@@ -55,7 +55,10 @@ class Context(BaseContext):
         "per_query: keep every query's top k_mk_per_query (after md5 dedup).",
     )
     max_mk_queries: int = describe(
-        5, "Cap on the judge's queries (the paper sets none; its examples use 2).", minimum=0
+        5,
+        "Cap on the judge's queries (the paper sets none; its examples use 2).",
+        minimum=0,
+        maximum=20,
     )
     kb_primary: KnowledgeBase = describe(
         "passages",

@@ -28,7 +28,7 @@ from gaprag.graphs.missing_knowledge.nodes import (
     update_evidence_pool,
 )
 from gaprag.graphs.missing_knowledge.state import InputState, OutputState, State
-from gaprag.nodes import add_nodes, add_router, add_short_answer
+from gaprag.nodes import add_nodes, add_router, add_short_answer, compile_graph
 
 
 def route_after_judge(
@@ -59,7 +59,7 @@ def build(
     builder.add_edge("retrieve_missing", "update_evidence_pool")
     builder.add_edge("update_evidence_pool", "generate_answer")
     add_short_answer(builder, deps, after="generate_answer")
-    return builder.compile(checkpointer=checkpointer, name="missing_knowledge")
+    return compile_graph(builder, checkpointer, name="missing_knowledge")
 
 
 __all__ = ["Context", "build", "route_after_judge"]

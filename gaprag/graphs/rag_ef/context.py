@@ -1,5 +1,6 @@
 """rag_ef's settings (Studio's form). Fixed value sets are ``Literal`` types and numeric
-lower bounds are declared with ``minimum``; :class:`gaprag.context.BaseContext` checks both."""
+bounds are declared with ``minimum`` and ``maximum``; :class:`gaprag.context.BaseContext`
+checks them."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ class Context(BaseContext):
         True, "After inserting expert feedback, answer once more from the updated store."
     )
     max_feedback_rounds: int = describe(
-        1, "Bound on expert feedback rounds per question.", minimum=0
+        1, "Bound on expert feedback rounds per question.", minimum=0, maximum=5
     )
     answer_max_tokens: int = describe(
         32, "Output cap for the answer call (short answers).", minimum=1

@@ -32,7 +32,7 @@ from gaprag.graphs.rag_ef.nodes import (
     update_evidence_pool,
 )
 from gaprag.graphs.rag_ef.state import InputState, OutputState, State
-from gaprag.nodes import add_nodes, add_router, add_short_answer
+from gaprag.nodes import add_nodes, add_router, add_short_answer, compile_graph
 
 
 def after_retrieve(
@@ -96,7 +96,9 @@ def build(
     add_router(builder, "collect_feedback", after_feedback)
     add_router(builder, "update_evidence_pool", after_insert)
     add_short_answer(builder, deps)
-    return builder.compile(checkpointer=checkpointer, name="rag_ef")
+    # a feedback round: feedback_classifier, collect_feedback, update_evidence_pool,
+    # retrieve_again, rerank_filter, assemble_evidence, generate_answer
+    return compile_graph(builder, checkpointer, name="rag_ef", loops={"max_feedback_rounds": 7})
 
 
 __all__ = ["Context", "build"]

@@ -22,6 +22,7 @@ class Context(BaseContext):
         3,
         "Maximum retrievals per question (paper: 3). The loop also stops when the pool is sufficient.",
         minimum=1,
+        maximum=15,
     )
     top_k: int = describe(
         5,

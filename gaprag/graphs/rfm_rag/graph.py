@@ -29,7 +29,7 @@ from gaprag.graphs.rfm_rag.nodes import (
     update_evidence_pool,
 )
 from gaprag.graphs.rfm_rag.state import InputState, OutputState, State
-from gaprag.nodes import add_nodes, add_router, add_short_answer
+from gaprag.nodes import add_nodes, add_router, add_short_answer, compile_graph
 
 
 def after_pool(
@@ -66,7 +66,9 @@ def build(
     builder.add_edge("judge_missing", "regenerate_keywords")
     builder.add_edge("regenerate_keywords", "retrieve")
     add_short_answer(builder, deps, after="generate_answer")
-    return builder.compile(checkpointer=checkpointer, name="rfm_rag")
+    # a round: retrieve, extract_evidence, update_evidence_pool, feedback_classifier,
+    # judge_missing, regenerate_keywords
+    return compile_graph(builder, checkpointer, name="rfm_rag", loops={"max_iterations": 6})
 
 
 __all__ = ["Context", "build"]

@@ -12,7 +12,7 @@ from gaprag.deps import Deps
 from gaprag.graphs.standard_rag.context import Context
 from gaprag.graphs.standard_rag.nodes import generate_answer, retrieve
 from gaprag.graphs.standard_rag.state import InputState, OutputState, State
-from gaprag.nodes import add_nodes, add_short_answer
+from gaprag.nodes import add_nodes, add_short_answer, compile_graph
 
 
 def build(
@@ -26,7 +26,7 @@ def build(
     add_nodes(builder, deps, retrieve, generate_answer)
     builder.add_edge("retrieve", "generate_answer")
     add_short_answer(builder, deps, after="generate_answer")
-    return builder.compile(checkpointer=checkpointer, name="standard_rag")
+    return compile_graph(builder, checkpointer, name="standard_rag")
 
 
 __all__ = ["Context", "build"]

@@ -1,0 +1,314 @@
+"""Every loop and fan-out bound a method's settings allow works when a run sets it.
+
+The bounds are collected from the registry (every context field with a ``maximum``), so a new
+method's bounds are covered or :func:`test_every_bound_has_a_scripted_run` fails. Each bound is
+set at RUN time (``context=``) to three times its default and to its maximum, with scripted
+models that never let the loop stop early; the run must reach the bound and finish (no
+``GraphRecursionError``). A value above the maximum is refused with a one-line InputError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NotRequired
+
+import pytest
+from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+from langgraph.types import Command
+from typing_extensions import TypedDict
+
+from gaprag import build_graph
+from gaprag.context import BaseContext, describe, field_range
+from gaprag.errors import InputError
+from gaprag.graphs import METHODS, context_class
+from gaprag.nodes.wiring import STEP_MARGIN, compile_graph
+from gaprag.stores import HashingEmbedder, Store
+from gaprag.stores.documents import Document
+from gaprag.stores.pairs import PairStore
+from gaprag.testing import ScriptedChatModel
+
+QUESTION = "Which river flows through the city of Cairo?"
+DOCS: list[Document] = [
+    {
+        "id": f"d{i}",
+        "title": f"Cairo {i}",
+        "text": f"Record {i}: the river near the city of Cairo is discussed in this passage.",
+    }
+    for i in range(60)
+]
+
+
+def counted(make: Callable[[int], str]) -> Callable[[list[BaseMessage]], str]:
+    """A reply that differs on every call (``make(n)`` for the n-th call)."""
+    counter = itertools.count()
+    return lambda _messages: make(next(counter))
+
+
+def many_lines(n: int) -> str:
+    return "\n".join(f"where exactly does fact {n}-{i} about Cairo come from" for i in range(40))
+
+
+@dataclass
+class Case:
+    """How one bound is forced to its value: the graph's objects and the run's other settings,
+    and what in the output counts up to the bound."""
+
+    llm: Callable[[], ScriptedChatModel]
+    reached: Callable[[dict[str, Any], ScriptedChatModel], int]
+    context: dict[str, Any] = field(default_factory=dict)
+    default: int | None = None  # the effective default when the field's default means "auto"
+    objects: Callable[[Path], dict[str, Any]] = lambda _root: {}
+    resume: bool = False  # the loop pauses for a reviewer each round (RAG-EF)
+
+
+class OneScorer:
+    """MIGRES's knowledge filter keeping every passage (no embedder or cross-encoder)."""
+
+    name = "fake"
+    default_delta = 0.5
+
+    def score(self, query: str, docs: Any) -> list[float]:
+        return [1.0 for _ in docs]
+
+
+def _pairs(root: Path) -> dict[str, Any]:
+    store = PairStore.open(root / "pairs.sqlite", embedder=HashingEmbedder())
+    store.add("Which river flows through Cairo?", "Nile", DOCS[0]["text"], source="synthetic")
+    return {"pair_store": store}
+
+
+def _mk_judge(_messages: list[BaseMessage]) -> str:
+    body = {
+        "thought": "the context lacks it",
+        "judge": False,
+        "missing_knowledge": ["the river"],
+        "query": [f"which river is record {i} about" for i in range(40)],
+    }
+    return "```json\n" + json.dumps(body) + "\n```"
+
+
+CASES: dict[tuple[str, str], Case] = {
+    # the chain never states its answer, so every step retrieves again
+    ("ircot", "max_steps"): Case(
+        llm=lambda: ScriptedChatModel(default="The passages mention Cairo."),
+        reached=lambda out, _: out["iterations"],
+    ),
+    # the validator always says False
+    ("iterkey", "max_iterations"): Case(
+        llm=lambda: ScriptedChatModel(default="False"),
+        reached=lambda out, _: out["iterations"],
+    ),
+    # doc_by_doc regeneration: one keyword call per passage shown in the round
+    ("iterkey", "top_k"): Case(
+        llm=lambda: ScriptedChatModel(default="False"),
+        context={"regeneration_mode": "doc_by_doc", "max_iterations": 2},
+        reached=lambda _, llm: sum("the document below was retrieved" in p for p in llm.prompts()),
+    ),
+    # no reply ever makes the known information enough: T judge rounds
+    ("migres", "max_iterations"): Case(
+        llm=lambda: ScriptedChatModel(default=""),
+        context={"verifier": "off"},
+        default=5,  # 0 = the task's T (multihop: 5)
+        objects=lambda _root: {"scorer": OneScorer()},
+        reached=lambda out, _: out["judge_rounds"],
+    ),
+    # the query call offers many new queries; one judge round, then one retrieval round
+    ("migres", "max_queries"): Case(
+        llm=lambda: ScriptedChatModel(
+            rules=[("You write short search queries.", counted(many_lines))], default=""
+        ),
+        context={"verifier": "off", "max_iterations": 1},
+        objects=lambda _root: {"scorer": OneScorer()},
+        reached=lambda out, _: len(out["query_history"]) - 1,
+    ),
+    # the LLM judge gives no probability, so the pool is never judged sufficient
+    ("rfm_rag", "max_iterations"): Case(
+        llm=lambda: ScriptedChatModel(default="No"),
+        context={"feedback_mode": "llm_judge"},
+        reached=lambda out, _: out["iterations"],
+    ),
+    # a reviewer answers every pause
+    ("rag_ef", "max_feedback_rounds"): Case(
+        llm=lambda: ScriptedChatModel(default="Nile"),
+        context={"review": True},
+        objects=_pairs,
+        resume=True,
+        reached=lambda out, _: out["feedback_rounds"],
+    ),
+    # the judge names many queries; without logprobs it always retrieves
+    ("missing_knowledge", "max_mk_queries"): Case(
+        llm=lambda: ScriptedChatModel(rules=[("## First Round Answer", _mk_judge)], default="No"),
+        reached=lambda out, _: len(out["queries"]) - 1,
+    ),
+}
+
+
+def bounds() -> list[tuple[str, str, int, int]]:
+    """(method, field, default, maximum) of every bounded setting of every method."""
+    out = []
+    for method in METHODS:
+        for f in dataclasses.fields(context_class(method)):
+            maximum = field_range(f)[1]
+            if maximum is not None:
+                out.append((method, f.name, int(f.default), int(maximum)))  # type: ignore[arg-type]
+    return out
+
+
+BOUNDS = bounds()
+IDS = [f"{m}.{name}" for m, name, _, _ in BOUNDS]
+
+
+def values(method: str, name: str, default: int, maximum: int) -> list[int]:
+    """Three times the (effective) default, and the maximum."""
+    paper = CASES[(method, name)].default or default or 1
+    return sorted({min(3 * paper, maximum), maximum})
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    root = tmp_path_factory.mktemp("bounds-store")
+    return Store.build(root / "store", DOCS, embedder=HashingEmbedder(), progress=False)
+
+
+def graph_for(case: Case, method: str, store: Store, root: Path) -> tuple[Any, ScriptedChatModel]:
+    llm = case.llm()
+    graph = build_graph(
+        method, llm=llm, retriever=store, checkpointer=InMemorySaver() if case.resume else None,
+        **case.objects(root),
+    )  # fmt: skip
+    return graph, llm
+
+
+CONFIG: Any = {"configurable": {"thread_id": "t"}}
+
+
+def final(graph: Any, out: dict[str, Any]) -> dict[str, Any]:
+    """The output, with the whole state when the graph keeps one (RAG-EF's round count)."""
+    if graph.checkpointer is None:
+        return out
+    return {**graph.get_state(CONFIG).values, **out}
+
+
+def run(graph: Any, case: Case, context: dict[str, Any], bound: int) -> dict[str, Any]:
+    config = CONFIG
+    out: dict[str, Any] = graph.invoke({"question": QUESTION}, config, context=context)
+    for i in range(bound + 1):  # one pause a feedback round
+        if "__interrupt__" not in out:
+            break
+        answer = {"answer": f"Nile {i}", "chunk": f"The Nile flows through Cairo ({i})."}
+        out = graph.invoke(Command(resume=answer), config, context=context)
+    return final(graph, out)
+
+
+async def arun(graph: Any, case: Case, context: dict[str, Any], bound: int) -> dict[str, Any]:
+    config = CONFIG
+    out: dict[str, Any] = await graph.ainvoke({"question": QUESTION}, config, context=context)
+    for i in range(bound + 1):
+        if "__interrupt__" not in out:
+            break
+        answer = {"answer": f"Nile {i}", "chunk": f"The Nile flows through Cairo ({i})."}
+        out = await graph.ainvoke(Command(resume=answer), config, context=context)
+    return final(graph, out)
+
+
+def test_every_bound_has_a_scripted_run() -> None:
+    assert {(m, name) for m, name, _, _ in BOUNDS} == set(CASES)
+    loops = {"ircot": "max_steps", "iterkey": "max_iterations", "migres": "max_iterations",
+             "rfm_rag": "max_iterations", "rag_ef": "max_feedback_rounds",
+             "missing_knowledge": "max_mk_queries"}  # fmt: skip
+    assert set(loops.items()) <= set(CASES)  # every loop bound has a maximum
+
+
+@pytest.mark.parametrize(("method", "name", "default", "maximum"), BOUNDS, ids=IDS)
+def test_bound_set_at_run_time_is_reached_up_to_its_maximum(
+    method: str, name: str, default: int, maximum: int, store: Store, tmp_path: Path
+) -> None:
+    case = CASES[(method, name)]
+    for value in values(method, name, default, maximum):
+        graph, llm = graph_for(case, method, store, tmp_path / str(value))
+        out = run(graph, case, {**case.context, name: value}, value)
+        assert out["stop_reason"] and "__interrupt__" not in out
+        assert case.reached(out, llm) == value, (name, value)
+
+
+@pytest.mark.parametrize(("method", "name", "default", "maximum"), BOUNDS, ids=IDS)
+def test_bound_above_its_maximum_is_refused(
+    method: str, name: str, default: int, maximum: int, store: Store, tmp_path: Path
+) -> None:
+    case = CASES[(method, name)]
+    graph, llm = graph_for(case, method, store, tmp_path)
+    with pytest.raises(InputError) as err:
+        graph.invoke({"question": QUESTION}, CONFIG, context={name: maximum + 1})
+    assert str(err.value) == (
+        f"{method}: {name} must be at most {maximum} (got {maximum + 1}) "
+        f"(hint: set {name}={maximum} or less)"
+    )
+    assert llm.calls == []  # refused before anything ran
+    with pytest.raises(InputError, match=f"{name} must be at most {maximum}"):
+        options: dict[str, Any] = {name: maximum + 1}
+        build_graph(method, llm=llm, retriever=store, **options)
+
+
+ASYNC = [b for b in BOUNDS if b[0] in ("ircot", "migres", "rag_ef")]
+
+
+@pytest.mark.parametrize(
+    ("method", "name", "default", "maximum"), ASYNC, ids=[f"{m}.{n}" for m, n, _, _ in ASYNC]
+)
+def test_bound_at_its_maximum_is_reached_under_ainvoke(
+    method: str, name: str, default: int, maximum: int, store: Store, tmp_path: Path
+) -> None:
+    case = CASES[(method, name)]
+    graph, llm = graph_for(case, method, store, tmp_path)
+    out = asyncio.run(arun(graph, case, {**case.context, name: maximum}, maximum))
+    assert case.reached(out, llm) == maximum
+
+
+def test_bound_at_its_maximum_is_reached_in_stream_and_as_a_subgraph(
+    store: Store, tmp_path: Path
+) -> None:
+    case = CASES[("ircot", "max_steps")]
+    context = {"max_steps": 25}
+    graph, _ = graph_for(case, "ircot", store, tmp_path)
+    last = list(graph.stream({"question": QUESTION}, context=context, stream_mode="values"))[-1]
+    assert last["iterations"] == 25
+
+    class Parent(TypedDict):
+        question: str
+        iterations: NotRequired[int]
+
+    graph, _ = graph_for(case, "ircot", store, tmp_path)
+    parent = StateGraph(Parent, context_schema=context_class("ircot"))
+    parent.add_node("ircot", graph)
+    parent.add_edge(START, "ircot")
+    out = parent.compile().invoke({"question": QUESTION}, context=context)
+    assert out["iterations"] == 25
+
+
+@dataclass(kw_only=True)
+class _Looping(BaseContext):
+    rounds: int = describe(3, "Rounds.", minimum=1, maximum=7)
+    unbounded: int = describe(3, "Rounds without a maximum.", minimum=1)
+
+
+class _Plain(TypedDict):
+    question: str
+
+
+def test_compiled_limit_fits_each_loop_at_its_maximum_and_needs_one() -> None:
+    builder = StateGraph(_Plain, context_schema=_Looping)
+    builder.add_node("work", lambda state: {})
+    builder.add_edge(START, "work")
+    graph = compile_graph(builder, None, name="looping", loops={"rounds": 3})
+    assert graph.config is not None
+    assert graph.config["recursion_limit"] == 1 + 3 * 7 + STEP_MARGIN  # nodes + rounds + margin
+    with pytest.raises(TypeError, match="'unbounded' must be a context field with a maximum"):
+        compile_graph(builder, None, name="looping", loops={"unbounded": 3})
