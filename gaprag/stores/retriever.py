@@ -71,16 +71,25 @@ class LangChainRetrieverAdapter:
 
 
 class GapragRetriever(BaseRetriever):
-    """A gaprag :class:`Store` as a LangChain retriever (for chains and agents)."""
+    """A gaprag :class:`Store` as a LangChain retriever (for chains and agents).
+
+    ``k`` and ``mode`` are the defaults; ``retriever.invoke(query, k=3, mode="bm25")``
+    overrides them for one call.
+    """
 
     store: Any
     k: int = 5
     mode: RetrievalMode = "hybrid"
 
     def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        self,
+        query: str,
+        *,
+        run_manager: CallbackManagerForRetrieverRun,
+        k: int | None = None,
+        mode: RetrievalMode | None = None,
     ) -> list[LCDocument]:
-        hits = self.store.search(query, self.k, mode=self.mode)
+        hits = self.store.search(query, self.k if k is None else k, mode=mode or self.mode)
         return [
             LCDocument(
                 page_content=h["text"],
