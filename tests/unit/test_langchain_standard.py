@@ -75,6 +75,12 @@ def test_retriever_call_overrides_k_and_mode(store: Store) -> None:
     assert len(retriever.invoke("capital of Germany")) == 5  # the defaults are unchanged
 
 
+async def test_retriever_async_call_overrides_k_and_mode(store: Store) -> None:
+    retriever = GapragRetriever(store=store, k=5, mode="dense")
+    docs = await retriever.ainvoke("capital of Germany", k=1, mode="bm25")
+    assert [d.metadata["id"] for d in docs] == ["de"]
+
+
 # -- the tools made by as_tool, one per method -------------------------------------------------
 @pytest.fixture(params=gaprag.list_methods())
 def method_tool(request: pytest.FixtureRequest, store: Store) -> BaseTool:
