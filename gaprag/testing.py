@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models import BaseChatModel, LangSmithParams
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr
@@ -41,6 +41,15 @@ class ScriptedChatModel(BaseChatModel):
     @property
     def _llm_type(self) -> str:
         return "scripted"
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        """Tracing parameters: provider ``scripted``, the model name a call names, else
+        ``scripted``."""
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params["ls_provider"] = "scripted"
+        model = kwargs.get("model")
+        params["ls_model_name"] = model if isinstance(model, str) and model else "scripted"
+        return params
 
     @property
     def calls(self) -> list[dict[str, Any]]:

@@ -87,6 +87,21 @@ def format_result(compact: dict[str, Any], limit: int = EVIDENCE_ITEMS) -> str:
     return "\n".join(lines)
 
 
+def tool_result(result: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A run's output as a tool returns it: the text (:func:`format_result`) and the compact
+    result. A run that paused (``__interrupt__``, e.g. rag_ef asking for expert feedback) is
+    reported as ``stop_reason: paused_for_review``."""
+    if "__interrupt__" in result:
+        compact = {**compact_result(result), "stop_reason": "paused_for_review"}
+        return (
+            "answer: (none: the method paused for expert review, which a tool call "
+            "cannot give)\nstop_reason: paused_for_review",
+            compact,
+        )
+    compact = compact_result(result)
+    return format_result(compact), compact
+
+
 def as_tool(
     method: str,
     *,
@@ -121,25 +136,16 @@ def as_tool(
             out["configurable"] = {"thread_id": f"tool-{uuid.uuid4().hex}"}
         return out
 
-    def finish(result: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        if "__interrupt__" in result:  # paused (e.g. rag_ef asking for expert feedback)
-            compact = {**compact_result(result), "stop_reason": "paused_for_review"}
-            return (
-                "answer: (none: the method paused for expert review, which a tool call "
-                "cannot give)\nstop_reason: paused_for_review",
-                compact,
-            )
-        compact = compact_result(result)
-        return format_result(compact), compact
-
     def run(question: str, config: RunnableConfig) -> tuple[str, dict[str, Any]]:
         question = check_question(question)
-        return finish(graph.invoke({"question": question}, _config(config), context=run_context))
+        return tool_result(
+            graph.invoke({"question": question}, _config(config), context=run_context)
+        )
 
     async def arun(question: str, config: RunnableConfig) -> tuple[str, dict[str, Any]]:
         question = check_question(question)
         inputs = {"question": question}
-        return finish(await graph.ainvoke(inputs, _config(config), context=run_context))
+        return tool_result(await graph.ainvoke(inputs, _config(config), context=run_context))
 
     return StructuredTool.from_function(
         func=run,

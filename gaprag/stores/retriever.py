@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any, Protocol, runtime_checkable
 
-from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForRetrieverRun,
+)
 from langchain_core.documents import Document as LCDocument
 from langchain_core.retrievers import BaseRetriever
 
+from gaprag.aio import to_thread
 from gaprag.llm.accounting import record_retrieval
 from gaprag.state.base import Evidence
 from gaprag.stores.documents import content_id
@@ -71,16 +75,39 @@ class LangChainRetrieverAdapter:
 
 
 class GapragRetriever(BaseRetriever):
-    """A gaprag :class:`Store` as a LangChain retriever (for chains and agents)."""
+    """A gaprag :class:`Store` as a LangChain retriever (for chains and agents).
+
+    ``k`` and ``mode`` are the defaults; ``retriever.invoke(query, k=3, mode="bm25")``
+    overrides them for one call.
+    """
 
     store: Any
     k: int = 5
     mode: RetrievalMode = "hybrid"
 
     def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        self,
+        query: str,
+        *,
+        run_manager: CallbackManagerForRetrieverRun,
+        k: int | None = None,
+        mode: RetrievalMode | None = None,
     ) -> list[LCDocument]:
-        hits = self.store.search(query, self.k, mode=self.mode)
+        return self._search(query, k, mode)
+
+    async def _aget_relevant_documents(
+        self,
+        query: str,
+        *,
+        run_manager: AsyncCallbackManagerForRetrieverRun,
+        k: int | None = None,
+        mode: RetrievalMode | None = None,
+    ) -> list[LCDocument]:
+        """The store's search in a worker thread, off the event loop."""
+        return await to_thread(self._search, query, k, mode)
+
+    def _search(self, query: str, k: int | None, mode: RetrievalMode | None) -> list[LCDocument]:
+        hits = self.store.search(query, self.k if k is None else k, mode=mode or self.mode)
         return [
             LCDocument(
                 page_content=h["text"],

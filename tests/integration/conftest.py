@@ -1,16 +1,24 @@
-"""Shared fixtures for integration tests: free ports, the fake OpenAI endpoint, a small store."""
+"""Shared fixtures for integration tests: free ports, the fake OpenAI endpoint, a small store,
+and ``langgraph dev`` serving every method (``served``)."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+import gaprag
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.documents import Document
 from tests.fake_openai import FakeOpenAI
@@ -53,3 +61,90 @@ def hashing_store(tmp_path: Path, tiny_docs: list[Document]) -> Path:
     root = tmp_path / "hashing-store"
     Store.build(root, tiny_docs, embedder=HashingEmbedder(), progress=False)
     return root
+
+
+# -- langgraph dev serving every method -------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[2]
+LANGGRAPH = Path(sys.executable).with_name("langgraph")
+CANNED = "Gustave Eiffel"
+STARTUP_S = 120.0  # shared 2-core CI machines can be slow to import everything
+
+DOCS = [
+    {"id": "eiffel", "title": "Eiffel Tower", "text": "The Eiffel Tower in Paris was built by the engineer Gustave Eiffel."},
+    {"id": "fr", "title": "France", "text": "Paris is the capital and largest city of France."},
+    {"id": "hamlet", "title": "Hamlet", "text": "Hamlet is a tragedy written by William Shakespeare."},
+]  # fmt: skip
+
+
+@dataclass
+class Served:
+    url: str
+    llm: FakeOpenAI
+    store: Path
+    methods: list[str]
+    log: Path
+
+
+def served_config(tmp: Path, methods: list[str]) -> Path:
+    """The repository's langgraph.json, limited to ``methods``, with absolute paths."""
+    config = json.loads((ROOT / "langgraph.json").read_text())
+    graphs = {}
+    for name in methods:
+        spec = dict(config["graphs"][name])
+        rel, _, attr = spec["path"].partition(":")
+        spec["path"] = f"{(ROOT / rel).resolve()}:{attr}"
+        graphs[name] = spec
+    config["graphs"] = graphs
+    config["dependencies"] = [str(ROOT)]
+    path = tmp / "langgraph.json"
+    path.write_text(json.dumps(config, indent=2))
+    return path
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """``langgraph dev`` serving every method (one server per test module), with the fake
+    endpoint answering ``CANNED`` and a store of ``DOCS`` at ``Served.store``."""
+    pytest.importorskip("langgraph_api", reason="needs the studio extra: langgraph-cli[inmem]")
+    if not LANGGRAPH.exists():
+        pytest.skip(f"{LANGGRAPH} not found: pip install -e '.[studio]'")
+    tmp = tmp_path_factory.mktemp("studio")
+    store = tmp / "store"
+    Store.build(store, DOCS, embedder=HashingEmbedder(), progress=False)  # type: ignore[arg-type]
+    methods = gaprag.list_methods()
+    config = served_config(tmp, methods)
+    port = free_port()
+    log = tmp / "langgraph-dev.log"
+    with FakeOpenAI(reply=CANNED) as llm:
+        env = {
+            **os.environ,
+            "GAPRAG_BASE_URL": llm.base_url,
+            "GAPRAG_HOME": str(tmp / "home"),
+            "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+            "LANGGRAPH_NO_VERSION_CHECK": "1",
+            "HF_HUB_OFFLINE": "1",
+        }
+        env.pop("OPENAI_BASE_URL", None)
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                [str(LANGGRAPH), "dev", "--no-browser", "--no-reload", "--port", str(port),
+                 "--config", str(config)],
+                cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        try:
+            url = f"http://127.0.0.1:{port}"
+            try:
+                wait_http_ok(f"{url}/ok", STARTUP_S, alive=lambda: proc.poll() is None)
+            except (TimeoutError, RuntimeError) as exc:
+                raise AssertionError(
+                    f"{exc}\n--- server log ---\n{log.read_text()[-4000:]}"
+                ) from None
+            yield Served(url=url, llm=llm, store=store, methods=methods, log=log)
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)  # the server and its workers, nothing else
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+    assert proc.returncode is not None
