@@ -22,18 +22,29 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from gaprag.errors import InputError
+from gaprag.operator import OperatorKind, admit
 
 C = TypeVar("C", bound="BaseContext")
 
 
-def describe(default: Any, description: str, *, minimum: float | None = None) -> Any:
+def describe(
+    default: Any,
+    description: str,
+    *,
+    minimum: float | None = None,
+    operator: OperatorKind | None = None,
+) -> Any:
     """A dataclass field whose description Studio shows in the assistant form.
 
     ``minimum``: the smallest value a number may take (checked when a context is built).
+    ``operator``: the setting names an endpoint, a model, a path or a spend switch; it is the
+    operator's, and a run may change it only as :mod:`gaprag.operator` allows.
     """
     metadata: dict[str, Any] = {"description": description}
     if minimum is not None:
         metadata["minimum"] = minimum
+    if operator is not None:
+        metadata["operator"] = operator
     if isinstance(default, list | dict | set):
         return field(default_factory=lambda: type(default)(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -59,13 +70,20 @@ class BaseContext:
     """Run settings shared by all methods (Studio's configuration form)."""
 
     base_url: str = describe(
-        "", "OpenAI-compatible endpoint; empty uses GAPRAG_BASE_URL or the embedded local server."
+        "",
+        "OpenAI-compatible endpoint; empty uses GAPRAG_BASE_URL or the embedded local server.",
+        operator="endpoint",
     )
     model: str = describe(
-        "", "Model name sent to the endpoint; empty uses GAPRAG_MODEL or the server's model."
+        "",
+        "Model name sent to the endpoint; empty uses GAPRAG_MODEL or the server's model.",
+        operator="model",
     )
     store: str = describe(
-        "", "Path of a gaprag store (`gaprag index`); empty uses the bundled demo corpus."
+        "",
+        "Path of a gaprag store (`gaprag index`); empty uses GAPRAG_STORE, else the bundled "
+        "demo corpus.",
+        operator="path",
     )
     answer_max_tokens: int = describe(48, "Output cap for the final answer call.", minimum=1)
     max_passage_words: int = describe(
@@ -80,6 +98,7 @@ class BaseContext:
         False,
         "Calibration run (`gaprag calibrate`): model decisions are recorded but never stop a "
         "loop before its bound, and each records the answer the method would give there.",
+        operator="switch",
     )
 
     def __post_init__(self) -> None:
@@ -176,7 +195,12 @@ def effective_settings(cls: type[Any] | None) -> dict[str, dict[str, Any]]:
 def resolve_context(cls: type[C], value: Any) -> C:
     """The run's settings as ``cls``: from an instance, a dict, None (the defaults), or a
     parent graph's context object when the graph runs as a subgraph (fields matched by name,
-    unknown ones ignored)."""
+    unknown ones ignored), admitted by the operator's policy (:func:`gaprag.operator.admit`:
+    the one place a run's settings are checked against what the operator allows)."""
+    return admit(_context(cls, value))
+
+
+def _context(cls: type[C], value: Any) -> C:
     if isinstance(value, cls):
         return value
     if value is None:

@@ -39,7 +39,7 @@ def build(
     )
     add_nodes(builder, deps, retrieve, reason, generate_answer)
     builder.add_edge("retrieve", "reason")
-    add_router(builder, "reason", route_after_reason)
+    add_router(builder, "reason", route_after_reason, on_limit={"retrieve": "generate_answer"})
     add_short_answer(builder, deps, after="generate_answer")
     graph = builder.compile(checkpointer=checkpointer, name="ircot")
     return graph.with_config(recursion_limit=2 * context().max_steps + 10)

@@ -41,6 +41,7 @@ class Context(BaseContext):
         "Path of a local sentence-transformers CrossEncoder for the knowledge filter (the paper "
         "uses BAAI/bge-reranker-base). Empty = cosine similarity with the store's embedder "
         "(the packaged MiniLM).",
+        operator="path",
     )
     top_k: int = describe(
         5, "k: most snippets shown to the leaf (extraction) call per round.", minimum=1
