@@ -164,14 +164,9 @@ class OperatorPolicy:
         return key or config.PLACEHOLDER_API_KEY
 
     def inside_root(self, method: str, name: str, value: str) -> Path:
-        """``value`` resolved under the store root; an InputError when it leaves the root or
-        there is no root."""
-        if self.store_root is None:
-            raise InputError(
-                f"{method}: {name} is the operator's setting and cannot be set per run",
-                hint=f"the operator sets it (GAPRAG_{name.upper()} or build_graph({name}=...)), "
-                "or allows run-time paths under GAPRAG_STORE_ROOT",
-            )
+        """``value`` resolved under the store root (relative to it, ``..`` and symbolic links
+        followed); an InputError when it leaves the root."""
+        assert self.store_root is not None
         root = self.store_root.resolve()
         path = (root / Path(value).expanduser()).resolve()
         if not path.is_relative_to(root):
@@ -280,7 +275,7 @@ def admit(ctx: T) -> T:
             )
             if runtime_url and policy.endpoint(str(url)):
                 continue
-        if kind == "path" and value:
+        if kind == "path" and value and policy.store_root is not None:
             changes[name] = str(policy.inside_root(method, name, str(value)))
             continue
         raise InputError(
