@@ -80,7 +80,7 @@ def test_runtime_endpoint_is_refused_and_receives_nothing(
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     g = build_graph(method, retriever=store, **QUIET.get(method, {}))
-    with pytest.raises(InputError, match="base_url=.* operator's setting"):
+    with pytest.raises(InputError, match=r"base_url=.* operator's setting"):
         g.invoke({"question": Q}, context={"base_url": recorder.base_url, "model": "m"})
     assert recorder.requests == []
 
@@ -146,7 +146,7 @@ def test_runtime_model_needs_an_allowed_runtime_endpoint(store: Store) -> None:
 # -- paths -----------------------------------------------------------------------------------
 @pytest.mark.parametrize(("method", "name"), PATHS)
 def test_runtime_path_without_a_root_is_refused(method: str, name: str, store: Store) -> None:
-    with pytest.raises(InputError, match=f"{name}=.* operator's setting"):
+    with pytest.raises(InputError, match=rf"{name}=.* operator's setting"):
         graph(method, store).invoke({"question": Q}, context={name: str(store.root)})
 
 
