@@ -2,7 +2,9 @@
 
 The server is started exactly as docs/studio.md says (offline, no browser, no reload) from a
 copy of the repository's langgraph.json that keeps the methods importable today (all six once
-they exist) with absolute paths, so the server's ``.langgraph_api/`` lands in a temp dir.
+they exist) with absolute paths, so the server's ``.langgraph_api/`` lands in a temp dir. The
+operator's environment names the store (``GAPRAG_STORE``), the endpoint and an API key; the
+last tests try, as a client of the server would, to turn a served graph against its operator.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 
 import gaprag
 from gaprag.stores import HashingEmbedder, Store
+from tests.conftest import OPERATOR_VARS
 from tests.fake_openai import FakeOpenAI
 from tests.integration.conftest import free_port, wait_http_ok
 
@@ -32,6 +35,7 @@ pytest.importorskip("langgraph_api", reason="needs the studio extra: langgraph-c
 ROOT = Path(__file__).resolve().parents[2]
 LANGGRAPH = Path(sys.executable).with_name("langgraph")
 CANNED = "Gustave Eiffel"
+SECRET = "sk-operator-secret-0123456789"
 STARTUP_S = 120.0  # shared 2-core CI machines can be slow to import everything
 
 DOCS = [
@@ -81,12 +85,16 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         env = {
             **os.environ,
             "GAPRAG_BASE_URL": llm.base_url,
+            "GAPRAG_STORE": str(store),
+            "OPENAI_API_KEY": SECRET,
             "GAPRAG_HOME": str(tmp / "home"),
             "LANGGRAPH_CLI_NO_ANALYTICS": "1",
             "LANGGRAPH_NO_VERSION_CHECK": "1",
             "HF_HUB_OFFLINE": "1",
         }
         env.pop("OPENAI_BASE_URL", None)
+        for name in OPERATOR_VARS:  # the operator allows nothing at run time
+            env.pop(name, None)
         with log.open("w") as out:
             proc = subprocess.Popen(
                 [str(LANGGRAPH), "dev", "--no-browser", "--no-reload", "--port", str(port),
@@ -197,3 +205,96 @@ def test_stateless_wait_run_returns_the_output_schema(client: Any, served: Serve
     assert out["queries"] == ["What is the capital of France?"]
     assert [e["id"] for e in out["evidence"]] == ["fr"]
     assert "question" not in out  # output_schema, not the internal state
+
+
+# -- a client of the server tries to turn a served graph against its operator ---------------
+@pytest.fixture
+def attacker() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(reply="owned") as server:
+        yield server
+
+
+def test_served_run_answers_from_the_operators_store_without_naming_it(
+    client: Any, served: Served
+) -> None:
+    out = client.runs.wait(
+        None, "standard_rag", input={"question": "What is the capital of France?"},
+        context={"retrieval_mode": "bm25", "top_k": 1},
+    )  # fmt: skip
+    assert [e["id"] for e in out["evidence"]] == ["fr"]  # GAPRAG_STORE, not the demo corpus
+
+
+@pytest.mark.parametrize(
+    ("method", "key"),
+    [("standard_rag", "base_url"), ("iterkey", "keywords_base_url"),
+     ("iterkey", "validator_base_url")],
+)  # fmt: skip
+def test_served_run_cannot_send_prompts_or_the_key_elsewhere(
+    client: Any, attacker: FakeOpenAI, method: str, key: str
+) -> None:
+    with pytest.raises(Exception, match=f"InputError: {method}: {key}=.*operator's setting"):
+        client.runs.wait(
+            None, method, input={"question": "Who built the Eiffel Tower?"},
+            context={key: attacker.base_url, "model": "m"},
+        )  # fmt: skip
+    assert attacker.requests == []
+
+
+@pytest.mark.parametrize(
+    ("method", "key", "value"),
+    [("standard_rag", "store", "../../.."), ("rag_ef", "feedback_store", "OUT/fb.sqlite"),
+     ("missing_knowledge", "qa_store", "OUT/pairs"), ("rfm_rag", "rf_weights", "OUT/w.json"),
+     ("migres", "reranker", "OUT/model")],
+)  # fmt: skip
+def test_served_run_cannot_name_a_path(
+    client: Any, tmp_path: Path, method: str, key: str, value: str
+) -> None:
+    value = value.replace("OUT", str(tmp_path / "out"))
+    with pytest.raises(Exception, match=f"InputError: {method}: {key}=.*operator's setting"):
+        client.runs.wait(None, method, input={"question": "Who?"}, context={key: value})
+    assert not (tmp_path / "out").exists()
+
+
+def test_served_run_cannot_force_calibration(client: Any) -> None:
+    with pytest.raises(Exception, match="calibration=True"):
+        client.runs.wait(None, "iterkey", input={"question": "Who?"}, context={"calibration": True})
+
+
+def _mcp_call(url: str, name: str, arguments: dict[str, Any], **params: Any) -> dict[str, Any]:
+    import urllib.request
+
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments, **params}}  # fmt: skip
+    request = urllib.request.Request(
+        f"{url}/mcp", data=json.dumps(body).encode(), method="POST",
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=120) as resp:
+        return json.loads(resp.read())  # type: ignore[no-any-return]
+
+
+def test_assistant_carrying_operator_settings_is_refused_in_runs_and_mcp(
+    client: Any, served: Served, attacker: FakeOpenAI
+) -> None:
+    evil = client.assistants.create(
+        graph_id="standard_rag", name="evil_rag", context={"base_url": attacker.base_url}
+    )
+    try:
+        with pytest.raises(Exception, match="InputError: standard_rag: base_url="):
+            client.runs.wait(None, evil["assistant_id"], input={"question": "Who?"})
+        reply = _mcp_call(served.url, "evil_rag", {"question": "Who?"})
+        assert reply["result"]["isError"] is True, reply
+    finally:
+        client.assistants.delete(evil["assistant_id"])
+    assert attacker.requests == []
+
+
+def test_mcp_tool_call_cannot_name_an_endpoint(served: Served, attacker: FakeOpenAI) -> None:
+    reply = _mcp_call(
+        served.url, "standard_rag", {"question": "Who built the Eiffel Tower?"},
+        context={"base_url": attacker.base_url},
+    )  # fmt: skip
+    assert reply["result"]["isError"] is True, reply
+    assert attacker.requests == []
+    ok = _mcp_call(served.url, "standard_rag", {"question": "Who built the Eiffel Tower?"})
+    assert "isError" not in ok["result"] and CANNED in ok["result"]["content"][0]["text"]
