@@ -82,8 +82,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     port = free_port()
     log = tmp / "langgraph-dev.log"
     with FakeOpenAI(reply=CANNED) as llm:
-        env = {
-            **os.environ,
+        inherited = {k: v for k, v in os.environ.items() if k not in OPERATOR_VARS}
+        env = {  # the operator names the store, endpoint and key, and allows nothing else
+            **inherited,
             "GAPRAG_BASE_URL": llm.base_url,
             "GAPRAG_STORE": str(store),
             "OPENAI_API_KEY": SECRET,
@@ -93,8 +94,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             "HF_HUB_OFFLINE": "1",
         }
         env.pop("OPENAI_BASE_URL", None)
-        for name in OPERATOR_VARS:  # the operator allows nothing at run time
-            env.pop(name, None)
         with log.open("w") as out:
             proc = subprocess.Popen(
                 [str(LANGGRAPH), "dev", "--no-browser", "--no-reload", "--port", str(port),
@@ -235,7 +234,7 @@ def test_served_run_cannot_send_prompts_or_the_key_elsewhere(
     with pytest.raises(Exception, match=f"InputError: {method}: {key}=.*operator's setting"):
         client.runs.wait(
             None, method, input={"question": "Who built the Eiffel Tower?"},
-            context={key: attacker.base_url, "model": "m"},
+            context={key: attacker.base_url},
         )  # fmt: skip
     assert attacker.requests == []
 
