@@ -5,7 +5,9 @@ Studio shows a form with descriptions (and a drop-down for ``Literal`` fields).
 
 Precedence is simple and predictable: a run-time value (``invoke(..., context={...})``) always
 wins, whatever it equals; a build-time value (``build_graph(method, top_k=2)``) wins over the
-class default. :func:`with_defaults` makes the second rule structural: it derives a context
+class default. Settings made with ``describe(..., operator=...)`` are the operator's: a run may
+give them only the operator's value or what the operator's policy allows
+(:func:`resolve_context`, :mod:`gaprag.operator`). :func:`with_defaults` makes the second rule structural: it derives a context
 class whose *defaults* are the build-time values, and LangGraph builds that class from the
 run-time dict, so a run-time value is simply an argument to the constructor.
 
