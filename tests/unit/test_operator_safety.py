@@ -345,3 +345,26 @@ def test_dev_switch_allows_runtime_settings(
     assert out["answer"] == "Gustave Eiffel" and out["evidence"]
     assert all(SECRET not in h["authorization"] for h in recorder.headers)
     assert os.environ["GAPRAG_DEV_ALLOW_RUNTIME_SETTINGS"] == "1"
+
+
+# -- the operator's own channels -------------------------------------------------------------
+def test_build_time_and_env_settings_are_the_operators(
+    store: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--set store=...`, eval variants and `as_tool(...)` pass settings at build time; the
+    environment's GAPRAG_<NAME> fills what they leave empty, and its endpoint gets the key."""
+    from gaprag import as_tool
+
+    tool = as_tool("standard_rag", llm=model(), store=str(store.root), retrieval_mode="bm25")
+    assert "Gustave Eiffel" in tool.invoke({"question": Q})
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("GAPRAG_BASE_URL", recorder.base_url)
+    with FakeOpenAI(reply="Eiffel tower builder") as keywords:
+        monkeypatch.setenv("GAPRAG_KEYWORDS_BASE_URL", keywords.base_url)
+        g = build_graph("iterkey", retriever=store, max_iterations=1)
+        assert effective_settings(g.context_schema)["keywords_base_url"]["source"] == (
+            "env GAPRAG_KEYWORDS_BASE_URL"
+        )
+        g.invoke({"question": Q})
+        assert keywords.requests and recorder.requests  # keywords there, the rest here
+        assert {h["authorization"] for h in keywords.headers} == {f"Bearer {SECRET}"}
