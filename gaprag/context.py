@@ -5,7 +5,9 @@ Studio shows a form with descriptions (and a drop-down for ``Literal`` fields).
 
 Precedence is simple and predictable: a run-time value (``invoke(..., context={...})``) always
 wins, whatever it equals; a build-time value (``build_graph(method, top_k=2)``) wins over the
-class default. :func:`with_defaults` makes the second rule structural: it derives a context
+class default. Settings made with ``describe(..., operator=...)`` are the operator's: a run may
+give them only the operator's value or what the operator's policy allows
+(:func:`resolve_context`, :mod:`gaprag.operator`). :func:`with_defaults` makes the second rule structural: it derives a context
 class whose *defaults* are the build-time values, and LangGraph builds that class from the
 run-time dict, so a run-time value is simply an argument to the constructor.
 
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from gaprag.errors import InputError
+from gaprag.operator import OperatorKind, admit
 
 C = TypeVar("C", bound="BaseContext")
 
@@ -35,17 +38,22 @@ def describe(
     *,
     minimum: float | None = None,
     maximum: float | None = None,
+    operator: OperatorKind | None = None,
 ) -> Any:
     """A dataclass field whose description Studio shows in the assistant form.
 
     ``minimum``/``maximum``: the smallest and largest value a number may take (checked when a
     context is built; Studio's form shows both). Every loop bound has a ``maximum``.
+    ``operator``: the setting names an endpoint, a model, a path or a spend switch; it is the
+    operator's, and a run may change it only as :mod:`gaprag.operator` allows.
     """
     metadata: dict[str, Any] = {"description": description}
     if minimum is not None:
         metadata["ge"] = minimum
     if maximum is not None:
         metadata["le"] = maximum
+    if operator is not None:
+        metadata["operator"] = operator
     if isinstance(default, list | dict | set):
         return field(default_factory=lambda: type(default)(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -76,13 +84,20 @@ class BaseContext:
     """Run settings shared by all methods (Studio's configuration form)."""
 
     base_url: str = describe(
-        "", "OpenAI-compatible endpoint; empty uses GAPRAG_BASE_URL or the embedded local server."
+        "",
+        "OpenAI-compatible endpoint; empty uses GAPRAG_BASE_URL or the embedded local server.",
+        operator="endpoint",
     )
     model: str = describe(
-        "", "Model name sent to the endpoint; empty uses GAPRAG_MODEL or the server's model."
+        "",
+        "Model name sent to the endpoint; empty uses GAPRAG_MODEL or the server's model.",
+        operator="model",
     )
     store: str = describe(
-        "", "Path of a gaprag store (`gaprag index`); empty uses the bundled demo corpus."
+        "",
+        "Path of a gaprag store (`gaprag index`); empty uses GAPRAG_STORE, else the bundled "
+        "demo corpus.",
+        operator="path",
     )
     answer_max_tokens: int = describe(48, "Output cap for the final answer call.", minimum=1)
     max_passage_words: int = describe(
@@ -97,6 +112,7 @@ class BaseContext:
         False,
         "Calibration run (`gaprag calibrate`): model decisions are recorded but never stop a "
         "loop before its bound, and each records the answer the method would give there.",
+        operator="switch",
     )
 
     def __post_init__(self) -> None:
@@ -195,7 +211,12 @@ def effective_settings(cls: type[Any] | None) -> dict[str, dict[str, Any]]:
 def resolve_context(cls: type[C], value: Any) -> C:
     """The run's settings as ``cls``: from an instance, a dict, None (the defaults), or a
     parent graph's context object when the graph runs as a subgraph (fields matched by name,
-    unknown ones ignored)."""
+    unknown ones ignored), admitted by the operator's policy (:func:`gaprag.operator.admit`:
+    the one place a run's settings are checked against what the operator allows)."""
+    return admit(_context(cls, value))
+
+
+def _context(cls: type[C], value: Any) -> C:
     if isinstance(value, cls):
         return value
     if value is None:

@@ -5,12 +5,16 @@
 them (a separate keyword or validator model, MIGRES's scorer and verifier, a QA-pair knowledge
 base, RAG-EF's feedback store, RFM-RAG's sufficiency model). They can also be passed to
 ``build_graph`` as keywords of the same names. Anything not given is resolved lazily from the
-run's settings (endpoint, store path) on first use and cached: building a graph is instant.
+run's settings (endpoint, store path) on first use and cached (the :data:`CACHE_SIZE` most
+recently used): building a graph is instant. An injected model is never replaced by an endpoint
+a run names, and the operator's API key goes only to the operator's endpoints
+(:mod:`gaprag.operator`).
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -18,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from gaprag.context import BaseContext
 from gaprag.llm.client import LLM
 from gaprag.llm.factory import default_llm, openai_llm, resolve_llm
+from gaprag.operator import operator_endpoint, policy_of
 from gaprag.stores.retriever import Retriever, as_retriever
 
 if TYPE_CHECKING:
@@ -28,6 +33,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 _LLM_FIELDS = ("llm", "keywords_llm", "validator_llm")
+#: Objects built from settings (clients, stores, models) kept per graph, least recently used
+#: dropped first.
+CACHE_SIZE = 8
 
 
 @dataclass(kw_only=True)
@@ -52,7 +60,7 @@ class Deps:
     """RAG-EF: the expert-feedback (question, answer, chunk) store."""
     sufficiency_model: SufficiencyJudge | None = None
     """RFM-RAG: the R-Feedback sufficiency model."""
-    _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
+    _cache: OrderedDict[Any, Any] = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -71,34 +79,46 @@ class Deps:
         return cls(**values)
 
     def cached(self, key: Any, make: Callable[[], T]) -> T:
-        """The one lazy, lock-guarded cache for objects built from settings."""
+        """The one lazy, lock-guarded cache for objects built from settings (bounded: the
+        :data:`CACHE_SIZE` most recently used)."""
         with self._lock:
-            if key not in self._cache:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+            else:
                 self._cache[key] = make()
+                while len(self._cache) > CACHE_SIZE:
+                    self._cache.popitem(last=False)
             return self._cache[key]  # type: ignore[no-any-return]
 
     def chat(
         self, ctx: BaseContext, *, role: LLM | None = None, base_url: str = "", model: str = ""
     ) -> LLM:
         """The model for a call: an injected role model, else a role endpoint from the
-        settings, else the main model (injected, the run's endpoint, or the default)."""
+        settings, else the main model (injected, the run's endpoint, or the default). A role
+        endpoint a run named (not the operator's) never replaces an injected main model."""
         if role is not None:
             return role
-        if base_url:
-            return self.cached(
-                ("llm", base_url, model), lambda: openai_llm(base_url, model or None)
-            )
+        if base_url and (self.llm is None or operator_endpoint(type(ctx), base_url)):
+            return self._client(ctx, base_url, model)
         if self.llm is not None:
             return self.llm
         if ctx.base_url:
-            return self.cached(
-                ("llm", ctx.base_url, ctx.model),
-                lambda: openai_llm(ctx.base_url, ctx.model or None),
-            )
+            return self._client(ctx, ctx.base_url, ctx.model)
         return default_llm()
 
+    def _client(self, ctx: BaseContext, base_url: str, model: str) -> LLM:
+        """A client of ``base_url``: with the operator's key if it is an operator endpoint,
+        else with the key the operator tied to its prefix, or none."""
+        trusted = operator_endpoint(type(ctx), base_url)
+        key = None if trusted else policy_of(type(ctx)).key_for(base_url)
+        return self.cached(
+            ("llm", base_url, model, trusted),
+            lambda: openai_llm(base_url, model or None, api_key=key),
+        )
+
     def search(self, ctx: BaseContext) -> Retriever:
-        """The passage retriever: injected, the store at ``ctx.store``, or the demo corpus."""
+        """The passage retriever: injected, the store at ``ctx.store`` (``GAPRAG_STORE`` when the
+        graph was built without one), or the demo corpus."""
         if self.retriever is not None:
             return self.retriever
         from gaprag.stores.demo import demo_store

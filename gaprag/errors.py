@@ -54,5 +54,7 @@ class StoreError(GapragError):
     """A store is missing, unreadable or inconsistent."""
 
 
-class InputError(GapragError):
-    """Bad user input: an empty question, an unreadable file, a malformed record."""
+class InputError(GapragError, ValueError):
+    """Bad user input: an empty question, an unreadable file, a malformed record, a run
+    setting the operator does not allow. A ``ValueError`` too, so LangGraph's server passes
+    its one-line message (not "An internal error occurred") to the caller of a run."""

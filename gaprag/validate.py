@@ -112,7 +112,7 @@ def check_retriever(retriever: object, *, method: str = "") -> None:
         raise InputError(
             f"retriever={str(retriever)!r} is a path, not a retriever",
             hint="open the store first: from gaprag.stores import Store; "
-            "retriever=Store.open(path); or pass context={'store': path}",
+            "retriever=Store.open(path); or build_graph(..., store=path)",
         )
     raise InputError(
         f"retriever must be a LangChain BaseRetriever or a gaprag Store, got "

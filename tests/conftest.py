@@ -11,6 +11,15 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 
+OPERATOR_VARS = (
+    "GAPRAG_ALLOWED_ENDPOINTS", "GAPRAG_STORE_ROOT", "GAPRAG_DEV_ALLOW_RUNTIME_SETTINGS",
+    "GAPRAG_MAX_BOUNDS", "GAPRAG_RUN_DEADLINE", "GAPRAG_RUN_TOKEN_BUDGET",
+    "GAPRAG_FEEDBACK_WRITES", "GAPRAG_STORE", "GAPRAG_FEEDBACK_STORE", "GAPRAG_QA_STORE",
+    "GAPRAG_RF_WEIGHTS", "GAPRAG_RERANKER", "GAPRAG_KEYWORDS_BASE_URL", "GAPRAG_KEYWORDS_MODEL",
+    "GAPRAG_VALIDATOR_BASE_URL", "GAPRAG_VALIDATOR_MODEL",
+)  # fmt: skip
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
@@ -21,6 +30,8 @@ def _isolated_home(
     if not os.environ.get("GAPRAG_TEST_KEEP_ENDPOINT"):
         monkeypatch.delenv("GAPRAG_BASE_URL", raising=False)
         monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    for name in OPERATOR_VARS:  # the operator's policy and channels are each test's own
+        monkeypatch.delenv(name, raising=False)
     yield home
 
 

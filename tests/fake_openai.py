@@ -1,7 +1,8 @@
 """A tiny OpenAI-compatible HTTP server for tests that need a real endpoint but no model.
 
 It answers ``GET /v1/models`` and ``POST /v1/chat/completions`` (non-streaming and streaming)
-with a canned reply plus token usage, and records every request body it received::
+with a canned reply plus token usage, and records every request body (``requests``) and its
+HTTP headers (``headers``) it received::
 
     with FakeOpenAI(reply="Paris") as server:
         os.environ["GAPRAG_BASE_URL"] = server.base_url
@@ -84,6 +85,7 @@ class FakeOpenAI:
         self.finish_reason = finish_reason
         self.model = model
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []  # each chat request's HTTP headers
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -139,6 +141,7 @@ class FakeOpenAI:
                     return
                 with fake._lock:
                     fake.requests.append(body)
+                    fake.headers.append({k.lower(): v for k, v in self.headers.items()})
                 if fake.latency > 0:
                     time.sleep(fake.latency)
                 text = fake.reply(body) if callable(fake.reply) else fake.reply

@@ -14,6 +14,7 @@ from gaprag.context import field_names, with_defaults
 from gaprag.deps import Deps
 from gaprag.errors import GapragError
 from gaprag.llm.client import LLM
+from gaprag.operator import OperatorPolicy, env_name, env_settings, with_policy
 from gaprag.validate import check_llm, check_retriever
 
 # name -> the module with ``Context`` and ``build(deps, context, checkpointer)``
@@ -51,6 +52,7 @@ def build_graph(
     checkpointer: BaseCheckpointSaver[Any] | None = None,
     deps: Deps | None = None,
     profile: Any = "auto",
+    policy: OperatorPolicy | None = None,
     **options: Any,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Compile a method's graph.
@@ -60,11 +62,16 @@ def build_graph(
     (default: the bundled demo corpus). ``deps``: a :class:`gaprag.deps.Deps` with the other
     objects a method can use (its fields may also be given as keywords, e.g.
     ``validator_llm=...``). ``options``: fields of the method's context schema, e.g.
-    ``max_iterations=3``; per-run values go in ``invoke(..., context={...})`` and always win.
+    ``max_iterations=3``; per-run values go in ``invoke(..., context={...})`` and win, except
+    for the operator's settings (endpoints, models, paths, ``calibration``), which a run may
+    change only as ``policy`` allows.
     ``profile``: the model profile whose thresholds and switches apply under ``options``
     (:mod:`gaprag.profiles`): ``"auto"`` (the shipped profile of the model in use, if any),
     None (none), a model name or a ``.toml`` path. The graph's context class reports every
     setting and its source (:func:`gaprag.context.effective_settings`).
+    ``policy``: what runs may change and spend (:class:`gaprag.operator.OperatorPolicy`;
+    default: read from the environment now). Operator settings the build leaves unset come
+    from their ``GAPRAG_<NAME>`` variables (source ``env``).
     """
     from gaprag.profiles import apply_profile, resolve
 
@@ -80,5 +87,10 @@ def build_graph(
         )
     chosen_profile = resolve(profile, given.llm)
     merged, sources = apply_profile(method, options, chosen_profile, field_names(module.Context))
-    context = with_defaults(module.Context, merged, sources=sources)
+    injected = {k for k in Deps.names() if getattr(given, k) is not None}
+    env = env_settings(module.Context, merged, injected)
+    merged.update(env)
+    sources.update({k: f"env {env_name(k)}" for k in env})
+    policy = policy if policy is not None else OperatorPolicy.from_env()
+    context = with_policy(with_defaults(module.Context, merged, sources=sources), policy)
     return module.build(given, context, checkpointer)  # type: ignore[no-any-return]

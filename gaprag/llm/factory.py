@@ -23,13 +23,16 @@ def openai_llm(
     structured_mode: str | None = None,
     seed: int | None = None,
     context_window: int | None = None,
+    api_key: str | None = None,
 ) -> LLM:
+    """A client of the endpoint ``base_url``. ``api_key``: the key sent; None sends the
+    configured one (``OPENAI_API_KEY``): only for an endpoint the operator configured."""
     from langchain_openai import ChatOpenAI
 
     chat = ChatOpenAI(
         base_url=base_url,
         model=model or "default",
-        api_key=config.api_key(),  # type: ignore[arg-type]
+        api_key=api_key if api_key is not None else config.api_key(),  # type: ignore[arg-type]
         temperature=0.0,
         seed=seed,
         timeout=config.request_timeout(),  # GAPRAG_TIMEOUT

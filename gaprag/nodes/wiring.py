@@ -28,6 +28,12 @@ context fields that bound its rounds, each with a ``maximum``) and the steps one
 the compiled graph's recursion limit is what the longest valid run needs (every node once,
 each bound at its maximum, and a margin), so any bound a run may set works in ``invoke``,
 ``ainvoke``, ``stream``, a subgraph and LangGraph's server, and a runaway loop still stops.
+
+The operator's spend limits (a run's deadline and token budget, :mod:`gaprag.operator`) are
+checked here once for every method: after each node the run's usage is compared with them and
+the first limit reached is recorded in the state (``limit``); a router given ``on_limit``
+then sends the run from a loop's next round to the step that answers with what was gathered,
+and the step that ends the question reports the limit as its ``stop_reason``.
 """
 
 from __future__ import annotations
@@ -54,7 +60,8 @@ from gaprag.context import BaseContext, field_range, resolve_context
 from gaprag.deps import Deps
 from gaprag.llm.accounting import metered
 from gaprag.llm.memo import run_scope
-from gaprag.state.base import PERSISTENT, InputState
+from gaprag.operator import policy_of
+from gaprag.state.base import PERSISTENT, InputState, add_usage
 from gaprag.validate import check_question
 
 NodeFn = Callable[..., Any]
@@ -126,6 +133,21 @@ def _start_update(
     return merged
 
 
+def _mark_limit(update: Any, state: Any, ctx: Any) -> Any:
+    """The update with the operator's limit: a question that reached it before this node ends
+    with it as ``stop_reason``; one this node made reach it is marked (``limit``)."""
+    if not isinstance(update, dict) or not hasattr(state, "limit"):
+        return update
+    if state.limit:
+        if update.get("stop_reason"):
+            update["stop_reason"] = state.limit
+        return update
+    reached = policy_of(type(ctx)).limit(add_usage(state.usage, update.get("usage")))
+    if reached:
+        update["limit"] = reached
+    return update
+
+
 def as_node(
     fn: NodeFn,
     deps: Deps,
@@ -160,6 +182,7 @@ def as_node(
             result = fn(state, run, deps) if takes_deps else fn(state, run)
             update = await result if is_async else result
         update = meter.apply(update, name, time.perf_counter() - start)
+        update = _mark_limit(update, state, run.context)
         return _start_update(update, stale, state.question, run_key) if starting else update
 
     def func(state: Any, runtime: Runtime[Any]) -> Any:
@@ -188,21 +211,34 @@ def add_nodes(
     builder.add_edge(START, entry.__name__)
 
 
-def add_router(builder: StateGraph[Any, Any, Any, Any], source: str, fn: NodeFn) -> None:
+def add_router(
+    builder: StateGraph[Any, Any, Any, Any],
+    source: str,
+    fn: NodeFn,
+    *,
+    on_limit: dict[str, str] | None = None,
+) -> None:
     """A conditional edge from ``source`` decided by ``fn``; its ``Literal`` return type lists
-    the targets (Studio draws them)."""
+    the targets (Studio draws them). ``on_limit``: ``{next round's target: answering target}``
+    for a run that has reached the operator's deadline or token budget."""
     context = builder.context_schema
     assert context is not None and issubclass(context, BaseContext)
     returns = typing.get_type_hints(fn).get("return")
     if get_origin(returns) is not typing.Literal:
         raise TypeError(f"router {fn.__name__} must return a Literal[...] of node names")
     targets = list(get_args(returns))
+    cuts = on_limit or {}
+    targets += [t for t in cuts.values() if t not in targets]
     takes_runtime = "runtime" in inspect.signature(fn).parameters
 
     def route(state: Any, runtime: Runtime[Any]) -> Any:
         if not takes_runtime:
-            return fn(state)
-        return fn(state, runtime.override(context=resolve_context(context, runtime.context)))
+            chosen = fn(state)
+        else:
+            chosen = fn(state, runtime.override(context=resolve_context(context, runtime.context)))
+        if getattr(state, "limit", "") and chosen in cuts:
+            return cuts[chosen]
+        return chosen
 
     route.__name__ = fn.__name__
     builder.add_conditional_edges(source, route, targets)

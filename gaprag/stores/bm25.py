@@ -8,13 +8,16 @@ Chinese corpus still matches without a word segmenter.
 Engines: ``bm25s`` (default; precomputed sparse score matrix, top-k with its numba backend
 when numba is installed) and ``rank_bm25`` (the reference implementation the design card
 names; scores every document per query). Both use the same tokens and the same ``k1``/``b``.
+
+Both are saved in formats that loading cannot execute: bm25s's own (JSON and numpy arrays,
+read without pickle) and, for ``rank_bm25``, its scoring state as JSON (``rank_bm25.json``).
+A store with an older ``rank_bm25.pkl`` is refused with the command that rebuilds it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import pickle
 import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -31,6 +34,12 @@ Engine = Literal["bm25s", "rank_bm25"]
 ENGINES: tuple[Engine, ...] = get_args(Engine)
 Method = Literal["lucene", "robertson", "atire", "bm25l", "bm25+"]
 METHODS: tuple[Method, ...] = get_args(Method)
+
+RANK_BM25_FILE = "rank_bm25.json"
+# rank_bm25's scoring state: every attribute its get_scores reads, by class
+_RANK_BM25_STATE = ("corpus_size", "avgdl", "doc_freqs", "idf", "doc_len", "k1", "b")
+_RANK_BM25_EXTRA = {"BM25Okapi": ("epsilon", "average_idf"), "BM25L": ("delta",),
+                    "BM25Plus": ("delta",)}  # fmt: skip
 
 # bm25s's default splitter (words of two or more characters), plus single CJK ideographs
 TOKEN_PATTERN = r"(?u)[\u4e00-\u9fff]|[^\W\u4e00-\u9fff]{2,}"
@@ -251,8 +260,7 @@ class BM25Index:
         if self.engine == "bm25s":
             self._model.save(str(directory), show_progress=False)
         else:
-            with (directory / "rank_bm25.pkl").open("wb") as fh:
-                pickle.dump(self._model, fh)
+            (directory / RANK_BM25_FILE).write_text(json.dumps(_rank_bm25_state(self._model)))
         (directory / "settings.json").write_text(json.dumps(self.settings.as_dict()))
 
     @classmethod
@@ -270,8 +278,7 @@ class BM25Index:
             model: Any = bm25s.BM25.load(str(directory), show_progress=False)
             model.backend = "numba" if _numba_available() else "numpy"
         else:
-            with (directory / "rank_bm25.pkl").open("rb") as fh:
-                model = pickle.load(fh)  # our own file, written by save()
+            model = _load_rank_bm25(directory)
         return cls(settings, model, size)
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
@@ -292,3 +299,39 @@ class BM25Index:
             pairs = zip(rows[0].tolist(), scores[0].tolist(), strict=True)
             return [(int(r), float(s)) for r, s in pairs if s > 0]
         return _top_positive(self._model.get_scores(ids), k)
+
+
+def _rank_bm25_state(model: Any) -> dict[str, Any]:
+    """A rank_bm25 engine's scoring state as JSON-ready data."""
+    kind = type(model).__name__
+    names = _RANK_BM25_STATE + _RANK_BM25_EXTRA.get(kind, ())
+    return {"class": kind, **{name: getattr(model, name) for name in names}}
+
+
+def _load_rank_bm25(directory: Path) -> Any:
+    """The rank_bm25 engine saved as JSON in ``directory``; a legacy pickle is refused unread."""
+    import rank_bm25
+
+    path = directory / RANK_BM25_FILE
+    store = directory.parent.parent
+    if not path.is_file() and (directory / "rank_bm25.pkl").exists():
+        raise StoreError(
+            f"the store at {store} keeps its rank_bm25 index as a pickle, which gaprag does "
+            "not load (unpickling can run code)",
+            hint=f"rebuild it: gaprag index CORPUS --bm25 rank_bm25 --store {store}",
+        )
+    try:
+        data = json.loads(path.read_text())
+        kind = data["class"]
+        if kind not in _RANK_BM25_EXTRA:
+            raise ValueError(f"unknown engine class {kind!r}")
+        model = getattr(rank_bm25, kind).__new__(getattr(rank_bm25, kind))
+        for name in _RANK_BM25_STATE + _RANK_BM25_EXTRA[kind]:
+            setattr(model, name, data[name])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StoreError(
+            f"the rank_bm25 index in {directory} is unreadable ({exc})",
+            hint=f"rebuild it: gaprag index CORPUS --bm25 rank_bm25 --store {store}",
+        ) from None
+    model.tokenizer = None
+    return model

@@ -48,7 +48,7 @@ def demo_embedder(docs: list[Document]) -> Embedder | None:
     path = demo_vectors_path()
     if not path.exists():
         return None
-    data = np.load(path)
+    data = np.load(path, allow_pickle=False)
     ids = [str(i) for i in data["ids"]]
     by_id = dict(zip(ids, data["vectors"].astype(np.float32), strict=True))
     cache = {passage_text(d): by_id[d["id"]] for d in docs if d["id"] in by_id}

@@ -215,6 +215,11 @@ class Store:
                 hint=f"build one with: gaprag index CORPUS --store {root}",
             )
         version_dir = root / current.read_text().strip()
+        if not version_dir.resolve().is_relative_to(root.resolve()):
+            raise StoreError(
+                f"the store at {root} points outside itself (CURRENT names {version_dir})",
+                hint=f"rebuild it with: gaprag index CORPUS --store {root}",
+            )
         try:
             manifest = json.loads((version_dir / "manifest.json").read_text())
             with (version_dir / "docs.jsonl").open(encoding="utf-8") as fh:

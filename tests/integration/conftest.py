@@ -21,6 +21,7 @@ import pytest
 import gaprag
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.documents import Document
+from tests.conftest import OPERATOR_VARS
 from tests.fake_openai import FakeOpenAI
 
 
@@ -67,6 +68,7 @@ def hashing_store(tmp_path: Path, tiny_docs: list[Document]) -> Path:
 ROOT = Path(__file__).resolve().parents[2]
 LANGGRAPH = Path(sys.executable).with_name("langgraph")
 CANNED = "Gustave Eiffel"
+SECRET = "sk-operator-secret-0123456789"
 STARTUP_S = 120.0  # shared 2-core CI machines can be slow to import everything
 
 DOCS = [
@@ -116,9 +118,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     port = free_port()
     log = tmp / "langgraph-dev.log"
     with FakeOpenAI(reply=CANNED) as llm:
-        env = {
-            **os.environ,
+        inherited = {k: v for k, v in os.environ.items() if k not in OPERATOR_VARS}
+        env = {  # the operator names the store, endpoint and key, and allows nothing else
+            **inherited,
             "GAPRAG_BASE_URL": llm.base_url,
+            "GAPRAG_STORE": str(store),
+            "OPENAI_API_KEY": SECRET,
             "GAPRAG_HOME": str(tmp / "home"),
             "LANGGRAPH_CLI_NO_ANALYTICS": "1",
             "LANGGRAPH_NO_VERSION_CHECK": "1",

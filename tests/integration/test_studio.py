@@ -1,17 +1,22 @@
 """`langgraph dev` serves every method graph: a real server, a fake OpenAI endpoint, a real store.
 
 The server (the ``served`` fixture of ``tests/integration/conftest.py``) is started exactly as
-docs/studio.md says (offline, no browser, no reload).
+docs/studio.md says (offline, no browser, no reload). The operator's environment names the
+store (``GAPRAG_STORE``), the endpoint and an API key; the last tests try, as a client of the
+server would, to turn a served graph against its operator.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import gaprag
+from tests.fake_openai import FakeOpenAI
 from tests.integration.conftest import CANNED, ROOT, Served
 
 pytestmark = pytest.mark.integration
@@ -120,3 +125,96 @@ def test_run_time_bound_at_its_maximum_runs_under_the_server(client: Any, served
     )
     assert "__error__" not in out, f"{out}\n{served.log.read_text()[-3000:]}"
     assert out["iterations"] == 25 and out["stop_reason"] == "max_iterations"
+
+
+# -- a client of the server tries to turn a served graph against its operator ---------------
+@pytest.fixture
+def attacker() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(reply="owned") as server:
+        yield server
+
+
+def test_served_run_answers_from_the_operators_store_without_naming_it(
+    client: Any, served: Served
+) -> None:
+    out = client.runs.wait(
+        None, "standard_rag", input={"question": "What is the capital of France?"},
+        context={"retrieval_mode": "bm25", "top_k": 1},
+    )  # fmt: skip
+    assert [e["id"] for e in out["evidence"]] == ["fr"]  # GAPRAG_STORE, not the demo corpus
+
+
+@pytest.mark.parametrize(
+    ("method", "key"),
+    [("standard_rag", "base_url"), ("iterkey", "keywords_base_url"),
+     ("iterkey", "validator_base_url")],
+)  # fmt: skip
+def test_served_run_cannot_send_prompts_or_the_key_elsewhere(
+    client: Any, attacker: FakeOpenAI, method: str, key: str
+) -> None:
+    with pytest.raises(Exception, match=f"InputError: {method}: {key}=.*operator's setting"):
+        client.runs.wait(
+            None, method, input={"question": "Who built the Eiffel Tower?"},
+            context={key: attacker.base_url},
+        )  # fmt: skip
+    assert attacker.requests == []
+
+
+@pytest.mark.parametrize(
+    ("method", "key", "value"),
+    [("standard_rag", "store", "../../.."), ("rag_ef", "feedback_store", "OUT/fb.sqlite"),
+     ("missing_knowledge", "qa_store", "OUT/pairs"), ("rfm_rag", "rf_weights", "OUT/w.json"),
+     ("migres", "reranker", "OUT/model")],
+)  # fmt: skip
+def test_served_run_cannot_name_a_path(
+    client: Any, tmp_path: Path, method: str, key: str, value: str
+) -> None:
+    value = value.replace("OUT", str(tmp_path / "out"))
+    with pytest.raises(Exception, match=f"InputError: {method}: {key}=.*operator's setting"):
+        client.runs.wait(None, method, input={"question": "Who?"}, context={key: value})
+    assert not (tmp_path / "out").exists()
+
+
+def test_served_run_cannot_force_calibration(client: Any) -> None:
+    with pytest.raises(Exception, match="calibration=True"):
+        client.runs.wait(None, "iterkey", input={"question": "Who?"}, context={"calibration": True})
+
+
+def _mcp_call(url: str, name: str, arguments: dict[str, Any], **params: Any) -> dict[str, Any]:
+    import urllib.request
+
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments, **params}}  # fmt: skip
+    request = urllib.request.Request(
+        f"{url}/mcp", data=json.dumps(body).encode(), method="POST",
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=120) as resp:
+        return json.loads(resp.read())  # type: ignore[no-any-return]
+
+
+def test_assistant_carrying_operator_settings_is_refused_in_runs_and_mcp(
+    client: Any, served: Served, attacker: FakeOpenAI
+) -> None:
+    evil = client.assistants.create(
+        graph_id="standard_rag", name="evil_rag", context={"base_url": attacker.base_url}
+    )
+    try:
+        with pytest.raises(Exception, match="InputError: standard_rag: base_url="):
+            client.runs.wait(None, evil["assistant_id"], input={"question": "Who?"})
+        reply = _mcp_call(served.url, "evil_rag", {"question": "Who?"})
+        assert reply["result"]["isError"] is True, reply
+    finally:
+        client.assistants.delete(evil["assistant_id"])
+    assert attacker.requests == []
+
+
+def test_mcp_tool_call_cannot_name_an_endpoint(served: Served, attacker: FakeOpenAI) -> None:
+    reply = _mcp_call(
+        served.url, "standard_rag", {"question": "Who built the Eiffel Tower?"},
+        context={"base_url": attacker.base_url},
+    )  # fmt: skip
+    assert reply["result"]["isError"] is True, reply
+    assert attacker.requests == []
+    ok = _mcp_call(served.url, "standard_rag", {"question": "Who built the Eiffel Tower?"})
+    assert "isError" not in ok["result"] and CANNED in ok["result"]["content"][0]["text"]

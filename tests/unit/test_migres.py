@@ -260,6 +260,7 @@ def test_graph_has_the_method_nodes_and_edges(levity: Store) -> None:
         ("update_evidence_pool", "generate_answer", True),
         ("judge_missing", "finalize", True),
         ("judge_missing", "regenerate_keywords", True),
+        ("judge_missing", "generate_answer", True),  # a run at the operator's limit
         ("regenerate_keywords", "retrieve", False),
         ("generate_answer", "finalize", False),
         ("finalize", "short_answer", False),

@@ -100,10 +100,16 @@ class Context(BaseContext):
     keywords_base_url: str = describe(
         "",
         "Endpoint of a separate keyword LLM (generation and regeneration, paper Table 7); "
-        "empty uses the main LLM.",
+        "empty uses GAPRAG_KEYWORDS_BASE_URL, else the main LLM.",
+        operator="endpoint",
     )
-    keywords_model: str = describe("", "Model name for the keyword LLM endpoint.")
+    keywords_model: str = describe("", "Model name for the keyword LLM endpoint.", operator="model")
     validator_base_url: str = describe(
-        "", "Endpoint of a separate validator LLM (paper Table 8); empty uses the main LLM."
+        "",
+        "Endpoint of a separate validator LLM (paper Table 8); empty uses "
+        "GAPRAG_VALIDATOR_BASE_URL, else the main LLM.",
+        operator="endpoint",
     )
-    validator_model: str = describe("", "Model name for the validator LLM endpoint.")
+    validator_model: str = describe(
+        "", "Model name for the validator LLM endpoint.", operator="model"
+    )

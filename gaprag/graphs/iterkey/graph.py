@@ -55,7 +55,10 @@ def build(
     builder.add_edge("generate_keywords", "retrieve")
     builder.add_edge("retrieve", "generate_answer")
     builder.add_edge("generate_answer", "validate_answer")
-    add_router(builder, "validate_answer", route_after_validation)
+    add_router(
+        builder, "validate_answer", route_after_validation,
+        on_limit={"regenerate_keywords": "finalize"},
+    )  # fmt: skip
     builder.add_edge("regenerate_keywords", "retrieve")
     add_short_answer(builder, deps, after="finalize")
     # a round: retrieve, generate_answer, validate_answer, regenerate_keywords

@@ -8,6 +8,7 @@ from typing import Literal
 from gaprag.context import BaseContext, describe
 from gaprag.errors import InputError
 from gaprag.graphs.migres.filter import DEFAULT_EMBEDDING_DELTA, CrossEncoderScorer, Scorer
+from gaprag.operator import policy_of
 from gaprag.stores.store import RetrievalMode
 
 TaskType = Literal["multihop", "odqa", "strategyqa"]
@@ -42,6 +43,7 @@ class Context(BaseContext):
         "Path of a local sentence-transformers CrossEncoder for the knowledge filter (the paper "
         "uses BAAI/bge-reranker-base). Empty = cosine similarity with the store's embedder "
         "(the packaged MiniLM).",
+        operator="path",
     )
     top_k: int = describe(
         5, "k: most snippets shown to the leaf (extraction) call per round.", minimum=1
@@ -119,8 +121,11 @@ class Context(BaseContext):
 
 
 def budget(ctx: Context) -> int:
-    """T: the most judge rounds."""
-    return ctx.max_iterations if ctx.max_iterations > 0 else TASK_T[ctx.task_type]
+    """T: the most judge rounds (the task's value, at most the operator's cap, for 0)."""
+    if ctx.max_iterations > 0:
+        return ctx.max_iterations
+    cap = policy_of(type(ctx)).max_bounds.get("max_iterations")
+    return min(TASK_T[ctx.task_type], cap) if cap is not None else TASK_T[ctx.task_type]
 
 
 def threshold(ctx: Context, scorer: Scorer) -> float:

@@ -70,8 +70,12 @@ def build(
     builder.add_edge("llm_knowledge", "extract")
     builder.add_edge("extract", "verify_nli")
     builder.add_edge("verify_nli", "update_evidence_pool")
-    add_router(builder, "update_evidence_pool", after_update)
-    add_router(builder, "judge_missing", after_judge)
+    add_router(
+        builder, "update_evidence_pool", after_update, on_limit={"judge_missing": "generate_answer"}
+    )
+    add_router(
+        builder, "judge_missing", after_judge, on_limit={"regenerate_keywords": "generate_answer"}
+    )
     builder.add_edge("regenerate_keywords", "retrieve")
     builder.add_edge("generate_answer", "finalize")
     add_short_answer(builder, deps, after="finalize")

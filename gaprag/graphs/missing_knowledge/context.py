@@ -72,6 +72,7 @@ class Context(BaseContext):
         "",
         "Path of a question-answer pair store (`gaprag kb qa-pairs`); needed when a KB is "
         "qa_pairs or merged, unless a pair store was passed to the graph (kb_pairs).",
+        operator="path",
     )
     qa_gamma: float = describe(
         1.0,

@@ -55,7 +55,10 @@ def build(
     )  # fmt: skip
     builder.add_edge("retrieve", "generate_draft")
     builder.add_edge("generate_draft", "judge_missing")
-    add_router(builder, "judge_missing", route_after_judge)
+    add_router(
+        builder, "judge_missing", route_after_judge,
+        on_limit={"retrieve_missing": "generate_answer"},
+    )  # fmt: skip
     builder.add_edge("retrieve_missing", "update_evidence_pool")
     builder.add_edge("update_evidence_pool", "generate_answer")
     add_short_answer(builder, deps, after="generate_answer")

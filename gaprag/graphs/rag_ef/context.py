@@ -20,7 +20,10 @@ AnswerMode = Literal["rag_ef", "standard"]
 @dataclass(kw_only=True)
 class Context(BaseContext):
     feedback_store: str = describe(
-        "", "Path of the pair store (SQLite); empty uses GAPRAG_HOME/feedback.sqlite."
+        "",
+        "Path of the pair store (SQLite); empty uses an injected pair store, else "
+        "GAPRAG_FEEDBACK_STORE, else GAPRAG_HOME/feedback.sqlite.",
+        operator="path",
     )
     top_k: int = describe(5, "K: pairs retrieved by Eq. 2 (paper: 5).", minimum=1)
     gamma: float = describe(

@@ -37,13 +37,12 @@ def _resolved(path: str | Path | None) -> str:
 
 
 def pair_store(ctx: Context, deps: Deps) -> PairStore:
-    """The run's pair store: the ``feedback_store`` path if set, else the injected store
-    (``pair_store=``, or a PairStore given as ``retriever=``), else the default file."""
-    if not ctx.feedback_store:
-        if deps.pair_store is not None:
-            return deps.pair_store
-        if isinstance(deps.retriever, PairStore):
-            return deps.retriever
+    """The run's pair store: the injected store (``pair_store=``, or a PairStore given as
+    ``retriever=``), else the ``feedback_store`` path, else the default file."""
+    if deps.pair_store is not None:
+        return deps.pair_store
+    if isinstance(deps.retriever, PairStore):
+        return deps.retriever
     path = _resolved(ctx.feedback_store or None)
     return deps.cached(("pair_store", path), lambda: PairStore.open(path))
 

@@ -91,10 +91,16 @@ def build(
     add_router(builder, "retrieve_again", after_retrieve)
     builder.add_edge("rerank_filter", "assemble_evidence")
     builder.add_edge("assemble_evidence", "generate_answer")
-    add_router(builder, "generate_answer", after_answer)
-    add_router(builder, "feedback_classifier", after_judge)
+    add_router(
+        builder, "generate_answer", after_answer, on_limit={"feedback_classifier": "short_answer"}
+    )
+    add_router(
+        builder, "feedback_classifier", after_judge, on_limit={"collect_feedback": "short_answer"}
+    )
     add_router(builder, "collect_feedback", after_feedback)
-    add_router(builder, "update_evidence_pool", after_insert)
+    add_router(
+        builder, "update_evidence_pool", after_insert, on_limit={"retrieve_again": "short_answer"}
+    )
     add_short_answer(builder, deps)
     # a feedback round: feedback_classifier, collect_feedback, update_evidence_pool,
     # retrieve_again, rerank_filter, assemble_evidence, generate_answer

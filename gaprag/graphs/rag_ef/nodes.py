@@ -28,6 +28,7 @@ from gaprag.graphs.rag_ef.feedback import (
 )
 from gaprag.graphs.rag_ef.state import State
 from gaprag.llm.accounting import record_decision, record_retrieval
+from gaprag.operator import policy_of
 from gaprag.progress import emit
 from gaprag.prompts import load_prompts
 from gaprag.state.base import Evidence
@@ -213,6 +214,13 @@ def collect_feedback(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
             "feedback": None,
             "stop_reason": "feedback_invalid",
             "trace": [{"node": "collect_feedback", "error": parsed}],
+        }
+    if not policy_of(type(runtime.context)).feedback_writes:
+        why = "the operator has not enabled feedback writes (GAPRAG_FEEDBACK_WRITES=1)"
+        return {
+            "feedback": None,
+            "stop_reason": "feedback_not_stored",
+            "trace": [{"node": "collect_feedback", "error": why}],
         }
     return {"feedback": parsed}
 

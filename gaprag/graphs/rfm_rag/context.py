@@ -42,6 +42,7 @@ class Context(BaseContext):
     rf_weights: str = describe(
         "",
         "R-Feedback weights JSON (`gaprag rfm train`); empty uses the weights shipped with gaprag.",
+        operator="path",
     )
     rf_threshold: float = describe(
         0.5,

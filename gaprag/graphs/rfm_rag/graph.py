@@ -61,8 +61,16 @@ def build(
     builder.add_edge("extract_question_structure", "retrieve")
     builder.add_edge("retrieve", "extract_evidence")
     builder.add_edge("extract_evidence", "update_evidence_pool")
-    add_router(builder, "update_evidence_pool", after_pool)
-    add_router(builder, "feedback_classifier", after_feedback)
+    add_router(
+        builder, "update_evidence_pool", after_pool,
+        on_limit={"feedback_classifier": "generate_answer"},
+    )  # fmt: skip
+    add_router(
+        builder,
+        "feedback_classifier",
+        after_feedback,
+        on_limit={"judge_missing": "generate_answer"},
+    )
     builder.add_edge("judge_missing", "regenerate_keywords")
     builder.add_edge("regenerate_keywords", "retrieve")
     add_short_answer(builder, deps, after="generate_answer")

@@ -1,0 +1,370 @@
+"""A graph cannot be turned against its operator: tried as a run's caller would.
+
+Whoever starts a run sets its ``context``; the operator (whoever builds the graph, and the
+environment) owns endpoints, models, paths and spend. Every attack here must be refused before
+anything runs, or be bounded, unless the operator allowed it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+from gaprag import build_graph, list_methods
+from gaprag.context import effective_settings
+from gaprag.deps import CACHE_SIZE, Deps
+from gaprag.errors import GapragError, InputError, StoreError
+from gaprag.operator import AllowedEndpoint, OperatorPolicy
+from gaprag.stores.embeddings import HashingEmbedder
+from gaprag.stores.pairs import PairStore
+from gaprag.stores.store import Store
+from gaprag.testing import ScriptedChatModel
+from tests.fake_openai import FakeOpenAI
+
+SECRET = "sk-operator-secret-0123456789"
+Q = "Who built the Eiffel Tower?"
+METHODS = list_methods()
+#: the methods with a loop an operator's deadline or token budget can cut
+LOOPING = ["iterkey", "ircot", "migres", "rfm_rag", "missing_knowledge"]
+#: (method, setting) for every operator path setting
+PATHS = [
+    ("standard_rag", "store"),
+    ("rag_ef", "feedback_store"),
+    ("missing_knowledge", "qa_store"),
+    ("rfm_rag", "rf_weights"),
+    ("migres", "reranker"),
+]
+#: build-time settings that keep each method off model loads (a hashing store, no MLP)
+QUIET = {"rfm_rag": {"feedback_mode": "never_sufficient"}}
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    out = tmp_path / "root"
+    out.mkdir()
+    return out
+
+
+@pytest.fixture
+def store(root: Path, tiny_docs: list[dict[str, str]]) -> Store:
+    return Store.build(root / "store", tiny_docs, embedder=HashingEmbedder(), progress=False)
+
+
+@pytest.fixture
+def recorder() -> Any:
+    with FakeOpenAI(reply="Gustave Eiffel") as server:
+        yield server
+
+
+def model(default: str = "Gustave Eiffel") -> ScriptedChatModel:
+    return ScriptedChatModel(default=default)
+
+
+def graph(method: str, store: Store | None, **options: Any) -> Any:
+    return build_graph(
+        method, llm=options.pop("llm", None) or model(), retriever=store,
+        **{**QUIET.get(method, {}), **options},
+    )  # fmt: skip
+
+
+# -- endpoints and keys ----------------------------------------------------------------------
+@pytest.mark.parametrize("method", METHODS)
+def test_runtime_endpoint_is_refused_and_receives_nothing(
+    method: str, store: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    g = build_graph(method, retriever=store, **QUIET.get(method, {}))
+    with pytest.raises(InputError, match=r"base_url=.* operator's setting"):
+        g.invoke({"question": Q}, context={"base_url": recorder.base_url, "model": "m"})
+    assert recorder.requests == []
+
+
+@pytest.mark.parametrize("name", ["keywords_base_url", "validator_base_url"])
+def test_iterkey_role_endpoints_are_refused(name: str, store: Store, recorder: FakeOpenAI) -> None:
+    with pytest.raises(InputError, match=name):
+        graph("iterkey", store).invoke({"question": Q}, context={name: recorder.base_url})
+    assert recorder.requests == []
+
+
+def test_allowed_runtime_endpoint_gets_no_operator_key(
+    store: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    policy = OperatorPolicy(allowed_endpoints=(AllowedEndpoint("http://127.0.0.1:"),))
+    g = build_graph("standard_rag", retriever=store, policy=policy)
+    context = {"base_url": recorder.base_url, "model": "m", "retrieval_mode": "bm25"}
+    out = g.invoke({"question": Q}, context=context)
+    assert out["answer"] == "Gustave Eiffel"
+    assert recorder.headers, "the allowed endpoint was used"
+    assert all(SECRET not in h["authorization"] for h in recorder.headers)
+
+
+def test_allowed_endpoint_gets_the_key_tied_to_its_prefix(
+    store: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("LOCAL_KEY", "sk-tied-to-loopback-42")
+    monkeypatch.setenv("GAPRAG_ALLOWED_ENDPOINTS", "http://127.0.0.1:=LOCAL_KEY")
+    g = build_graph("standard_rag", retriever=store)  # the policy from the environment
+    g.invoke({"question": Q}, context={"base_url": recorder.base_url, "retrieval_mode": "bm25"})
+    assert {h["authorization"] for h in recorder.headers} == {"Bearer sk-tied-to-loopback-42"}
+
+
+def test_operator_endpoint_gets_the_operator_key(
+    store: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("GAPRAG_BASE_URL", recorder.base_url)
+    g = build_graph("standard_rag", retriever=store)
+    # naming the operator's own endpoint at run time is no change
+    g.invoke({"question": Q}, context={"base_url": recorder.base_url, "retrieval_mode": "bm25"})
+    assert {h["authorization"] for h in recorder.headers} == {f"Bearer {SECRET}"}
+
+
+def test_runtime_keyword_endpoint_never_replaces_the_injected_llm(
+    store: Store, recorder: FakeOpenAI
+) -> None:
+    injected = model("Gustave Eiffel")
+    dev = OperatorPolicy(dev_allow_runtime_settings=True)
+    g = build_graph("iterkey", llm=injected, retriever=store, policy=dev, max_iterations=1)
+    context = {"keywords_base_url": recorder.base_url, "validator_base_url": recorder.base_url}
+    g.invoke({"question": Q}, context=context)
+    assert recorder.requests == [] and injected.calls
+
+
+def test_runtime_model_needs_an_allowed_runtime_endpoint(store: Store) -> None:
+    with pytest.raises(InputError, match="model='gpt-expensive'"):
+        graph("standard_rag", store).invoke({"question": Q}, context={"model": "gpt-expensive"})
+
+
+# -- paths -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(("method", "name"), PATHS)
+def test_runtime_path_without_a_root_is_refused(method: str, name: str, store: Store) -> None:
+    with pytest.raises(InputError, match=rf"{name}=.* operator's setting"):
+        graph(method, store).invoke({"question": Q}, context={name: str(store.root)})
+
+
+@pytest.mark.parametrize(("method", "name"), PATHS)
+def test_runtime_path_escaping_the_root_is_refused_and_nothing_is_created(
+    method: str, name: str, store: Store, root: Path, tmp_path: Path
+) -> None:
+    policy = OperatorPolicy(store_root=root)
+    outside = tmp_path / "outside" / "made.sqlite"
+    for value in ("../../..", str(outside), f"{root}/../outside/made.sqlite"):
+        with pytest.raises(InputError, match="outside the store root"):
+            graph(method, store, policy=policy).invoke({"question": Q}, context={name: value})
+    assert not (tmp_path / "outside").exists()
+
+
+def test_symlinked_store_escaping_the_root_is_refused(
+    root: Path, tmp_path: Path, tiny_docs: list[dict[str, str]]
+) -> None:
+    elsewhere = Store.build(tmp_path / "elsewhere", tiny_docs, embedder=HashingEmbedder(),
+                            progress=False)  # fmt: skip
+    (root / "link").symlink_to(elsewhere.root, target_is_directory=True)
+    g = build_graph("standard_rag", llm=model(), policy=OperatorPolicy(store_root=root))
+    with pytest.raises(InputError, match="outside the store root"):
+        g.invoke({"question": Q}, context={"store": "link", "retrieval_mode": "bm25"})
+
+
+def test_store_under_the_root_is_allowed_by_relative_name(root: Path, store: Store) -> None:
+    g = build_graph("standard_rag", llm=model(), policy=OperatorPolicy(store_root=root))
+    out = g.invoke({"question": Q}, context={"store": "store", "retrieval_mode": "bm25"})
+    assert out["answer"] == "Gustave Eiffel" and out["evidence"]
+
+
+def test_feedback_store_outside_the_root_is_not_created(root: Path, tmp_path: Path) -> None:
+    target = tmp_path / "x" / "y" / "fb.sqlite"
+    g = build_graph("rag_ef", llm=model(), policy=OperatorPolicy(store_root=root))
+    with pytest.raises(InputError):
+        g.invoke({"question": Q}, context={"feedback_store": str(target)})
+    assert not (tmp_path / "x").exists()
+
+
+def test_runtime_path_equal_to_the_operator_value_is_no_change(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAPRAG_STORE", str(store.root))
+    g = build_graph("standard_rag", llm=model())
+    assert effective_settings(g.context_schema)["store"] == {
+        "value": str(store.root), "source": "env GAPRAG_STORE"
+    }  # fmt: skip
+    out = g.invoke({"question": Q}, context={"store": str(store.root), "retrieval_mode": "bm25"})
+    assert out["evidence"]
+    with pytest.raises(InputError, match="store=''"):  # a run cannot unset it either
+        g.invoke({"question": Q}, context={"store": ""})
+
+
+# -- loaders ---------------------------------------------------------------------------------
+class _Marker:
+    """Unpickling this creates the file at ``path``: what a crafted pickle could do."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (str(self.path), "w"))
+
+
+def _crafted_store(root: Path, docs: list[dict[str, str]], marker: Path) -> Path:
+    path = root / "crafted"
+    built = Store.build(path, docs, embedder=HashingEmbedder(), progress=False,
+                        bm25_engine="rank_bm25")  # fmt: skip
+    bm25 = built.version_dir / "bm25"
+    (bm25 / "rank_bm25.json").unlink()
+    (bm25 / "rank_bm25.pkl").write_bytes(pickle.dumps(_Marker(marker)))
+    return path
+
+
+def test_store_with_a_pickled_index_is_refused_unread(
+    root: Path, tmp_path: Path, tiny_docs: list[dict[str, str]]
+) -> None:
+    marker = tmp_path / "pwned"
+    path = _crafted_store(root, tiny_docs, marker)
+    with pytest.raises(StoreError, match="pickle") as err:
+        Store.open(path)
+    assert f"gaprag index CORPUS --bm25 rank_bm25 --store {path}" in err.value.hint
+    g = build_graph("standard_rag", llm=model(), policy=OperatorPolicy(store_root=root))
+    with pytest.raises(StoreError):
+        g.invoke({"question": Q}, context={"store": "crafted", "retrieval_mode": "bm25"})
+    assert not marker.exists()
+
+
+def test_rank_bm25_index_reopens_from_json(root: Path, tiny_docs: list[dict[str, str]]) -> None:
+    built = Store.build(root / "r", tiny_docs, embedder=HashingEmbedder(), progress=False,
+                        bm25_engine="rank_bm25")  # fmt: skip
+    files = {p.name for p in (built.version_dir / "bm25").iterdir()}
+    assert "rank_bm25.json" in files and not any(f.endswith(".pkl") for f in files)
+    again = Store.open(root / "r")
+    assert again.bm25.search("Eiffel tower Paris", 2) == built.bm25.search("Eiffel tower Paris", 2)
+
+
+def test_store_whose_current_points_outside_is_refused(root: Path, store: Store) -> None:
+    (store.root / "CURRENT").write_text("../../elsewhere")
+    with pytest.raises(StoreError, match="outside itself"):
+        Store.open(store.root)
+
+
+# -- spend -----------------------------------------------------------------------------------
+def test_bound_above_the_operator_cap_is_refused(store: Store) -> None:
+    policy = OperatorPolicy(max_bounds={"max_iterations": 2, "max_steps": 2})
+    with pytest.raises(InputError, match="above the operator's cap of 2"):
+        graph("iterkey", store, policy=policy).invoke(
+            {"question": Q}, context={"max_iterations": 4}
+        )
+    with pytest.raises(InputError, match="max_steps=3"):
+        graph("ircot", store, policy=policy).invoke({"question": Q}, context={"max_steps": 3})
+
+
+def test_default_above_the_cap_is_lowered_to_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAPRAG_MAX_BOUNDS", "max_iterations=2")
+    out = graph("iterkey", store, llm=model("Paris")).invoke({"question": Q})  # default 5
+    assert out["iterations"] == 2 and out["stop_reason"] == "max_iterations"
+
+
+def test_runtime_calibration_is_refused(store: Store) -> None:
+    with pytest.raises(InputError, match="calibration=True"):
+        graph("iterkey", store).invoke({"question": Q}, context={"calibration": True})
+
+
+@pytest.mark.parametrize("method", LOOPING)
+@pytest.mark.parametrize(
+    ("limit", "policy"),
+    [
+        ("token_budget", OperatorPolicy(token_budget=1)),
+        ("deadline", OperatorPolicy(deadline_s=1e-9)),
+    ],
+)
+def test_limit_ends_the_run_with_its_stop_reason_and_an_answer(
+    method: str, limit: str, policy: OperatorPolicy, store: Store
+) -> None:
+    free = graph(method, store, llm=model("Paris")).invoke({"question": Q})
+    out = graph(method, store, llm=model("Paris"), policy=policy).invoke({"question": Q})
+    assert out["stop_reason"] == limit
+    assert out["answer"]
+    assert out["usage"]["llm_calls"] <= free["usage"]["llm_calls"]
+    if method in ("iterkey", "ircot", "rfm_rag"):  # these loop to their bound on "Paris"
+        assert out["iterations"] < free["iterations"]
+
+
+def test_limits_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GAPRAG_RUN_DEADLINE", "30")
+    monkeypatch.setenv("GAPRAG_RUN_TOKEN_BUDGET", "5000")
+    monkeypatch.setenv("GAPRAG_MAX_BOUNDS", "max_iterations=3, max_steps=5")
+    policy = OperatorPolicy.from_env()
+    assert (policy.deadline_s, policy.token_budget) == (30.0, 5000)
+    assert dict(policy.max_bounds) == {"max_iterations": 3, "max_steps": 5}
+    monkeypatch.setenv("GAPRAG_MAX_BOUNDS", "max_iterations")
+    with pytest.raises(GapragError, match="GAPRAG_MAX_BOUNDS"):
+        OperatorPolicy.from_env()
+
+
+def test_settings_cache_is_bounded() -> None:
+    deps = Deps()
+    for i in range(3 * CACHE_SIZE):
+        deps.cached(("store", i), object)
+    assert len(deps._cache) == CACHE_SIZE
+    assert ("store", 3 * CACHE_SIZE - 1) in deps._cache and ("store", 0) not in deps._cache
+
+
+def test_served_rag_ef_stores_resumed_feedback_only_when_enabled(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert OperatorPolicy.from_env(served=True).feedback_writes is False
+    monkeypatch.setenv("GAPRAG_FEEDBACK_WRITES", "1")
+    assert OperatorPolicy.from_env(served=True).feedback_writes is True
+    for writes, reason, count in ((False, "feedback_not_stored", 0), (True, "reanswered", 1)):
+        pairs = PairStore.open(tmp_path / f"fb-{writes}.sqlite", embedder=HashingEmbedder())
+        g = build_graph("rag_ef", llm=model(), pair_store=pairs, retriever=store,
+                        checkpointer=InMemorySaver(), review=True,
+                        policy=OperatorPolicy(feedback_writes=writes))  # fmt: skip
+        cfg: Any = {"configurable": {"thread_id": f"t-{writes}"}}
+        g.invoke({"question": Q}, cfg)
+        out = g.invoke(Command(resume={"answer": "Eiffel", "chunk": "Eiffel built it."}), cfg)
+        assert out["stop_reason"] == reason
+        assert len(pairs) == count
+
+
+# -- the developer's switch ------------------------------------------------------------------
+def test_dev_switch_allows_runtime_settings(
+    store: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("GAPRAG_DEV_ALLOW_RUNTIME_SETTINGS", "1")
+    g = build_graph("standard_rag")
+    context = {"base_url": recorder.base_url, "store": str(store.root), "retrieval_mode": "bm25"}
+    out = g.invoke({"question": Q}, context=context)
+    assert out["answer"] == "Gustave Eiffel" and out["evidence"]
+    assert all(SECRET not in h["authorization"] for h in recorder.headers)
+    assert os.environ["GAPRAG_DEV_ALLOW_RUNTIME_SETTINGS"] == "1"
+
+
+# -- the operator's own channels -------------------------------------------------------------
+def test_build_time_and_env_settings_are_the_operators(
+    store: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--set store=...`, eval variants and `as_tool(...)` pass settings at build time; the
+    environment's GAPRAG_<NAME> fills what they leave empty, and its endpoint gets the key."""
+    from gaprag import as_tool
+
+    tool = as_tool("standard_rag", llm=model(), store=str(store.root), retrieval_mode="bm25")
+    assert "Gustave Eiffel" in tool.invoke({"question": Q})
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("GAPRAG_BASE_URL", recorder.base_url)
+    with FakeOpenAI(reply="Eiffel tower builder") as keywords:
+        monkeypatch.setenv("GAPRAG_KEYWORDS_BASE_URL", keywords.base_url)
+        g = build_graph("iterkey", retriever=store, max_iterations=1)
+        assert effective_settings(g.context_schema)["keywords_base_url"]["source"] == (
+            "env GAPRAG_KEYWORDS_BASE_URL"
+        )
+        g.invoke({"question": Q})
+        assert keywords.requests and recorder.requests  # keywords there, the rest here
+        assert {h["authorization"] for h in keywords.headers} == {f"Bearer {SECRET}"}
