@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,22 @@ def _progress(message: str) -> None:
 
 
 # -- ask -----------------------------------------------------------------------------------
+def _item(value: Any) -> str:
+    """One list item of a ``--stream`` line: a passage by its title or id, a loop decision by
+    its outcome and probability (or the path that decided it), anything else by its first
+    fields."""
+    if not isinstance(value, dict):
+        return str(value)[:80]
+    if value.get("title") or value.get("id"):
+        return str(value.get("title") or value.get("id"))
+    if "decision" in value:
+        p = value.get("p")
+        how = f"p={p:.2f}" if isinstance(p, int | float) else f"({value.get('path')})"
+        return f"{value['decision']} {how}"
+    fields = [f"{k}={v}" for k, v in value.items() if isinstance(v, str | int | float | bool)]
+    return " ".join(fields[:3])[:80] or "{...}"
+
+
 def _summary(update: Any) -> str:
     if not isinstance(update, dict):
         return str(update)[:200]
@@ -90,10 +107,7 @@ def _summary(update: Any) -> str:
             continue
         value = getattr(value, "value", value)  # a reset at a new question: Overwrite(value)
         if isinstance(value, list):
-            shown = ", ".join(
-                str(v.get("title") or v.get("id")) if isinstance(v, dict) else str(v)
-                for v in value[:4]
-            )
+            shown = ", ".join(_item(v) for v in value[:4])
             parts.append(f"{key}=[{shown}{', ...' if len(value) > 4 else ''}] ({len(value)})")
         else:
             parts.append(f"{key}={str(value)[:120]!s}")
@@ -317,12 +331,20 @@ def cmd_graph_draw(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with gaprag's error format: a one-line cause and a one-line hint (the
+    command's ``--help``), exit code 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        print(f"gaprag: error: {one_line(message, 600)}", file=sys.stderr)
+        print(f"  hint: run `{self.prog} --help`", file=sys.stderr)
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from gaprag.graphs import METHODS
 
-    parser = argparse.ArgumentParser(
-        prog="gaprag", description="Iterative RAG methods as LangGraph graphs."
-    )
+    parser = _Parser(prog="gaprag", description="Iterative RAG methods as LangGraph graphs.")
     parser.add_argument(
         "--quiet",
         dest="quiet_all",
@@ -410,7 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gaprag.config import offline_env, quiet_libraries
+    from gaprag.config import environ, offline_env, quiet, quiet_libraries
 
     offline_env()
     quiet_libraries()  # dependencies' bars and warnings stay off the terminal
@@ -419,10 +441,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        if args.quiet_all or getattr(args, "quiet", False):
-            os.environ["GAPRAG_QUIET"] = "1"
-            os.environ["TQDM_DISABLE"] = "1"  # every tqdm bar, gaprag's included
-        return int(args.func(args))
+        # one switch for every command: `gaprag --quiet CMD`, `CMD --quiet` or GAPRAG_QUIET=1
+        # make every subcommand quiet, whatever its own flag says
+        args.quiet = args.quiet_all or getattr(args, "quiet", False) or quiet()
+        if not args.quiet:
+            return int(args.func(args))
+        # every tqdm bar, gaprag's and its dependencies'
+        with environ(GAPRAG_QUIET="1", TQDM_DISABLE="1"):
+            return int(args.func(args))
     except GapragError as err:
         return _fail(err)
     except KeyboardInterrupt:

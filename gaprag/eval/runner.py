@@ -777,7 +777,8 @@ def _default_llm_repeatable() -> tuple[LLM, dict[str, Any]]:
     url = config.base_url()
     if url:
         settings.setdefault("endpoint", url)
-        settings.setdefault("model", config.model_name())
+        # the model really sent: GAPRAG_MODEL, else the one the endpoint lists
+        settings["model"] = getattr(llm.chat, "model_name", None) or config.model_name()
     settings.setdefault("repeatable", repeatable)
     if not repeatable:
         settings.setdefault(

@@ -26,9 +26,11 @@ def openai_llm(
 ) -> LLM:
     from langchain_openai import ChatOpenAI
 
+    from gaprag.llm.endpoint import endpoint_model
+
     chat = ChatOpenAI(
         base_url=base_url,
-        model=model or "default",
+        model=model or endpoint_model(base_url),  # none named: the endpoint's first model
         api_key=config.api_key(),  # type: ignore[arg-type]
         temperature=0.0,
         seed=seed,
