@@ -211,8 +211,80 @@ def _run_ask(
     result.setdefault("usage", {})["wall_s"] = round(time.perf_counter() - start, 3)
     from gaprag.context import effective_settings
 
-    result["settings"] = effective_settings(graph.builder.context_schema)
+    result["settings"] = settings_in_use(
+        effective_settings(graph.builder.context_schema), store=args.store
+    )
     return result
+
+
+def settings_in_use(
+    settings: dict[str, dict[str, Any]], *, store: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """``settings`` (:func:`gaprag.context.effective_settings`) with what an empty endpoint,
+    model or store setting stands for: ``--store`` (``explicit``), ``GAPRAG_BASE_URL`` and
+    ``GAPRAG_MODEL``/``GAPRAG_LOCAL_MODEL`` (``environment``), the endpoint's own model
+    (``endpoint``), the embedded server (``embedded server``)."""
+    from gaprag import config
+    from gaprag.llm.endpoint import endpoint_model
+
+    out = {name: dict(entry) for name, entry in settings.items()}
+    if store and "store" in out:
+        out["store"] = {"value": store, "source": "explicit"}
+    if "base_url" not in out or "model" not in out:
+        return out
+    url = out["base_url"]["value"]
+    if not url and config.base_url():
+        url = config.base_url() or ""
+        out["base_url"] = {"value": url, "source": "environment"}
+        if not out["model"]["value"] and config.model_name():
+            out["model"] = {"value": config.model_name(), "source": "environment"}
+    elif not url:
+        from gaprag.llm.server import running_local_server
+
+        server = running_local_server()
+        out["base_url"] = {"value": server.base_url if server else "", "source": "embedded server"}
+        if not out["model"]["value"]:
+            local = "GAPRAG_LOCAL_MODEL" in os.environ
+            out["model"] = {
+                "value": config.local_model(), "source": "environment" if local else "default"
+            }  # fmt: skip
+    if not out["model"]["value"] and url:
+        out["model"] = {"value": endpoint_model(url), "source": "endpoint"}
+    return out
+
+
+# -- settings ------------------------------------------------------------------------------
+def cmd_settings(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from gaprag.context import effective_settings
+    from gaprag.graphs import build_graph
+    from gaprag.options import options_for, parse_sets
+
+    options = options_for(args.method, parse_sets(args.set or [], args.method))
+    cls = build_graph(args.method, profile=args.profile, **options).builder.context_schema
+    assert cls is not None  # every method has a context schema
+    settings = settings_in_use(effective_settings(cls))
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name, entry in settings.items():
+        meta = fields[name].metadata
+        entry["description"] = str(meta.get("description", "")).split(" [from ")[0]
+        if "minimum" in meta:
+            entry["minimum"] = meta["minimum"]
+    if args.json:
+        print(json.dumps(_jsonable(settings), ensure_ascii=False, indent=2, default=str))
+        return 0
+    width = max(len(n) for n in settings)
+    for name, entry in settings.items():
+        value = json.dumps(entry["value"], ensure_ascii=False, default=str)
+        print(f"{name:{width}}  {value}  [{entry['source']}]")
+        print(f"{'':{width}}  {entry['description']}")
+    print(
+        f"\nset one with --set NAME=VALUE (gaprag ask/eval), build_graph({args.method!r}, "
+        "NAME=VALUE) or context={...} at run time",
+        file=sys.stderr,
+    )
+    return 0
 
 
 # -- index ---------------------------------------------------------------------------------
@@ -376,6 +448,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thread", help="persist the run under this thread id (SQLite in GAPRAG_HOME)")
     p.add_argument("--quiet", action="store_true", help="no progress messages or bars")
     p.set_defaults(func=cmd_ask)
+
+    p = sub.add_parser(
+        "settings",
+        help="list a method's settings: value, where it comes from, description",
+        description="Every setting of METHOD with the value a run would use, its source "
+        "(default, profile <model>, explicit, environment, endpoint, embedded server) and its "
+        "description.",
+    )
+    p.add_argument("method", choices=list(METHODS))
+    p.add_argument("--json", action="store_true", help="one JSON object {name: {value, ...}}")
+    p.add_argument(
+        "--profile", default="auto", help="model profile, as for `gaprag ask` (default: auto)"
+    )
+    p.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="a setting to apply (repeatable)"
+    )
+    p.set_defaults(func=cmd_settings)
 
     p = sub.add_parser("index", help="build a BM25 + Chroma store from a corpus")
     p.add_argument(

@@ -109,6 +109,12 @@ class BaseContext(metaclass=_Checked):
         "short: the final answer is reduced to its shortest span (a rule, else one LLM call); "
         "paper: the method's own answer, for exact reproductions of a paper.",
     )
+    no_logprobs: Literal["retrieve_more", "trust_answer"] = describe(
+        "retrieve_more",
+        "A loop decision the endpoint gives no probability for (no logprobs): retrieve_more "
+        "goes on retrieving up to the loop's bound; trust_answer stops when the model's "
+        "constrained answer says so, as the papers do.",
+    )
     calibration: bool = describe(
         False,
         "Calibration run (`gaprag calibrate`): model decisions are recorded but never stop a "

@@ -408,7 +408,7 @@ def plan_methods(
         ):
             raise InputError(
                 f"no method in this run has an option {key!r}",
-                hint="check the spelling; method options are listed by `gaprag ask --help`",
+                hint="check the spelling; `gaprag settings METHOD` lists a method's options",
             )
     result: dict[str, dict[str, Any]] = {}
     for key in keys:
