@@ -64,7 +64,7 @@ class Decision(TypedDict):
     round: int
     decision: str
     p: float | None  # the probability the decision was taken on; None where none exists
-    path: str  # logprobs | constrained | parsed | repaired | model | rule | default
+    path: str  # logprobs | constrained-no-logprobs | parsed-no-logprobs | no-logprobs | model | rule | default ...
     threshold: float | None
     # the answer the method would return if it stopped here (calibration runs record it)
     answer: NotRequired[str]
