@@ -3,8 +3,9 @@
 ``GET {base_url}/models`` is asked once per endpoint (with the client's timeout, ``GAPRAG_TIMEOUT``)
 and its first model is used: a server that checks the model name (vLLM) refuses any other. An
 endpoint that lists no models gets the name ``"default"`` (most single-model servers accept any
-name) and a warning saying how to name one. An endpoint that cannot be reached is not
-remembered, so it is asked again once it is up.
+name) and a logged warning saying how to name one. An endpoint that cannot be reached gets
+``"default"`` without a warning (the chat call then reports the endpoint) and is asked again by
+the next client.
 """
 
 from __future__ import annotations
@@ -54,8 +55,7 @@ def _ask(base_url: str) -> tuple[str, bool]:
             headers={"Authorization": f"Bearer {config.api_key()}"},
             timeout=config.request_timeout(),
         )
-    except httpx.HTTPError as exc:  # not reachable now: the chat call will say so
-        _warn(url, f"{type(exc).__name__}: {exc}")
+    except httpx.HTTPError:  # not reachable now: the chat call will say so, with a hint
         return FALLBACK_MODEL, False
     model = _first_model(reply)
     if model is None:

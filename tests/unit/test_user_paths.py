@@ -302,3 +302,14 @@ def test_argparse_errors_are_one_line_and_a_hint(capsys: pytest.CaptureFixture[s
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 2 and lines[0].startswith("gaprag: error: argument --method")
     assert lines[1] == "  hint: run `gaprag ask --help`"
+
+
+def test_an_unreachable_endpoint_is_not_remembered_and_not_warned_about(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from gaprag.llm import endpoint
+
+    monkeypatch.setattr(endpoint, "_models", {})
+    with caplog.at_level(logging.WARNING, "gaprag"):
+        assert endpoint.endpoint_model("http://127.0.0.1:9/v1") == "default"
+    assert endpoint.known_model("http://127.0.0.1:9/v1") is None and not caplog.text
