@@ -443,7 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--set",
         action="append",
         metavar="KEY=VALUE",
-        help="a method option, e.g. top_k=3 (repeatable)",
+        help="a method option, e.g. top_k=3 (repeatable; `gaprag settings METHOD` lists them)",
     )
     p.add_argument("--thread", help="persist the run under this thread id (SQLite in GAPRAG_HOME)")
     p.add_argument("--quiet", action="store_true", help="no progress messages or bars")
