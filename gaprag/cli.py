@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,22 @@ def _progress(message: str) -> None:
 
 
 # -- ask -----------------------------------------------------------------------------------
+def _item(value: Any) -> str:
+    """One list item of a ``--stream`` line: a passage by its title or id, a loop decision by
+    its outcome and probability (or the path that decided it), anything else by its first
+    fields."""
+    if not isinstance(value, dict):
+        return str(value)[:80]
+    if value.get("title") or value.get("id"):
+        return str(value.get("title") or value.get("id"))
+    if "decision" in value:
+        p = value.get("p")
+        how = f"p={p:.2f}" if isinstance(p, int | float) else f"({value.get('path')})"
+        return f"{value['decision']} {how}"
+    fields = [f"{k}={v}" for k, v in value.items() if isinstance(v, str | int | float | bool)]
+    return " ".join(fields[:3])[:80] or "{...}"
+
+
 def _summary(update: Any) -> str:
     if not isinstance(update, dict):
         return str(update)[:200]
@@ -90,10 +107,7 @@ def _summary(update: Any) -> str:
             continue
         value = getattr(value, "value", value)  # a reset at a new question: Overwrite(value)
         if isinstance(value, list):
-            shown = ", ".join(
-                str(v.get("title") or v.get("id")) if isinstance(v, dict) else str(v)
-                for v in value[:4]
-            )
+            shown = ", ".join(_item(v) for v in value[:4])
             parts.append(f"{key}=[{shown}{', ...' if len(value) > 4 else ''}] ({len(value)})")
         else:
             parts.append(f"{key}={str(value)[:120]!s}")
@@ -197,8 +211,85 @@ def _run_ask(
     result.setdefault("usage", {})["wall_s"] = round(time.perf_counter() - start, 3)
     from gaprag.context import effective_settings
 
-    result["settings"] = effective_settings(graph.builder.context_schema)
+    result["settings"] = settings_in_use(
+        effective_settings(graph.builder.context_schema), store=args.store
+    )
     return result
+
+
+def settings_in_use(
+    settings: dict[str, dict[str, Any]], *, store: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """``settings`` (:func:`gaprag.context.effective_settings`) with what an empty endpoint,
+    model or store setting stands for: ``--store`` (``explicit``), ``GAPRAG_BASE_URL`` and
+    ``GAPRAG_MODEL``/``GAPRAG_LOCAL_MODEL`` (``environment``), the endpoint's own model
+    (``endpoint``), the embedded server (``embedded server``)."""
+    from gaprag import config
+    from gaprag.llm.endpoint import endpoint_model
+
+    out = {name: dict(entry) for name, entry in settings.items()}
+    if store and "store" in out:
+        out["store"] = {"value": store, "source": "explicit"}
+    if "base_url" not in out or "model" not in out:
+        return out
+    url = out["base_url"]["value"]
+    if not url and config.base_url():
+        url = config.base_url() or ""
+        out["base_url"] = {"value": url, "source": "environment"}
+        if not out["model"]["value"] and config.model_name():
+            out["model"] = {"value": config.model_name(), "source": "environment"}
+    elif not url:
+        from gaprag.llm.server import running_local_server
+
+        server = running_local_server()
+        out["base_url"] = {"value": server.base_url if server else "", "source": "embedded server"}
+        if not out["model"]["value"]:
+            local = "GAPRAG_LOCAL_MODEL" in os.environ
+            out["model"] = {
+                "value": config.local_model(), "source": "environment" if local else "default"
+            }  # fmt: skip
+    if not out["model"]["value"] and url:
+        out["model"] = {"value": endpoint_model(url), "source": "endpoint"}
+    return out
+
+
+# -- settings ------------------------------------------------------------------------------
+def cmd_settings(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from gaprag.context import effective_settings, field_range
+    from gaprag.graphs import build_graph
+    from gaprag.options import options_for, parse_sets
+
+    options = options_for(args.method, parse_sets(args.set or [], args.method))
+    cls = build_graph(args.method, profile=args.profile, **options).builder.context_schema
+    assert cls is not None  # every method has a context schema
+    settings = settings_in_use(effective_settings(cls))
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name, entry in settings.items():
+        meta = fields[name].metadata
+        entry["description"] = str(meta.get("description", "")).split(" [from ")[0]
+        low, high = field_range(fields[name])
+        if low is not None:
+            entry["minimum"] = low
+        if high is not None:
+            entry["maximum"] = high
+        if meta.get("operator"):
+            entry["operator"] = True  # set by the operator only (docs/reliability.md)
+    if args.json:
+        print(json.dumps(_jsonable(settings), ensure_ascii=False, indent=2, default=str))
+        return 0
+    width = max(len(n) for n in settings)
+    for name, entry in settings.items():
+        value = json.dumps(entry["value"], ensure_ascii=False, default=str)
+        print(f"{name:{width}}  {value}  [{entry['source']}]")
+        print(f"{'':{width}}  {entry['description']}")
+    print(
+        f"\nset one with --set NAME=VALUE (gaprag ask/eval), build_graph({args.method!r}, "
+        "NAME=VALUE) or context={...} at run time",
+        file=sys.stderr,
+    )
+    return 0
 
 
 # -- index ---------------------------------------------------------------------------------
@@ -317,12 +408,20 @@ def cmd_graph_draw(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with gaprag's error format: a one-line cause and a one-line hint (the
+    command's ``--help``), exit code 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        print(f"gaprag: error: {one_line(message, 600)}", file=sys.stderr)
+        print(f"  hint: run `{self.prog} --help`", file=sys.stderr)
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from gaprag.graphs import METHODS
 
-    parser = argparse.ArgumentParser(
-        prog="gaprag", description="Iterative RAG methods as LangGraph graphs."
-    )
+    parser = _Parser(prog="gaprag", description="Iterative RAG methods as LangGraph graphs.")
     parser.add_argument(
         "--quiet",
         dest="quiet_all",
@@ -349,11 +448,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--set",
         action="append",
         metavar="KEY=VALUE",
-        help="a method option, e.g. top_k=3 (repeatable)",
+        help="a method option, e.g. top_k=3 (repeatable; `gaprag settings METHOD` lists them)",
     )
     p.add_argument("--thread", help="persist the run under this thread id (SQLite in GAPRAG_HOME)")
     p.add_argument("--quiet", action="store_true", help="no progress messages or bars")
     p.set_defaults(func=cmd_ask)
+
+    p = sub.add_parser(
+        "settings",
+        help="list a method's settings: value, where it comes from, description",
+        description="Every setting of METHOD with the value a run would use, its source "
+        "(default, profile <model>, explicit, environment, endpoint, embedded server) and its "
+        "description.",
+    )
+    p.add_argument("method", choices=list(METHODS))
+    p.add_argument("--json", action="store_true", help="one JSON object {name: {value, ...}}")
+    p.add_argument(
+        "--profile", default="auto", help="model profile, as for `gaprag ask` (default: auto)"
+    )
+    p.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="a setting to apply (repeatable)"
+    )
+    p.set_defaults(func=cmd_settings)
 
     p = sub.add_parser("index", help="build a BM25 + Chroma store from a corpus")
     p.add_argument(
@@ -410,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gaprag.config import offline_env, quiet_libraries
+    from gaprag.config import environ, offline_env, quiet, quiet_libraries
 
     offline_env()
     quiet_libraries()  # dependencies' bars and warnings stay off the terminal
@@ -419,10 +535,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        if args.quiet_all or getattr(args, "quiet", False):
-            os.environ["GAPRAG_QUIET"] = "1"
-            os.environ["TQDM_DISABLE"] = "1"  # every tqdm bar, gaprag's included
-        return int(args.func(args))
+        # one switch for every command: `gaprag --quiet CMD`, `CMD --quiet` or GAPRAG_QUIET=1
+        # make every subcommand quiet, whatever its own flag says
+        args.quiet = args.quiet_all or getattr(args, "quiet", False) or quiet()
+        if not args.quiet:
+            return int(args.func(args))
+        # every tqdm bar, gaprag's and its dependencies'
+        with environ(GAPRAG_QUIET="1", TQDM_DISABLE="1"):
+            return int(args.func(args))
     except GapragError as err:
         return _fail(err)
     except KeyboardInterrupt:

@@ -21,8 +21,9 @@ fields must hold one of their values, and numbers must lie within a field's ``mi
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
@@ -30,6 +31,38 @@ from gaprag.errors import InputError
 from gaprag.operator import OperatorKind, admit
 
 C = TypeVar("C", bound="BaseContext")
+
+
+def method_of(cls: type[Any]) -> str:
+    """The method a context class belongs to (``gaprag.graphs.<method>.context``)."""
+    parts = cls.__module__.split(".")
+    return str(getattr(cls, "method_name", parts[-2] if len(parts) > 1 else cls.__name__))
+
+
+def check_names(cls: type[Any], names: Iterable[str], *, what: str = "setting") -> None:
+    """Refuse names that are not fields of ``cls``: one line naming them (and the closest
+    valid name), the valid names and the command that describes them in the hint."""
+    valid = sorted(field_names(cls))
+    unknown = sorted(set(names) - set(valid))
+    if not unknown:
+        return
+    method = method_of(cls)
+    close = [m for n in unknown for m in difflib.get_close_matches(n, valid, n=1)]
+    guess = f" (did you mean {', '.join(close)}?)" if close else ""
+    raise InputError(
+        f"{method}: unknown {what}(s) {', '.join(repr(n) for n in unknown)}{guess}",
+        hint=f"valid {what}s: {', '.join(valid)}; `gaprag settings {method}` describes them",
+    )
+
+
+class _Checked(type):
+    """Every context built from keywords (``context={...}``, Studio's form, ``--set``) names
+    only its class's fields: an unknown one is an :class:`InputError`, not a ``TypeError``."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if dataclasses.is_dataclass(cls):
+            check_names(cls, kwargs)
+        return super().__call__(*args, **kwargs)
 
 
 def describe(
@@ -80,7 +113,7 @@ def _literal_values(annotation: Any) -> tuple[Any, ...] | None:
 
 
 @dataclass(kw_only=True)
-class BaseContext:
+class BaseContext(metaclass=_Checked):
     """Run settings shared by all methods (Studio's configuration form)."""
 
     base_url: str = describe(
@@ -108,6 +141,12 @@ class BaseContext:
         "short: the final answer is reduced to its shortest span (a rule, else one LLM call); "
         "paper: the method's own answer, for exact reproductions of a paper.",
     )
+    no_logprobs: Literal["retrieve_more", "trust_answer"] = describe(
+        "retrieve_more",
+        "A loop decision the endpoint gives no probability for (no logprobs): retrieve_more "
+        "goes on retrieving up to the loop's bound; trust_answer stops when the model's "
+        "constrained answer says so, as the papers do.",
+    )
     calibration: bool = describe(
         False,
         "Calibration run (`gaprag calibrate`): model decisions are recorded but never stop a "
@@ -117,7 +156,7 @@ class BaseContext:
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
-        method = getattr(type(self), "method_name", type(self).__module__.split(".")[-2])
+        method = method_of(type(self))
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             allowed = _literal_values(hints.get(f.name))
@@ -156,12 +195,7 @@ def with_defaults(
 
     ``sources``: where each override came from (``explicit``, ``profile <model>``); it is kept
     on the class (:func:`setting_sources`) and shown in each field's description (Studio)."""
-    unknown = set(overrides) - field_names(cls)
-    if unknown:
-        raise InputError(
-            f"unknown option(s) for this method: {', '.join(sorted(unknown))}",
-            hint="valid options: " + ", ".join(sorted(field_names(cls))),
-        )
+    check_names(cls, overrides, what="option")
     cls(**overrides)  # validate the build-time values once, with a clear message
     if not overrides:
         return cls
@@ -209,10 +243,11 @@ def effective_settings(cls: type[Any] | None) -> dict[str, dict[str, Any]]:
 
 
 def resolve_context(cls: type[C], value: Any) -> C:
-    """The run's settings as ``cls``: from an instance, a dict, None (the defaults), or a
-    parent graph's context object when the graph runs as a subgraph (fields matched by name,
-    unknown ones ignored), admitted by the operator's policy (:func:`gaprag.operator.admit`:
-    the one place a run's settings are checked against what the operator allows)."""
+    """The run's settings as ``cls``: from an instance, a dict (an unknown name is refused),
+    None (the defaults), or a parent graph's context object when the graph runs as a subgraph
+    (fields matched by name, the parent's other fields ignored), admitted by the operator's
+    policy (:func:`gaprag.operator.admit`: the one place a run's settings are checked against
+    what the operator allows)."""
     return admit(_context(cls, value))
 
 
@@ -221,7 +256,6 @@ def _context(cls: type[C], value: Any) -> C:
         return value
     if value is None:
         return cls()
-    names = field_names(cls)
     if isinstance(value, dict):
-        return cls(**{k: v for k, v in value.items() if k in names})
-    return cls(**{k: getattr(value, k) for k in names if hasattr(value, k)})
+        return cls(**value)
+    return cls(**{k: getattr(value, k) for k in field_names(cls) if hasattr(value, k)})

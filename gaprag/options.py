@@ -16,8 +16,11 @@ _FALSE = {"0", "false", "no", "off"}
 def coerce(cls: type[Any], key: str, raw: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     if key not in fields:
+        method = cls.__module__.split(".")[-2] if cls.__module__.count(".") > 1 else "METHOD"
         raise InputError(
-            f"unknown option {key!r}", hint="valid options: " + ", ".join(sorted(fields))
+            f"unknown option {key!r}",
+            hint="valid options: " + ", ".join(sorted(fields)) + f"; `gaprag settings {method}` "
+            "describes them",
         )
     hint = typing.get_type_hints(cls).get(key, str)
     args = [a for a in typing.get_args(hint) if a is not type(None)]

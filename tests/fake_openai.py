@@ -11,7 +11,9 @@ HTTP headers (``headers``) it received::
 
 ``reply`` may be a string or a callable ``(request_body) -> str`` for scripted answers;
 ``finish_reason`` likewise (``"length"`` imitates a reply cut at the output cap).
-``latency`` (seconds) delays every chat reply, like a real endpoint's generation time;
+``check_model=True`` refuses a request for any model but ``model`` with HTTP 404, as vLLM
+does; ``list_models=False`` answers ``GET /v1/models`` with 404 (``model_lookups`` counts the
+lists served). ``latency`` (seconds) delays every chat reply, like a real endpoint's generation time;
 requests are served in parallel threads, as by a server with unlimited slots.
 A reply may also be a :class:`RawReply`, to imitate a misbehaving endpoint: any status,
 headers and body bytes, a delay, or a connection reset part-way through the body.
@@ -79,8 +81,13 @@ class FakeOpenAI:
         model: str = MODEL_ID,
         finish_reason: Reply = "stop",
         latency: float = 0.0,
+        check_model: bool = False,
+        list_models: bool = True,
     ) -> None:
         self.latency = latency
+        self.check_model = check_model
+        self.list_models = list_models
+        self.model_lookups = 0
         self.reply = reply
         self.finish_reason = finish_reason
         self.model = model
@@ -116,7 +123,10 @@ class FakeOpenAI:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
-                if self.path.rstrip("/") in ("/v1/models", "/models"):
+                if self.path.rstrip("/") in ("/v1/models", "/models") and fake.list_models:
+                    with fake._lock:
+                        fake.model_lookups += 1
+                        fake.headers.append({k.lower(): v for k, v in self.headers.items()})
                     self._send(
                         200,
                         {
@@ -142,6 +152,10 @@ class FakeOpenAI:
                 with fake._lock:
                     fake.requests.append(body)
                     fake.headers.append({k.lower(): v for k, v in self.headers.items()})
+                if fake.check_model and body.get("model") != fake.model:
+                    message = f"The model `{body.get('model')}` does not exist."
+                    self._send(404, {"error": {"message": message, "code": 404}})
+                    return
                 if fake.latency > 0:
                     time.sleep(fake.latency)
                 text = fake.reply(body) if callable(fake.reply) else fake.reply

@@ -156,7 +156,8 @@ def register(subparsers: Any) -> None:
         "--set",
         action="append",
         metavar="[METHOD.]KEY=VALUE",
-        help="a method option, e.g. migres.max_iterations=3 (repeatable)",
+        help="a method option, e.g. migres.max_iterations=3 (repeatable; `gaprag settings "
+        "METHOD` lists them)",
     )
     p.add_argument(
         "--base-url",

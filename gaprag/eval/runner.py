@@ -408,7 +408,7 @@ def plan_methods(
         ):
             raise InputError(
                 f"no method in this run has an option {key!r}",
-                hint="check the spelling; method options are listed by `gaprag ask --help`",
+                hint="check the spelling; `gaprag settings METHOD` lists a method's options",
             )
     result: dict[str, dict[str, Any]] = {}
     for key in keys:
@@ -777,7 +777,8 @@ def _default_llm_repeatable() -> tuple[LLM, dict[str, Any]]:
     url = config.base_url()
     if url:
         settings.setdefault("endpoint", url)
-        settings.setdefault("model", config.model_name())
+        # the model really sent: GAPRAG_MODEL, else the one the endpoint lists
+        settings["model"] = getattr(llm.chat, "model_name", None) or config.model_name()
     settings.setdefault("repeatable", repeatable)
     if not repeatable:
         settings.setdefault(

@@ -29,9 +29,11 @@ def openai_llm(
     configured one (``OPENAI_API_KEY``): only for an endpoint the operator configured."""
     from langchain_openai import ChatOpenAI
 
+    from gaprag.llm.endpoint import endpoint_model
+
     chat = ChatOpenAI(
         base_url=base_url,
-        model=model or "default",
+        model=model or endpoint_model(base_url, api_key),  # none named: the endpoint's first
         api_key=api_key if api_key is not None else config.api_key(),  # type: ignore[arg-type]
         temperature=0.0,
         seed=seed,

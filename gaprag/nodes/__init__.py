@@ -15,7 +15,13 @@
 """
 
 from gaprag.nodes.answer import clean_answer, generate_answer
-from gaprag.nodes.decisions import log_decision, option_probability, should_stop
+from gaprag.nodes.decisions import (
+    Reading,
+    log_decision,
+    option_probability,
+    read_choice,
+    should_stop,
+)
 from gaprag.nodes.pool import update_evidence_pool
 from gaprag.nodes.render import (
     PassageFormat,
@@ -31,6 +37,7 @@ from gaprag.nodes.wiring import add_nodes, add_router, compile_graph
 
 __all__ = [
     "PassageFormat",
+    "Reading",
     "add_nodes",
     "add_router",
     "add_short_answer",
@@ -42,6 +49,7 @@ __all__ = [
     "load_formats",
     "log_decision",
     "option_probability",
+    "read_choice",
     "render_passages",
     "retrieve",
     "shorten",

@@ -64,7 +64,7 @@ class Decision(TypedDict):
     round: int
     decision: str
     p: float | None  # the probability the decision was taken on; None where none exists
-    path: str  # logprobs | constrained | parsed | repaired | model | rule | default
+    path: str  # logprobs | constrained-no-logprobs | parsed-no-logprobs | no-logprobs | model | rule | default ...
     threshold: float | None
     # the answer the method would return if it stopped here (calibration runs record it)
     answer: NotRequired[str]
@@ -105,8 +105,24 @@ def add_unique(left: list[str] | None, right: list[str] | None) -> list[str]:
     return out
 
 
+class _NeedsQuestion(type):
+    """A state built without its question (``graph.invoke({"q": ...})``: LangGraph keeps only
+    the input's known fields) is an :class:`InputError` naming the inputs, not a
+    ``TypeError``."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if not args and "question" not in kwargs:
+            from gaprag.errors import InputError
+
+            raise InputError(
+                "the input has no 'question' (the inputs are 'question' and 'dataset_id')",
+                hint='graph.invoke({"question": "Who wrote Hamlet?"})',
+            )
+        return super().__call__(*args, **kwargs)
+
+
 @dataclass(kw_only=True)
-class InputState:
+class InputState(metaclass=_NeedsQuestion):
     """What a caller passes in. Studio builds its input form from this."""
 
     question: Annotated[str, Field(description="The question to answer.")]

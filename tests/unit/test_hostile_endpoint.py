@@ -31,7 +31,10 @@ from tests.fake_openai import FakeOpenAI, RawReply
 from tests.hostile_corpus import CASES, FAKE_KEY, Case, completion
 
 METHODS = ["standard_rag", "missing_knowledge", "iterkey", "rag_ef", "migres", "rfm_rag", "ircot"]
-DECISION_PATHS = {"logprobs", "constrained", "parsed", "repaired", "model", "rule", "default"}
+DECISION_PATHS = {
+    "logprobs", "constrained-no-logprobs", "parsed-no-logprobs", "no-logprobs", "constrained",
+    "parsed", "repaired", "model", "rule", "default",
+}  # fmt: skip
 QUESTION = "Who wrote Hamlet and where was he born?"
 
 

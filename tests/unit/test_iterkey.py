@@ -557,8 +557,8 @@ def test_17_leading_whitespace_token_is_skipped(store: Store) -> None:
 @pytest.mark.parametrize(
     ("text", "choice", "path"),
     [
-        ("False.", "False", "parsed"),
-        ("  TRUE", "True", "parsed"),
+        ("False.", "False", "parsed-no-logprobs"),
+        ("  TRUE", "True", "parsed-no-logprobs"),
         ("I cannot tell", "False", "default"),
     ],
 )
@@ -591,7 +591,7 @@ def test_18_logprobs_without_the_options_fall_back_to_text(store: Store) -> None
     fake = role_fake(verdicts=["True"], logprobs={"Maybe": -0.1})
     out = run(store, fake, max_iterations=1)
     scores = out["history"][0]["verdict_scores"]
-    assert (scores["method"], scores["choice"], scores["p"]) == ("parsed", "True", None)
+    assert (scores["method"], scores["choice"], scores["p"]) == ("parsed-no-logprobs", "True", None)
     assert out["history"][0]["verdict"] is False and out["stop_reason"] == "max_iterations"
 
 
@@ -662,8 +662,8 @@ def test_calibration_run_without_logprobs_or_with_an_empty_answer(store: Store) 
     assert out["iterations"] == 3 and out["stop_reason"] == "max_iterations"
     assert [(d["answer"], d["p"], d["path"]) for d in out["decisions"]] == [
         ("", None, "default"),
-        ("a2", None, "parsed"),
-        ("a3", None, "parsed"),
+        ("a2", None, "parsed-no-logprobs"),
+        ("a3", None, "parsed-no-logprobs"),
     ]
 
 

@@ -1248,7 +1248,7 @@ def test_no_logprobs_means_keep_retrieving(levity: Store) -> None:
     rules = [*ROUNDS_RULES[:1], (MAIN, main_json("Ed Solomon")), *ROUNDS_RULES[1:]]
     out, _ = run(levity, rules, p_yes=None, max_iterations=2)  # the choice parses "Yes"
     assert [(d["decision"], d["p"], d["path"]) for d in sufficiency(out)] == [
-        ("continue", None, "parsed"), ("continue", None, "parsed"),
+        ("continue", None, "parsed-no-logprobs"), ("continue", None, "parsed-no-logprobs"),
     ]  # fmt: skip
     assert [d["answer"] for d in sufficiency(out)] == ["Ed Solomon", "Ed Solomon"]
     assert out["stop_reason"] == "max_iterations" and out["judge_rounds"] == 2
@@ -1262,6 +1262,11 @@ def test_an_endpoint_without_logprobs_keeps_retrieving(levity: Store) -> None:
     )  # fmt: skip
     out = graph.invoke({"question": Q0})
     assert sufficiency(out)[0]["p"] is None and out["stop_reason"] == "max_iterations"
+    # no_logprobs="trust_answer": the judge's own "Yes" stops the loop
+    trusted = graph.invoke({"question": Q0}, context={"no_logprobs": "trust_answer"})
+    (decision,) = sufficiency(trusted)
+    assert (decision["decision"], decision["p"]) == ("stop", None)
+    assert decision["path"].endswith("-no-logprobs") and trusted["stop_reason"] == "answered"
 
 
 def test_malformed_judge_reply_continues_without_a_choice(levity: Store) -> None:

@@ -810,7 +810,7 @@ def test_judge_node_alone() -> None:
         ([verdict(False)], 0.2, "continue", 0.2, "logprobs"),
         (["not json", verdict(True, ["q1"])], 0.3, "continue", 0.3, "logprobs"),
         (["not json", "still not"], 0.6, "stop", 0.6, "logprobs"),
-        ([verdict(False)], None, "continue", None, "default"),  # no logprobs: retrieve
+        ([verdict(False)], None, "continue", None, "no-logprobs"),  # no logprobs: retrieve
     ],
 )
 def test_the_judge_decision_is_recorded(
@@ -889,14 +889,31 @@ def test_no_logprobs_endpoint_is_not_asked_and_retrieves(store: Store) -> None:
     out = build_graph("missing_knowledge", llm=fake, retriever=rec).invoke({"question": QUESTION})
     assert calls_of(fake, ASK) == [] and len(fake.calls) == 3
     assert out["missing"] is True and rec.calls == [(QUESTION, 5), (QUESTION, 2)]
-    assert out["decisions"][0]["p"] is None and out["decisions"][0]["path"] == "default"
+    assert out["decisions"][0]["p"] is None and out["decisions"][0]["path"] == "no-logprobs"
+
+
+def test_no_logprobs_endpoint_with_trust_answer_is_asked_and_its_yes_stops(store: Store) -> None:
+    """``no_logprobs="trust_answer"``: the forced choice is asked without logprobs and the
+    model's "Yes" (nothing missing) stops the loop, as the paper does."""
+    rec = Recorder(store)
+    fake = ScriptedChatModel(
+        rules=[(ASK, "Yes"), (JUDGE, verdict(False)), (FINAL, "Julie Chu")], default="draft"
+    )
+    graph = build_graph("missing_knowledge", llm=fake, retriever=rec, no_logprobs="trust_answer")
+    out = graph.invoke({"question": QUESTION})
+    assert len(calls_of(fake, ASK)) == 1 and out["missing"] is False
+    assert rec.calls == [(QUESTION, 5)]  # no second retrieval
+    (decision,) = out["decisions"]
+    assert (decision["decision"], decision["p"], decision["path"]) == (
+        "stop", None, "parsed-no-logprobs",
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("logprobs", "reply", "path"),
     [
-        (None, "Yes", "parsed"),  # no logprobs in the reply: the text is not a probability
-        ({"Maybe": -0.1, "The": -2.0}, "Yes", "parsed"),  # neither Yes nor No among them
+        (None, "Yes", "parsed-no-logprobs"),  # no logprobs in the reply: the text is no p
+        ({"Maybe": -0.1, "The": -2.0}, "Yes", "parsed-no-logprobs"),  # no Yes or No among them
         ({"Maybe": -0.1}, "perhaps so", "default"),  # and a malformed reply
     ],
 )

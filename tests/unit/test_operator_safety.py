@@ -105,6 +105,17 @@ def test_allowed_runtime_endpoint_gets_no_operator_key(
     assert all(SECRET not in h["authorization"] for h in recorder.headers)
 
 
+def test_allowed_runtime_endpoint_asked_for_its_model_gets_no_operator_key(
+    store: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    policy = OperatorPolicy(allowed_endpoints=(AllowedEndpoint("http://127.0.0.1:"),))
+    g = build_graph("standard_rag", retriever=store, policy=policy)
+    g.invoke({"question": Q}, context={"base_url": recorder.base_url, "retrieval_mode": "bm25"})
+    assert recorder.model_lookups == 1, "no model named: the endpoint was asked for its model"
+    assert all(SECRET not in h.get("authorization", "") for h in recorder.headers)
+
+
 def test_allowed_endpoint_gets_the_key_tied_to_its_prefix(
     store: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -136,31 +136,43 @@ async def _verdict(state: IterKeyState, ctx: Context, deps: Deps) -> VerdictScor
         max_tokens=max(1, ctx.validate_max_tokens - CHOOSE_EXTRA_TOKENS),
         call="validate_answer",
     )
+    reading = nodes.read_choice(choice, "True")
     return VerdictScores(
         prob_true=choice.probs.get("True"), prob_false=choice.probs.get("False"),
-        p=nodes.option_probability(choice, "True"), choice=choice.value, method=choice.path,
-        raw=choice.raw,
+        p=reading.p, choice=choice.value, method=reading.path, raw=choice.raw,
     )  # fmt: skip
+
+
+def _says_true(scores: VerdictScores) -> bool | None:
+    """The validator's own "True", where it answered without a probability."""
+    return scores["choice"] == "True" if scores["method"].endswith("-no-logprobs") else None
 
 
 def accepted(scores: VerdictScores, ctx: Context) -> bool:
     """Whether the validator accepts the answer: P(True) >= ``validation_threshold``. A choice
-    not decided on logprobs (constrained, parsed, default) has no probability and is not
-    accepted; the CoT variant is decided on its written ``Conclusion:`` (paper App. D)."""
+    not decided on logprobs has no probability: not accepted, unless
+    ``no_logprobs="trust_answer"`` takes its answer; the CoT variant is decided on its written
+    ``Conclusion:`` (paper App. D)."""
     if ctx.cot:
         return scores["method"] == "parsed" and scores["choice"] == "True"
-    p = scores["p"]
-    return p is not None and p >= ctx.validation_threshold
+    return nodes.should_stop(
+        scores["p"], ctx.validation_threshold, says_stop=_says_true(scores),
+        no_logprobs=ctx.no_logprobs,
+    )  # fmt: skip
 
 
 def stops_here(scores: VerdictScores, verdict: bool, ctx: Context) -> bool:
     """Whether the loop ends on this round's verdict: an accepted answer (``nodes.should_stop``:
-    never without a probability, never in a calibration run), unless ``continue_after_true``."""
+    without a probability only with ``no_logprobs="trust_answer"``, never in a calibration
+    run), unless ``continue_after_true``."""
     if ctx.continue_after_true:
         return False
     if ctx.cot:
         return verdict and not ctx.calibration
-    return nodes.should_stop(scores["p"], ctx.validation_threshold, calibration=ctx.calibration)
+    return nodes.should_stop(
+        scores["p"], ctx.validation_threshold, calibration=ctx.calibration,
+        says_stop=_says_true(scores), no_logprobs=ctx.no_logprobs,
+    )  # fmt: skip
 
 
 async def validate_answer(

@@ -26,7 +26,7 @@ class VerdictScores(TypedDict):
     prob_false: float | None
     p: float | None  # P(True) renormalised over the two options: what the threshold is against
     choice: str  # the option the validator picked (on logprobs: the more probable one)
-    method: str  # logprobs | constrained | parsed | default (the path of LLM.choose)
+    method: str  # logprobs | constrained-no-logprobs | parsed-no-logprobs | default | parsed (CoT)
     raw: str
 
 

@@ -165,8 +165,8 @@ async def _entails(check: Verifier, sn: Snippet, statement: str, round_: int) ->
     path: str
     if isinstance(check, LLMVerifier):
         choice = await check.acheck(premise, statement)
-        ok, path = choice.value == "Yes", choice.path
-        p = nodes.option_probability(choice, "Yes")  # P(entailed); ties accept, so p >= 0.5
+        ok = choice.value == "Yes"
+        p, path, _ = nodes.read_choice(choice, "Yes")  # P(entailed); ties accept, so p >= 0.5
     else:
         ok, path = await to_thread(check.entails, str(premise), statement), "model"
     nodes.log_decision(
@@ -435,6 +435,7 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
         verdict = judgement(salvaged or reply.value, parsed_ok=salvaged is not None)
     calls: dict[str, int] = {"main": 1}
     p: float | None = None
+    says: bool | None = None  # the judge's own Yes, where it answered without a probability
     path: str = "rule"  # nothing retrieved yet: never a model stop
     if not verdict["parsed_ok"]:  # a judge reply nothing could read: keep retrieving
         path = "default"
@@ -445,8 +446,10 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
         follow.parts = (fixed + ask.parts[0], passages, total + len(said) + ask.parts[2])
         choice = await llm.achoose(follow, ["Yes", "No"], default="No", call="sufficiency")
         calls["sufficiency"] = 1
-        p, path = nodes.option_probability(choice, "Yes"), choice.path
-    stop = nodes.should_stop(p, t, calibration=ctx.calibration)
+        p, path, says = nodes.read_choice(choice, "Yes")
+    stop = nodes.should_stop(
+        p, t, calibration=ctx.calibration, says_stop=says, no_logprobs=ctx.no_logprobs
+    )
     answer = verdict["answer_text"] if verdict["answered"] else ""
     confidence, explanation, source = verdict["confidence"], verdict["explanation"], "judge"
     if not answer and (stop or ctx.calibration):

@@ -139,8 +139,11 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
         call="judge_missing",
     )  # fmt: skip
     verdict = judged.value
-    p, path = await enough_probability(llm, messages, verdict.thought, lang)
-    stop = nodes.should_stop(p, ctx.judge_threshold, calibration=ctx.calibration)
+    p, path, says = await enough_probability(llm, messages, verdict.thought, lang, ctx)
+    stop = nodes.should_stop(
+        p, ctx.judge_threshold, calibration=ctx.calibration, says_stop=says,
+        no_logprobs=ctx.no_logprobs,
+    )  # fmt: skip
     stem, _ = split_question(state.question)
     queries = [] if stop else search_queries(verdict, stem, ctx.max_mk_queries)
     answer: str | None = None  # the answer had it stopped here, when known (always in calibration)
@@ -168,19 +171,20 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
 
 
 async def enough_probability(
-    llm: LLM, judge_messages: RenderedPrompt, thought: str, lang: str
-) -> tuple[float | None, str]:
-    """(P(nothing missing), how it was decided). The judge prompt, its analysis as the
-    assistant's turn (not its verdict, which the model would copy), then "enough? Yes/No";
-    p is P("Yes") among Yes/No in the first token's logprobs. An endpoint known to give no
-    logprobs is not asked (a reply without a probability cannot be used): (None, "default")."""
-    if not llm.supports_logprobs:
-        return None, "default"
+    llm: LLM, judge_messages: RenderedPrompt, thought: str, lang: str, ctx: Context
+) -> nodes.Reading:
+    """(P(nothing missing), how it was decided, the model's own answer without logprobs). The
+    judge prompt, its analysis as the assistant's turn (not its verdict, which the model
+    would copy), then "enough? Yes/No"; p is P("Yes") among Yes/No in the first token's
+    logprobs. An endpoint known to give no logprobs is asked only with
+    ``no_logprobs="trust_answer"`` (else its answer could not be used): path ``no-logprobs``."""
+    if not llm.supports_logprobs and ctx.no_logprobs == "retrieve_more":
+        return nodes.Reading(None, "no-logprobs", None)
     messages = with_follow_up(
         judge_messages, PROMPTS[f"enough_{lang}"], TURNS[f"enough_{lang}"], thought=thought
     )
     choice = await llm.achoose(messages, [ENOUGH, MISSING], default=MISSING, call="judge_enough")
-    return nodes.option_probability(choice, ENOUGH), choice.path
+    return nodes.read_choice(choice, ENOUGH)
 
 
 async def answer_without_new_chunks(state: State, ctx: Context, deps: Deps, lang: str) -> str:

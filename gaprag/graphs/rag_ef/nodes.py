@@ -185,8 +185,7 @@ async def feedback_classifier(
         )  # fmt: skip
         verdict = "unknown" if choice.path == "default" else choice.value
         info = {"path": choice.path, "probs": choice.probs}
-        path = choice.path
-        p = nodes.option_probability(choice, choice.value)
+        p, path, _ = nodes.read_choice(choice, choice.value)  # the verdict decides
     else:
         verdict = "unknown"
     review = ctx.review or verdict == "incorrect"

@@ -155,9 +155,11 @@ async def feedback_classifier(
             )),
             ["Yes", "No"], default="No", max_tokens=ctx.judge_max_tokens, call="judge",
         )  # fmt: skip
-        p = nodes.option_probability(choice, "Yes")
-        path, threshold = choice.path, ctx.llm_judge_threshold
-        stop = nodes.should_stop(p, threshold, calibration=ctx.calibration)
+        p, path, says = nodes.read_choice(choice, "Yes")
+        threshold = ctx.llm_judge_threshold
+        stop = nodes.should_stop(
+            p, threshold, calibration=ctx.calibration, says_stop=says, no_logprobs=ctx.no_logprobs
+        )
     else:
         result = await to_thread(
             judge.judge, state.question, list(state.entities), sentences, state.syntactic_coverage
