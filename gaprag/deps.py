@@ -6,6 +6,11 @@ them (a separate keyword or validator model, MIGRES's scorer and verifier, a QA-
 base, RAG-EF's feedback store, RFM-RAG's sufficiency model). They can also be passed to
 ``build_graph`` as keywords of the same names. Anything not given is resolved lazily from the
 run's settings (endpoint, store path) on first use and cached: building a graph is instant.
+
+Nodes ask with the async twins (:meth:`Deps.achat`, :meth:`Deps.aretriever`,
+:meth:`Deps.acached`): an injected or already built object comes back at once, and resolving
+one (opening or building a store, starting the embedded server, loading a model) runs through
+:func:`gaprag.aio.to_thread`, so it never blocks the event loop of an async run.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from gaprag.aio import to_thread
 from gaprag.context import BaseContext
 from gaprag.llm.client import LLM
 from gaprag.llm.factory import default_llm, openai_llm, resolve_llm
@@ -101,9 +107,37 @@ class Deps:
         """The passage retriever: injected, the store at ``ctx.store``, or the demo corpus."""
         if self.retriever is not None:
             return self.retriever
-        from gaprag.stores.demo import demo_store
-        from gaprag.stores.store import Store
+        return self.cached(("store", ctx.store), lambda: _open_store(ctx.store))
 
-        if not ctx.store:
-            return demo_store()
-        return self.cached(("store", ctx.store), lambda: Store.open(ctx.store))
+    # -- the same lookups for nodes: never block the event loop ---------------------------
+    async def acached(self, key: Any, make: Callable[[], T]) -> T:
+        """:meth:`cached` for nodes: built in a worker thread the first time."""
+        if key in self._cache:  # built: no lock, no thread (a dict lookup is atomic)
+            return self._cache[key]  # type: ignore[no-any-return]
+        return await to_thread(self.cached, key, make)
+
+    async def achat(
+        self, ctx: BaseContext, *, role: LLM | None = None, base_url: str = "", model: str = ""
+    ) -> LLM:
+        """:meth:`chat` for nodes: an injected model at once, any other resolved in a worker
+        thread (making a client, starting the embedded server)."""
+        if role is not None:
+            return role
+        if self.llm is not None and not base_url:
+            return self.llm
+        return await to_thread(self.chat, ctx, base_url=base_url, model=model)
+
+    async def aretriever(self, ctx: BaseContext) -> Retriever:
+        """:meth:`search` for nodes: the store is opened (or the demo store built) in a worker
+        thread the first time."""
+        if self.retriever is not None:
+            return self.retriever
+        return await self.acached(("store", ctx.store), lambda: _open_store(ctx.store))
+
+
+def _open_store(path: str) -> Retriever:
+    """The store at ``path``, or the bundled demo corpus's (built on first use)."""
+    from gaprag.stores.demo import demo_store
+    from gaprag.stores.store import Store
+
+    return Store.open(path) if path else demo_store()
