@@ -48,6 +48,7 @@ class Served:
     store: Path
     methods: list[str]
     log: Path
+    home: Path
 
 
 def served_config(tmp: Path, methods: list[str]) -> Path:
@@ -101,7 +102,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
                 raise AssertionError(
                     f"{exc}\n--- server log ---\n{log.read_text()[-4000:]}"
                 ) from None
-            yield Served(url=url, llm=llm, store=store, methods=methods, log=log)
+            yield Served(url=url, llm=llm, store=store, methods=methods, log=log, home=tmp / "home")
         finally:
             os.killpg(proc.pid, signal.SIGTERM)  # the server and its workers, nothing else
             try:
@@ -197,3 +198,20 @@ def test_stateless_wait_run_returns_the_output_schema(client: Any, served: Serve
     assert out["queries"] == ["What is the capital of France?"]
     assert [e["id"] for e in out["evidence"]] == ["fr"]
     assert "question" not in out  # output_schema, not the internal state
+
+
+@pytest.mark.parametrize("method", gaprag.list_methods())
+def test_run_on_the_default_demo_store_without_allow_blocking(
+    client: Any, served: Served, method: str
+) -> None:
+    """The default setup, as docs/studio.md starts it (no ``--allow-blocking``, so any blocking
+    call on the server's event loop fails the run): no store in the context, so the first run
+    builds the bundled demo store into GAPRAG_HOME, and every method answers from it."""
+    out = client.runs.wait(
+        None, method, input={"question": "Who built the Eiffel Tower?"}, raise_error=False
+    )
+    log = served.log.read_text()
+    assert "Blocking call" not in log, log[-3000:]
+    assert "__error__" not in out, f"{out}\n{log[-3000:]}"
+    assert out["answer"] and out["stop_reason"]
+    assert sorted(p.name.split("-")[0] for p in (served.home / "stores").iterdir()) == ["demo"]
