@@ -8,7 +8,8 @@ store (built into a fresh ``GAPRAG_HOME`` by the first run) and the endpoint fro
 ``GAPRAG_BASE_URL``. Then, with ``langgraph_sdk``:
 
 1. ``first_run_s``: the first ``standard_rag`` run (loads the embedder; with an empty
-   ``GAPRAG_HOME``, the default, it also builds the demo store);
+   ``GAPRAG_HOME``, the default, it also builds the demo store), with ``/ok`` probed meanwhile
+   (``first_run_health``, as below);
    one unmeasured run of every other measured method;
 2. ``one_run_s``: for each of ``--methods`` (``standard_rag``, ``migres``), the median of
    ``--warm`` (5) sequential warm runs;
@@ -201,9 +202,11 @@ async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
     qs = questions((args.warm + 1 + args.runs) * len(args.methods) + 1)
     result: dict[str, Any] = {}
 
-    seconds, out = await one_run(client, "standard_rag", qs.pop())
+    with HealthProbe(f"{url}/ok", args.probe_ms / 1000) as probe:
+        seconds, out = await one_run(client, "standard_rag", qs.pop())
     checked("standard_rag", out)
     result["first_run_s"] = round(seconds, 2)
+    result["first_run_health"] = probe.summary()
     log(f"first standard_rag run: {seconds:.2f} s")
     for method in args.methods:  # each method's own first-use costs stay out of the figures
         if method != "standard_rag":
