@@ -25,7 +25,7 @@ import gaprag
 from gaprag.context import BaseContext
 from gaprag.deps import Deps
 from gaprag.llm import factory, server
-from gaprag.stores import demo
+from gaprag.stores import HashingEmbedder, Store, demo
 from tests.fake_openai import FakeOpenAI
 
 blockbuster = pytest.importorskip("blockbuster")
@@ -116,12 +116,12 @@ def embedded(
     return embedded_servers
 
 
-def run_async(method: str) -> dict[str, Any]:
+def run_async(method: str, context: dict[str, Any] | None = None) -> dict[str, Any]:
     graph = gaprag.build_graph(method)  # nothing injected: everything resolved on first use
 
     async def go() -> dict[str, Any]:
         with langgraph_dev_blockbuster():
-            return dict(await graph.ainvoke({"question": QUESTION}))
+            return dict(await graph.ainvoke({"question": QUESTION}, context=context))
 
     return asyncio.run(go())
 
@@ -151,6 +151,23 @@ def test_async_run_with_the_embedded_server_never_blocks_the_loop(
     (started,) = embedded.values()  # started once, by the first run that needed it
     assert started.process is not None and started.process.poll() is None
     assert built_demo_stores(cold)
+
+
+@pytest.mark.parametrize("method", gaprag.list_methods())
+def test_async_run_on_a_users_store_never_blocks_the_loop(
+    method: str,
+    cold: Path,
+    endpoint: FakeOpenAI,
+    tmp_path: Path,
+    tiny_docs: list[dict[str, str]],
+) -> None:
+    """The store named in the run's context (as Studio's form sends it) is opened in the run."""
+    store = tmp_path / "store"
+    Store.build(store, tiny_docs, embedder=HashingEmbedder(), progress=False)  # type: ignore[arg-type]
+    out = run_async(method, {"store": str(store)})
+    assert out["stop_reason"] and out["answer"]
+    assert out["retrieved_ids"]
+    assert set(out["retrieved_ids"]) <= {d["id"] for d in tiny_docs}  # none of the demo's
 
 
 def test_the_check_catches_a_demo_store_built_on_the_loop(
