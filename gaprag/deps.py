@@ -15,6 +15,7 @@ one (opening or building a store, starting the embedded server, loading a model)
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 _LLM_FIELDS = ("llm", "keywords_llm", "validator_llm")
+_ENDPOINT_ENV = ("GAPRAG_", "OPENAI_")
 
 
 @dataclass(kw_only=True)
@@ -77,7 +79,10 @@ class Deps:
         return cls(**values)
 
     def cached(self, key: Any, make: Callable[[], T]) -> T:
-        """The one lazy, lock-guarded cache for objects built from settings."""
+        """The one lazy, lock-guarded cache for objects built from settings. An object already
+        built is returned without the lock, which a build holds while it runs."""
+        if key in self._cache:  # a dict lookup is atomic
+            return self._cache[key]  # type: ignore[no-any-return]
         with self._lock:
             if key not in self._cache:
                 self._cache[key] = make()
@@ -112,20 +117,27 @@ class Deps:
     # -- the same lookups for nodes: never block the event loop ---------------------------
     async def acached(self, key: Any, make: Callable[[], T]) -> T:
         """:meth:`cached` for nodes: built in a worker thread the first time."""
-        if key in self._cache:  # built: no lock, no thread (a dict lookup is atomic)
+        if key in self._cache:  # built: no thread
             return self._cache[key]  # type: ignore[no-any-return]
         return await to_thread(self.cached, key, make)
 
     async def achat(
         self, ctx: BaseContext, *, role: LLM | None = None, base_url: str = "", model: str = ""
     ) -> LLM:
-        """:meth:`chat` for nodes: an injected model at once, any other resolved in a worker
-        thread (making a client, starting the embedded server)."""
+        """:meth:`chat` for nodes: an injected model at once; any other is resolved in a worker
+        thread (making a client, starting the embedded server) the first time for its
+        endpoint settings, and directly after that, when :meth:`chat` only finds the clients
+        it made (no thread hop per call: under load, the worker threads are busy searching)."""
         if role is not None:
             return role
         if self.llm is not None and not base_url:
             return self.llm
-        return await to_thread(self.chat, ctx, base_url=base_url, model=model)
+        key = ("chat resolved", base_url, model, ctx.base_url, ctx.model, _endpoint_env())
+        if key in self._cache:
+            return self.chat(ctx, base_url=base_url, model=model)
+        llm = await to_thread(self.chat, ctx, base_url=base_url, model=model)
+        self._cache[key] = True
+        return llm
 
     async def aretriever(self, ctx: BaseContext) -> Retriever:
         """:meth:`search` for nodes: the store is opened (or the demo store built) in a worker
@@ -133,6 +145,11 @@ class Deps:
         if self.retriever is not None:
             return self.retriever
         return await self.acached(("store", ctx.store), lambda: _open_store(ctx.store))
+
+
+def _endpoint_env() -> tuple[tuple[str, str], ...]:
+    """The environment that decides the default client (endpoint, model, key, local server)."""
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENDPOINT_ENV)))
 
 
 def _open_store(path: str) -> Retriever:

@@ -170,6 +170,30 @@ def test_async_run_on_a_users_store_never_blocks_the_loop(
     assert set(out["retrieved_ids"]) <= {d["id"] for d in tiny_docs}  # none of the demo's
 
 
+def test_a_graph_moved_to_another_endpoint_resolves_it_off_the_loop(
+    cold: Path,
+    endpoint: FakeOpenAI,
+    embedded_servers: dict[Any, server.EmbeddedServer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client is looked up directly once its settings were resolved; a change of them (here
+    the endpoint's environment, to the embedded server) is resolved in a thread again."""
+    graph = gaprag.build_graph("standard_rag")
+
+    async def go() -> list[dict[str, Any]]:
+        outs = []
+        with langgraph_dev_blockbuster():
+            outs.append(dict(await graph.ainvoke({"question": QUESTION})))
+            monkeypatch.delenv("GAPRAG_BASE_URL")
+            outs.append(dict(await graph.ainvoke({"question": QUESTION})))
+        return outs
+
+    first, second = asyncio.run(go())
+    assert first["answer"] == second["answer"] == ANSWER
+    assert len(endpoint.requests) == first["usage"]["llm_calls"]  # the second went elsewhere
+    assert len(embedded_servers) == 1
+
+
 def test_the_check_catches_a_demo_store_built_on_the_loop(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
