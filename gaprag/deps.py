@@ -9,16 +9,23 @@ run's settings (endpoint, store path) on first use and cached (the :data:`CACHE_
 recently used): building a graph is instant. An injected model is never replaced by an endpoint
 a run names, and the operator's API key goes only to the operator's endpoints
 (:mod:`gaprag.operator`).
+
+Nodes ask with the async twins (:meth:`Deps.achat`, :meth:`Deps.aretriever`,
+:meth:`Deps.acached`): an injected or already built object comes back at once, and resolving
+one (opening or building a store, starting the embedded server, loading a model) runs through
+:func:`gaprag.aio.to_thread`, so it never blocks the event loop of an async run.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from gaprag.aio import to_thread
 from gaprag.context import BaseContext
 from gaprag.llm.client import LLM
 from gaprag.llm.factory import default_llm, openai_llm, resolve_llm
@@ -36,6 +43,8 @@ _LLM_FIELDS = ("llm", "keywords_llm", "validator_llm")
 #: Objects built from settings (clients, stores, models) kept per graph, least recently used
 #: dropped first.
 CACHE_SIZE = 8
+_ENDPOINT_ENV = ("GAPRAG_", "OPENAI_")
+_MISSING = object()
 
 
 @dataclass(kw_only=True)
@@ -62,6 +71,7 @@ class Deps:
     """RFM-RAG: the R-Feedback sufficiency model."""
     _cache: OrderedDict[Any, Any] = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _resolved: set[Any] = field(default_factory=set, repr=False)
 
     @classmethod
     def names(cls) -> set[str]:
@@ -80,7 +90,11 @@ class Deps:
 
     def cached(self, key: Any, make: Callable[[], T]) -> T:
         """The one lazy, lock-guarded cache for objects built from settings (bounded: the
-        :data:`CACHE_SIZE` most recently used)."""
+        :data:`CACHE_SIZE` most recently used). An object already built is returned without
+        the lock, which a build holds while it runs."""
+        built = self._cache.get(key, _MISSING)  # one atomic lookup
+        if built is not _MISSING:
+            return built  # type: ignore[no-any-return]
         with self._lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
@@ -88,6 +102,7 @@ class Deps:
                 self._cache[key] = make()
                 while len(self._cache) > CACHE_SIZE:
                     self._cache.popitem(last=False)
+                    self._resolved.clear()  # a client may be gone: resolve off the loop again
             return self._cache[key]  # type: ignore[no-any-return]
 
     def chat(
@@ -121,9 +136,53 @@ class Deps:
         graph was built without one), or the demo corpus."""
         if self.retriever is not None:
             return self.retriever
-        from gaprag.stores.demo import demo_store
-        from gaprag.stores.store import Store
+        return self.cached(("store", ctx.store), lambda: _open_store(ctx.store))
 
-        if not ctx.store:
-            return demo_store()
-        return self.cached(("store", ctx.store), lambda: Store.open(ctx.store))
+    # -- the same lookups for nodes: never block the event loop ---------------------------
+    async def acached(self, key: Any, make: Callable[[], T]) -> T:
+        """:meth:`cached` for nodes: built in a worker thread the first time."""
+        built = self._cache.get(key, _MISSING)
+        if built is not _MISSING:  # built: no thread
+            return built  # type: ignore[no-any-return]
+        return await to_thread(self.cached, key, make)
+
+    async def achat(
+        self, ctx: BaseContext, *, role: LLM | None = None, base_url: str = "", model: str = ""
+    ) -> LLM:
+        """:meth:`chat` for nodes: an injected model at once; any other is resolved in a worker
+        thread (making a client, starting the embedded server) the first time for its
+        endpoint settings, and directly after that, when :meth:`chat` only finds the clients
+        it made (no thread hop per call: under load, the worker threads are busy searching)."""
+        if role is not None:
+            return role
+        if self.llm is not None and not base_url:
+            return self.llm
+        key = ("chat resolved", base_url, model, ctx.base_url, ctx.model, _endpoint_env())
+        if key in self._resolved:
+            return self.chat(ctx, base_url=base_url, model=model)
+        llm = await to_thread(self.chat, ctx, base_url=base_url, model=model)
+        with self._lock:
+            if len(self._resolved) >= 4 * CACHE_SIZE:  # bounded like the cache
+                self._resolved.clear()
+            self._resolved.add(key)
+        return llm
+
+    async def aretriever(self, ctx: BaseContext) -> Retriever:
+        """:meth:`search` for nodes: the store is opened (or the demo store built) in a worker
+        thread the first time."""
+        if self.retriever is not None:
+            return self.retriever
+        return await self.acached(("store", ctx.store), lambda: _open_store(ctx.store))
+
+
+def _endpoint_env() -> tuple[tuple[str, str], ...]:
+    """The environment that decides the default client (endpoint, model, key, local server)."""
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENDPOINT_ENV)))
+
+
+def _open_store(path: str) -> Retriever:
+    """The store at ``path``, or the bundled demo corpus's (built on first use)."""
+    from gaprag.stores.demo import demo_store
+    from gaprag.stores.store import Store
+
+    return Store.open(path) if path else demo_store()

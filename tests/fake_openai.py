@@ -18,6 +18,9 @@ requests are served in parallel threads, as by a server with unlimited slots.
 A reply may also be a :class:`RawReply`, to imitate a misbehaving endpoint: any status,
 headers and body bytes, a delay, or a connection reset part-way through the body.
 Only the standard library is used, so a ``langgraph dev`` subprocess can reach it too.
+As its own process (it serves until stopped)::
+
+    python -m tests.fake_openai --port 8099 --latency 0.5 --reply "Paris"
 """
 
 from __future__ import annotations
@@ -83,11 +86,13 @@ class FakeOpenAI:
         latency: float = 0.0,
         check_model: bool = False,
         list_models: bool = True,
+        port: int = 0,
     ) -> None:
         self.latency = latency
         self.check_model = check_model
         self.list_models = list_models
         self.model_lookups = 0
+        self.requested_port = port
         self.reply = reply
         self.finish_reason = finish_reason
         self.model = model
@@ -234,7 +239,7 @@ class FakeOpenAI:
                 final = {**base, "choices": [], "usage": usage}
                 self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
 
-        self._server = _QuietServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", self.requested_port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="fake-openai", daemon=True
@@ -266,3 +271,22 @@ class FakeOpenAI:
     def user_prompts(self) -> list[str]:
         """The last message's content of every chat request, in order."""
         return [str((r.get("messages") or [{}])[-1].get("content", "")) for r in self.requests]
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="serve a fake OpenAI-compatible endpoint")
+    parser.add_argument("--port", type=int, default=0, help="0: any free port")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per chat reply")
+    parser.add_argument("--reply", default="canned answer")
+    parser.add_argument("--model", default=MODEL_ID)
+    args = parser.parse_args(argv)
+    server = FakeOpenAI(args.reply, model=args.model, latency=args.latency, port=args.port)
+    with server:
+        print(server.base_url, flush=True)
+        threading.Event().wait()  # until the process is stopped
+
+
+if __name__ == "__main__":
+    main()

@@ -115,7 +115,7 @@ async def short_answer(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[st
     if getattr(ctx, "answer_style", "short") == "paper":
         record_decision(call="short_answer", path="off")
         return {}
-    answer, path = await shorten(deps.chat(ctx), state.question, original)
+    answer, path = await shorten(await deps.achat(ctx), state.question, original)
     record_decision(call="short_answer", path=path, original=original)
     return {"answer": answer} if answer != original else {}
 

@@ -3,6 +3,7 @@ and ``langgraph dev`` serving every method (``served``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -85,6 +86,7 @@ class Served:
     store: Path
     methods: list[str]
     log: Path
+    home: Path
 
 
 def served_config(tmp: Path, methods: list[str]) -> Path:
@@ -103,14 +105,14 @@ def served_config(tmp: Path, methods: list[str]) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """``langgraph dev`` serving every method (one server per test module), with the fake
-    endpoint answering ``CANNED`` and a store of ``DOCS`` at ``Served.store``."""
+@contextlib.contextmanager
+def serve(tmp: Path, operator: dict[str, str]) -> Iterator[Served]:
+    """``langgraph dev`` serving every method from ``tmp``, with the fake endpoint answering
+    ``CANNED``, a store of ``DOCS`` at ``Served.store`` and the operator's environment
+    ``operator`` (nothing else of the caller's operator settings)."""
     pytest.importorskip("langgraph_api", reason="needs the studio extra: langgraph-cli[inmem]")
     if not LANGGRAPH.exists():
         pytest.skip(f"{LANGGRAPH} not found: pip install -e '.[studio]'")
-    tmp = tmp_path_factory.mktemp("studio")
     store = tmp / "store"
     Store.build(store, DOCS, embedder=HashingEmbedder(), progress=False)  # type: ignore[arg-type]
     methods = gaprag.list_methods()
@@ -119,11 +121,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     log = tmp / "langgraph-dev.log"
     with FakeOpenAI(reply=CANNED) as llm:
         inherited = {k: v for k, v in os.environ.items() if k not in OPERATOR_VARS}
-        env = {  # the operator names the store, endpoint and key, and allows nothing else
+        env = {
             **inherited,
             "GAPRAG_BASE_URL": llm.base_url,
-            "GAPRAG_STORE": str(store),
-            "OPENAI_API_KEY": SECRET,
+            **{k: v.replace("STORE", str(store)) for k, v in operator.items()},
             "GAPRAG_HOME": str(tmp / "home"),
             "LANGGRAPH_CLI_NO_ANALYTICS": "1",
             "LANGGRAPH_NO_VERSION_CHECK": "1",
@@ -144,7 +145,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
                 raise AssertionError(
                     f"{exc}\n--- server log ---\n{log.read_text()[-4000:]}"
                 ) from None
-            yield Served(url=url, llm=llm, store=store, methods=methods, log=log)
+            yield Served(url=url, llm=llm, store=store, methods=methods, log=log, home=tmp / "home")
         finally:
             os.killpg(proc.pid, signal.SIGTERM)  # the server and its workers, nothing else
             try:
@@ -153,3 +154,20 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
     assert proc.returncode is not None
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """``langgraph dev`` as an operator serves it: the operator names the store, the endpoint
+    and the key, and allows nothing else (one server per test module)."""
+    operator = {"GAPRAG_STORE": "STORE", "OPENAI_API_KEY": SECRET}
+    with serve(tmp_path_factory.mktemp("studio"), operator) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def served_default(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """``langgraph dev`` on the default setup: an endpoint and nothing else, so the graphs use
+    the bundled demo store, built on first use into an empty GAPRAG_HOME."""
+    with serve(tmp_path_factory.mktemp("studio-default"), {}) as server:
+        yield server

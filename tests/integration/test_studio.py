@@ -218,3 +218,23 @@ def test_mcp_tool_call_cannot_name_an_endpoint(served: Served, attacker: FakeOpe
     assert attacker.requests == []
     ok = _mcp_call(served.url, "standard_rag", {"question": "Who built the Eiffel Tower?"})
     assert "isError" not in ok["result"] and CANNED in ok["result"]["content"][0]["text"]
+
+
+@pytest.mark.parametrize("method", gaprag.list_methods())
+def test_run_on_the_default_demo_store_without_allow_blocking(
+    served_default: Served, method: str
+) -> None:
+    """The default setup, as docs/studio.md starts it (no ``--allow-blocking``, so any blocking
+    call on the server's event loop fails the run): no store in the context, so the first run
+    builds the bundled demo store into GAPRAG_HOME, and every method answers from it."""
+    client = langgraph_sdk.get_sync_client(url=served_default.url)
+    out = client.runs.wait(
+        None, method, input={"question": "Who built the Eiffel Tower?"}, raise_error=False
+    )
+    log = served_default.log.read_text()
+    assert "Blocking call" not in log, log[-3000:]
+    assert "__error__" not in out, f"{out}\n{log[-3000:]}"
+    assert out["answer"] and out["stop_reason"]
+    assert sorted(p.name.split("-")[0] for p in (served_default.home / "stores").iterdir()) == [
+        "demo"
+    ]

@@ -39,7 +39,7 @@ async def retrieve(state: IRCoTState, runtime: Runtime[Context], deps: Deps) -> 
     query = state.thoughts[-1] if state.thoughts else state.question
     round_ = state.iterations + 1
     hits = await nodes.retrieve(
-        deps.search(ctx), [query], k=ctx.top_k, mode=ctx.retrieval_mode, round=round_,
+        await deps.aretriever(ctx), [query], k=ctx.top_k, mode=ctx.retrieval_mode, round=round_,
         exclude={e["id"] for e in state.evidence},
     )  # fmt: skip
     pool, added = nodes.update_evidence_pool(state.evidence, hits)
@@ -53,7 +53,8 @@ async def reason(state: IRCoTState, runtime: Runtime[Context], deps: Deps) -> di
     passages = nodes.render_passages(
         state.evidence[: ctx.max_passages], FORMATS["passages"], max_words=ctx.max_passage_words
     )
-    reply = await deps.chat(ctx).agenerate(
+    llm = await deps.achat(ctx)
+    reply = await llm.agenerate(
         PROMPTS["reason"].render(
             passages=passages, question=state.question, thoughts=" ".join(state.thoughts)
         ),
@@ -78,7 +79,7 @@ async def generate_answer(
     if stated:
         return {"answer": stated, "stop_reason": "answered"}
     answer, _ = await nodes.generate_answer(
-        deps.chat(ctx), PROMPTS["answer"], question=state.question,
+        await deps.achat(ctx), PROMPTS["answer"], question=state.question,
         evidence=state.evidence[: ctx.max_passages], fmt=FORMATS["passages"],
         max_words=ctx.max_passage_words, max_tokens=ctx.answer_max_tokens,
         thoughts=" ".join(state.thoughts),

@@ -33,14 +33,14 @@ FORMATS = nodes.load_formats(__package__)
 CHOOSE_EXTRA_TOKENS = 16
 
 
-def keywords_llm(ctx: Context, deps: Deps) -> LLM:
-    return deps.chat(
+async def keywords_llm(ctx: Context, deps: Deps) -> LLM:
+    return await deps.achat(
         ctx, role=deps.keywords_llm, base_url=ctx.keywords_base_url, model=ctx.keywords_model
     )
 
 
-def validator_llm(ctx: Context, deps: Deps) -> LLM:
-    return deps.chat(
+async def validator_llm(ctx: Context, deps: Deps) -> LLM:
+    return await deps.achat(
         ctx, role=deps.validator_llm, base_url=ctx.validator_base_url, model=ctx.validator_model
     )
 
@@ -55,7 +55,8 @@ async def generate_keywords(
     state: IterKeyState, runtime: Runtime[Context], deps: Deps
 ) -> dict[str, Any]:
     ctx = runtime.context
-    raw = await keywords_llm(ctx, deps).agenerate(
+    llm = await keywords_llm(ctx, deps)
+    raw = await llm.agenerate(
         PROMPTS["keywords"].render(question=state.question), max_tokens=ctx.keywords_max_tokens
     )
     keywords = parse_keywords(raw)
@@ -78,7 +79,7 @@ async def retrieve(state: IterKeyState, runtime: Runtime[Context], deps: Deps) -
     ctx = runtime.context
     query = retrieval_query(state.question, state.keywords, ctx.query_joiner)
     hits = await nodes.retrieve(
-        deps.search(ctx), [query], k=max(ctx.top_k, ctx.recall_k), mode=ctx.retrieval_mode,
+        await deps.aretriever(ctx), [query], k=max(ctx.top_k, ctx.recall_k), mode=ctx.retrieval_mode,
         round=state.iterations,
     )  # fmt: skip
     docs = hits[: ctx.top_k]
@@ -96,7 +97,8 @@ async def generate_answer(
     state: IterKeyState, runtime: Runtime[Context], deps: Deps
 ) -> dict[str, Any]:
     ctx = runtime.context
-    raw = await deps.chat(ctx).agenerate(
+    llm = await deps.achat(ctx)
+    raw = await llm.agenerate(
         PROMPTS["answer"].render(documents=documents(state, ctx), question=state.question),
         max_tokens=ctx.answer_max_tokens,
     )
@@ -115,8 +117,9 @@ async def _verdict(state: IterKeyState, ctx: Context, deps: Deps) -> VerdictScor
             prob_true=None, prob_false=None, p=None, choice="False", method="default", raw=""
         )
     shown = documents(state, ctx)
+    validator = await validator_llm(ctx, deps)
     if ctx.cot:  # the paper's CoT variant (App. D) is decided on its written conclusion
-        raw = await validator_llm(ctx, deps).agenerate(
+        raw = await validator.agenerate(
             PROMPTS["validate_cot"].render(
                 documents=shown, question=state.question, answer=state.answer
             ),
@@ -129,7 +132,7 @@ async def _verdict(state: IterKeyState, ctx: Context, deps: Deps) -> VerdictScor
             prob_true=None, prob_false=None, p=None, choice=str(bool(decided)), method=method,
             raw=raw,
         )  # fmt: skip
-    choice = await validator_llm(ctx, deps).achoose(
+    choice = await validator.achoose(
         PROMPTS["validate"].render(documents=shown, question=state.question, answer=state.answer),
         VALIDATION_OPTIONS,
         default="False",
@@ -231,7 +234,7 @@ async def regenerate_keywords(
     state: IterKeyState, runtime: Runtime[Context], deps: Deps
 ) -> dict[str, Any]:
     ctx = runtime.context
-    llm = keywords_llm(ctx, deps)
+    llm = await keywords_llm(ctx, deps)
     i = state.iterations + 1
     previous = json.dumps(state.keywords, ensure_ascii=False)
     if ctx.regeneration_mode == "doc_by_doc" and state.evidence:

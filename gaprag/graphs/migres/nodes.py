@@ -189,7 +189,7 @@ def init(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
 
 async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     ctx = runtime.context
-    retriever = deps.search(ctx)
+    retriever = await deps.aretriever(ctx)
     queries = [q for q in state.pending_queries if q.strip()] or [state.question]
     total = len(retriever) if isinstance(retriever, Store) else None
     round_ = state.iterations + 1
@@ -230,7 +230,8 @@ async def rerank_filter(state: State, runtime: Runtime[Context], deps: Deps) -> 
 async def llm_knowledge(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     ctx = runtime.context
     query = (state.pending_queries or [state.question])[0]
-    text = await deps.chat(ctx).agenerate(
+    llm = await deps.achat(ctx)
+    text = await llm.agenerate(
         prompt("knowledge", ctx).render(question=query), max_tokens=ctx.knowledge_max_tokens
     )
     snippets: list[Snippet] = []
@@ -276,7 +277,8 @@ async def extract(state: State, runtime: Runtime[Context], deps: Deps) -> dict[s
     passages = nodes.render_passages(
         [_snippet_item(sn) for sn in shown], FORMATS["leaf"], max_words=ctx.max_passage_words
     )
-    reply = await deps.chat(ctx).astructured(
+    llm = await deps.achat(ctx)
+    reply = await llm.astructured(
         prompt("leaf", ctx).render(passages=passages, question=question), LeafReply,
         default=LeafReply(), max_tokens=ctx.leaf_max_tokens, call="leaf",
     )  # fmt: skip
@@ -295,7 +297,7 @@ async def verify_nli(state: State, runtime: Runtime[Context], deps: Deps) -> dic
     ctx = runtime.context
     check: Verifier | None = deps.fact_verifier
     if check is None and ctx.verifier == "llm":
-        check = LLMVerifier(deps.chat(ctx))
+        check = LLMVerifier(await deps.achat(ctx))
     known = {norm_fact(k) for k in state.known_info}
     accepted: list[InfoItem] = []
     rejected: list[str] = []
@@ -386,7 +388,8 @@ async def _pool_answer(
         name, fields = "final_passages", {"passages": passages}
     else:
         name, fields = "final", {"known_info": known_passages(state)}
-    reply = await deps.chat(ctx).astructured(
+    llm = await deps.achat(ctx)
+    reply = await llm.astructured(
         prompt(name, ctx).render(**fields, question=state.question),
         FinalReply, default=FinalReply(), max_tokens=ctx.judge_max_tokens, call=call,
     )  # fmt: skip
@@ -420,7 +423,7 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
             "judge_rounds": rounds,
             "trace": [{"node": "judge_missing", "event": "skipped", "reason": "no new facts"}],
         }
-    llm = deps.chat(ctx)
+    llm = await deps.achat(ctx)
     messages = prompt("main_yesno" if ctx.task_type == "strategyqa" else "main", ctx).render(
         known_info=known_passages(state), question=state.question
     )
@@ -487,7 +490,8 @@ async def regenerate_keywords(
 ) -> dict[str, Any]:
     ctx = runtime.context
     history = state.query_history or [state.question]
-    text = await deps.chat(ctx).agenerate(
+    llm = await deps.achat(ctx)
+    text = await llm.agenerate(
         prompt("query", ctx).render(
             question=state.question, history=" ".join(history),
             known_info=known_passages(state), missing_info=state.missing_info or state.question,

@@ -64,23 +64,23 @@ def render(name: str, **values: Any) -> RenderedPrompt:
     return PROMPTS[name].render(**values)
 
 
-def knowledge_base(ctx: Context, deps: Deps, which: KnowledgeBase) -> KnowledgeBaseRetriever:
+async def knowledge_base(ctx: Context, deps: Deps, which: KnowledgeBase) -> KnowledgeBaseRetriever:
     """KB ``which`` over the run's passage store and pair store (each as it is needed)."""
     return KnowledgeBaseRetriever(
         which,
-        deps.search(ctx) if which in ("passages", "merged") else None,
-        pair_source(ctx, deps) if which in ("qa_pairs", "merged") else None,
+        await deps.aretriever(ctx) if which in ("passages", "merged") else None,
+        await pair_source(ctx, deps) if which in ("qa_pairs", "merged") else None,
         merged_order=ctx.merged_order,
     )
 
 
-def pair_source(ctx: Context, deps: Deps) -> Retriever | None:
+async def pair_source(ctx: Context, deps: Deps) -> Retriever | None:
     """The injected pair store (``kb_pairs``) or the one at ``qa_store``, ranked with
     ``qa_gamma``; None when there is neither."""
     if deps.kb_pairs is None and not ctx.qa_store:
         return None
     make = functools.partial(open_pairs, deps.kb_pairs, ctx.qa_store, ctx.qa_gamma)
-    return deps.cached(("missing_knowledge.pairs", ctx.qa_store, ctx.qa_gamma), make)
+    return await deps.acached(("missing_knowledge.pairs", ctx.qa_store, ctx.qa_gamma), make)
 
 
 def open_pairs(given: Any, path: str, gamma: float) -> Retriever:
@@ -97,9 +97,8 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
     ctx = runtime.context
     k_orig, _, _ = chunk_budget(ctx)
     query, _ = split_question(state.question)
-    found = await knowledge_base(ctx, deps, ctx.kb_primary).achunks(
-        query, k_orig, mode=ctx.retrieval_mode, retrieved_by="orig", round=1
-    )
+    base = await knowledge_base(ctx, deps, ctx.kb_primary)
+    found = await base.achunks(query, k_orig, mode=ctx.retrieval_mode, retrieved_by="orig", round=1)
     emit(round=1, query=query, kb=ctx.kb_primary, added=len(found))
     return {
         "initial_contexts": found,
@@ -117,7 +116,8 @@ async def generate_draft(state: State, runtime: Runtime[Context], deps: Deps) ->
         context=format_chunks(state.initial_contexts, max_words=ctx.max_passage_words, lang=lang),
         question=question_block(state.question, ctx.options_text, lang),
     )  # fmt: skip
-    reply = await deps.chat(ctx).agenerate(messages, max_tokens=ctx.answer_max_tokens)
+    llm = await deps.achat(ctx)
+    reply = await llm.agenerate(messages, max_tokens=ctx.answer_max_tokens)
     return {"draft_answer": nodes.clean_answer(reply)}
 
 
@@ -133,7 +133,7 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
         context=format_chunks(state.initial_contexts, max_words=ctx.max_passage_words, lang=lang),
         draft=state.draft_answer or "(empty)",
     )  # fmt: skip
-    llm = deps.chat(ctx)
+    llm = await deps.achat(ctx)
     judged = await llm.astructured(
         messages, Judgement, default=NOTHING_MISSING, max_tokens=ctx.judge_max_tokens,
         call="judge_missing",
@@ -194,7 +194,8 @@ async def answer_without_new_chunks(state: State, ctx: Context, deps: Deps, lang
     if ctx.final_when_not_missing == "reuse_draft":
         return state.draft_answer
     messages = final_messages(dataclasses.replace(state, mk_contexts=[]), ctx, lang)
-    reply = await deps.chat(ctx).agenerate(messages, max_tokens=ctx.answer_max_tokens)
+    llm = await deps.achat(ctx)
+    reply = await llm.agenerate(messages, max_tokens=ctx.answer_max_tokens)
     return nodes.clean_answer(reply) or state.draft_answer
 
 
@@ -203,7 +204,7 @@ async def retrieve_missing(state: State, runtime: Runtime[Context], deps: Deps) 
     earlier queries' chunks are excluded, so every query brings new ones."""
     ctx = runtime.context
     _, per_query, _ = chunk_budget(ctx)
-    base = knowledge_base(ctx, deps, ctx.kb_secondary)
+    base = await knowledge_base(ctx, deps, ctx.kb_secondary)
     seen = {c["id"] for c in state.initial_contexts}
     candidates = []
     for q in state.mk_queries:
@@ -240,7 +241,8 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
         return {"answer": state.draft_answer, "stop_reason": stop}
     lang = language(ctx.language, state.question)
     messages = final_messages(state, ctx, lang)
-    reply = await deps.chat(ctx).agenerate(messages, max_tokens=ctx.answer_max_tokens)
+    llm = await deps.achat(ctx)
+    reply = await llm.agenerate(messages, max_tokens=ctx.answer_max_tokens)
     return {"answer": nodes.clean_answer(reply) or state.draft_answer, "stop_reason": stop}
 
 

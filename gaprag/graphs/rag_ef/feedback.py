@@ -47,12 +47,12 @@ def pair_store(ctx: Context, deps: Deps) -> PairStore:
     return deps.cached(("pair_store", path), lambda: PairStore.open(path))
 
 
-def documents(ctx: Context, deps: Deps) -> Retriever | None:
+async def documents(ctx: Context, deps: Deps) -> Retriever | None:
     """The document retriever of the empty-store fallback; none when the injected retriever
     is the pair store itself."""
     if isinstance(deps.retriever, PairStore):
         return None
-    return deps.search(ctx)
+    return await deps.aretriever(ctx)
 
 
 def require_checkpointer(ctx: Context, configurable: dict[str, Any] | None) -> None:

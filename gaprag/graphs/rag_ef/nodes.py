@@ -72,7 +72,7 @@ async def _retrieval_pass(
         )  # fmt: skip
         record_retrieval(0, [*(p["id"] for p in pairs), *(p["chunk_id"] for p in pairs)])
     if not pairs and not passages and ctx.empty_store_fallback:
-        docs = documents(ctx, deps)
+        docs = await documents(ctx, deps)
         if docs is not None:
             passages = await nodes.retrieve(docs, [question], k=ctx.top_k, round=rnd)
             update["trace"] = [
@@ -147,7 +147,8 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
         )
     else:
         messages = PROMPTS["answer_standard"].render(contexts=contexts, question=state.question)
-    raw = await deps.chat(ctx).agenerate(messages, max_tokens=ctx.answer_max_tokens)
+    llm = await deps.achat(ctx)
+    raw = await llm.agenerate(messages, max_tokens=ctx.answer_max_tokens)
     answer = nodes.clean_answer(raw)
     if state.feedback_rounds == 0:
         return {"answer": answer, "first_answer": answer, "stop_reason": "answered"}
@@ -179,7 +180,8 @@ async def feedback_classifier(
             question=state.question,
             answer=state.answer or "(no answer)",
         )
-        choice = await deps.chat(ctx).achoose(
+        llm = await deps.achat(ctx)
+        choice = await llm.achoose(
             messages, ["correct", "incorrect"], default="correct",
             max_tokens=ctx.judge_max_tokens, call="feedback_classifier",
         )  # fmt: skip

@@ -55,7 +55,8 @@ async def extract_question_structure(
     """Prompt 2, once per question: entities and triples. Starts the question: the pool is
     emptied unless ``pool_scope="thread"`` keeps the thread's earlier questions' facts."""
     ctx = runtime.context
-    reply = await deps.chat(ctx).astructured(
+    llm = await deps.achat(ctx)
+    reply = await llm.astructured(
         PROMPTS["structure"].render(question=state.question), QuestionStructure,
         default=QuestionStructure(), max_tokens=ctx.structure_max_tokens, call="structure",
     )  # fmt: skip
@@ -82,7 +83,7 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
     round_no = state.iterations + 1
     query = state.current_query or state.question
     hits = await nodes.retrieve(
-        deps.search(ctx), [query], k=ctx.top_k, mode=ctx.retrieval_mode, round=round_no,
+        await deps.aretriever(ctx), [query], k=ctx.top_k, mode=ctx.retrieval_mode, round=round_no,
         exclude=[p["id"] for p in state.retrieved_passages],
     )  # fmt: skip
     emit(method="rfm_rag", round=round_no, query=query, retrieved=len(hits))
@@ -110,7 +111,8 @@ async def extract_evidence(state: State, runtime: Runtime[Context], deps: Deps) 
             state.retrieved, FORMATS["passages"], max_words=ctx.max_passage_words
         ),
     )
-    raw = await deps.chat(ctx).agenerate(messages, max_tokens=ctx.extract_max_tokens)
+    llm = await deps.achat(ctx)
+    raw = await llm.agenerate(messages, max_tokens=ctx.extract_max_tokens)
     return {"round_evidence": parse_evidence(raw)}
 
 
@@ -149,7 +151,8 @@ async def feedback_classifier(
     path: str
     threshold: float | None
     if judge is None:  # the optional LLM judge: a Yes/No choice, P(Yes) from logprobs
-        choice = await deps.chat(ctx).achoose(
+        llm = await deps.achat(ctx)
+        choice = await llm.achoose(
             PROMPTS["judge"].render(question=state.question, pool=nodes.render_passages(
                 facts_for_prompt(state.evidence_pool), FORMATS["pool_judge"], max_words=FACT_WORDS,
             )),
@@ -216,7 +219,8 @@ async def regenerate_keywords(
         pool = nodes.render_passages(
             facts_for_prompt(state.evidence_pool), FORMATS["pool"], max_words=FACT_WORDS
         )
-        reply = await deps.chat(ctx).astructured(
+        llm = await deps.achat(ctx)
+        reply = await llm.astructured(
             PROMPTS["fills"].render(pool=pool, triples=listing), FillsReply,
             default=FillsReply(), max_tokens=ctx.fills_max_tokens, call="fills",
         )  # fmt: skip
@@ -235,7 +239,8 @@ async def answer_from_pool(state: State, ctx: Context, deps: Deps) -> tuple[str,
         facts_for_prompt(state.evidence_pool), FORMATS["pool_answer"], max_words=FACT_WORDS
     )
     messages = PROMPTS["answer"].render(pool=pool, question=state.question)
-    raw = await deps.chat(ctx).agenerate(messages, max_tokens=ctx.answer_max_tokens)
+    llm = await deps.achat(ctx)
+    raw = await llm.agenerate(messages, max_tokens=ctx.answer_max_tokens)
     return raw, extract_answer(raw, state.task_type)
 
 

@@ -19,7 +19,7 @@ FORMATS = nodes.load_formats(__package__)
 async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     ctx = runtime.context
     hits = await nodes.retrieve(
-        deps.search(ctx), [state.question], k=ctx.top_k, mode=ctx.retrieval_mode, round=1
+        await deps.aretriever(ctx), [state.question], k=ctx.top_k, mode=ctx.retrieval_mode, round=1
     )
     return {"evidence": hits, "queries": [state.question], "iterations": 1}
 
@@ -27,7 +27,7 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     ctx = runtime.context
     answer, _ = await nodes.generate_answer(
-        deps.chat(ctx), PROMPTS["answer"], question=state.question, evidence=state.evidence,
+        await deps.achat(ctx), PROMPTS["answer"], question=state.question, evidence=state.evidence,
         fmt=FORMATS["passages"], max_words=ctx.max_passage_words, max_tokens=ctx.answer_max_tokens,
     )  # fmt: skip
     return {"answer": answer, "stop_reason": "answered"}
