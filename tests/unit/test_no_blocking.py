@@ -160,8 +160,11 @@ def test_async_run_on_a_users_store_never_blocks_the_loop(
     endpoint: FakeOpenAI,
     tmp_path: Path,
     tiny_docs: list[dict[str, str]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The store named in the run's context (as Studio's form sends it) is opened in the run."""
+    """The store named in the run's context (as Studio's form sends it, under the operator's
+    store root) is opened in the run."""
+    monkeypatch.setenv("GAPRAG_STORE_ROOT", str(tmp_path))
     store = tmp_path / "store"
     Store.build(store, tiny_docs, embedder=HashingEmbedder(), progress=False)  # type: ignore[arg-type]
     out = run_async(method, {"store": str(store)})
