@@ -84,3 +84,9 @@ async def generate_answer(
         thoughts=" ".join(state.thoughts),
     )  # fmt: skip
     return {"answer": answer, "stop_reason": "max_iterations"}
+
+
+def gathered(state: IRCoTState) -> nodes.Gathered:
+    """For the ranked reader: the passage pool and plain RAG's passages; the reasoning
+    sentences as the method's own text."""
+    return nodes.Gathered([*state.evidence, *state.gate_passages], list(state.thoughts))

@@ -19,6 +19,7 @@ from gaprag.deps import Deps
 from gaprag.graphs.iterkey.context import Context
 from gaprag.graphs.iterkey.nodes import (
     finalize,
+    gathered,
     generate_answer,
     generate_keywords,
     regenerate_keywords,
@@ -54,14 +55,14 @@ def build(
     )
     add_nodes(
         builder, deps, generate_keywords, retrieve, generate_answer, validate_answer,
-        regenerate_keywords, finalize,
+        regenerate_keywords, finalize, gate=True,
     )  # fmt: skip
     builder.add_edge("generate_keywords", "retrieve")
     builder.add_edge("retrieve", "generate_answer")
     builder.add_edge("generate_answer", "validate_answer")
     add_router(builder, "validate_answer", route_after_validation)
     builder.add_edge("regenerate_keywords", "retrieve")
-    add_short_answer(builder, deps, after="finalize")
+    add_short_answer(builder, deps, after="finalize", reader=gathered)
     graph = builder.compile(checkpointer=checkpointer, name="iterkey")
     limit = max(4 * context().max_iterations + 10, RECURSION_FLOOR)
     return graph.with_config(recursion_limit=limit)

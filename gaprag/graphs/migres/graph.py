@@ -20,6 +20,7 @@ from gaprag.graphs.migres.context import Context, budget
 from gaprag.graphs.migres.nodes import (
     extract,
     finalize,
+    gathered,
     generate_answer,
     init,
     judge_missing,
@@ -63,6 +64,7 @@ def build(
     add_nodes(
         builder, deps, init, retrieve, rerank_filter, llm_knowledge, extract, verify_nli,
         update_evidence_pool, judge_missing, regenerate_keywords, generate_answer, finalize,
+        gate=True,
     )  # fmt: skip
     builder.add_edge("init", "retrieve")
     builder.add_edge("retrieve", "rerank_filter")
@@ -74,7 +76,7 @@ def build(
     add_router(builder, "judge_missing", after_judge)
     builder.add_edge("regenerate_keywords", "retrieve")
     builder.add_edge("generate_answer", "finalize")
-    add_short_answer(builder, deps, after="finalize")
+    add_short_answer(builder, deps, after="finalize", reader=gathered)
     graph = builder.compile(checkpointer=checkpointer, name="migres")
     # at most 8 nodes per round, T+1 rounds, plus init / generate_answer / finalize
     return graph.with_config(recursion_limit=max(100, 8 * (budget(context()) + 1) + 10))

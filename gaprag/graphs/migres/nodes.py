@@ -530,3 +530,16 @@ def finalize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
             }
         ]
     }  # fmt: skip
+
+
+def gathered(state: State) -> nodes.Gathered:
+    """For the ranked reader: the passages behind the known facts, the first snippets the
+    question was shown and plain RAG's passages; the known facts and queries as the method's
+    own text."""
+    snippets = [
+        Evidence(id=s["id"], title=s["title"], text=s["text"], source="corpus",
+                 score=float(s["score"] or 0.0), round=1)
+        for s in state.question_snippets if s["source"] != "llm"
+    ]  # fmt: skip
+    notes = [*state.known_info, *state.query_history]
+    return nodes.Gathered([*state.evidence, *snippets, *state.gate_passages], notes)

@@ -264,3 +264,11 @@ def final_messages(state: State, ctx: Context, lang: str) -> RenderedPrompt:
         mk_context=mk_context,
         question=question_block(state.question, ctx.options_text, lang),
     )  # fmt: skip
+
+
+def gathered(state: State) -> nodes.Gathered:
+    """For the ranked reader: the evidence pool and plain RAG's passages; the judge's analysis,
+    missing knowledge and queries as the method's own text."""
+    passages = [*state.evidence, *state.gate_passages]
+    notes = [state.thought, *state.missing_knowledge, *state.mk_queries]
+    return nodes.Gathered(passages, [n for n in notes if n])

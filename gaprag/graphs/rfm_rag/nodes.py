@@ -249,3 +249,12 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
         "trace": [{"node": "generate_answer", "stop_reason": stop,
                    "retrievals": state.iterations, "pool": len(state.evidence_pool)}],
     }  # fmt: skip
+
+
+def gathered(state: State) -> nodes.Gathered:
+    """For the ranked reader: every passage retrieved and plain RAG's passages; the pool's
+    facts and the queries as the method's own text."""
+    facts = [str(item["text"]) for item in state.evidence_pool]
+    return nodes.Gathered(
+        [*state.retrieved_passages, *state.gate_passages], [*facts, *state.queries]
+    )
