@@ -159,7 +159,7 @@ async def gate(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[str, Any]:
     return {"gate_passages": hits}
 
 
-def after_gate(state: Any) -> str:
-    """``short_answer`` when the gate stopped the question, else the method's first step
-    (the wiring maps ``"loop"`` to it)."""
-    return "short_answer" if state.stop_reason == GATE_STOP else "loop"
+def after_gate(state: Any, loop: str) -> str:
+    """``short_answer`` when the gate stopped the question, else ``loop`` (the method's first
+    step)."""
+    return "short_answer" if state.stop_reason == GATE_STOP else loop

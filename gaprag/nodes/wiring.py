@@ -187,9 +187,12 @@ def add_nodes(
 
         start = gate_node
         builder.add_node("gate", as_node(gate_node, deps, context, first=True, inputs=inputs))
-        builder.add_conditional_edges(
-            "gate", after_gate, {"loop": entry.__name__, "short_answer": "short_answer"}
-        )
+        loop = entry.__name__
+
+        def route_after_gate(state: Any) -> str:
+            return after_gate(state, loop)
+
+        builder.add_conditional_edges("gate", route_after_gate, [loop, "short_answer"])
     for fn in fns:
         builder.add_node(fn.__name__, as_node(fn, deps, context, first=fn is start, inputs=inputs))
     builder.add_edge(START, start.__name__)

@@ -219,3 +219,15 @@ def test_answers_agree_after_normalisation() -> None:
 def test_the_gate_retrieves_as_plain_rag_does() -> None:
     plain = PlainContext()
     assert (plain.top_k, plain.retrieval_mode) == (PLAIN_TOP_K, PLAIN_MODE)
+
+
+def test_an_eval_variant_compares_gated_and_ungated_runs() -> None:
+    from gaprag.eval.runner import plan_methods
+
+    keys, methods, options = plan_methods(
+        ["migres"], ["gated=migres:gate=logprob_mean,gate_threshold=-0.5"], [], None
+    )
+    assert keys == ["migres", "gated"] and methods["gated"] == "migres"
+    assert options["gated"]["gate"] == "logprob_mean"
+    assert options["gated"]["gate_threshold"] == -0.5
+    assert options["migres"].get("gate", "off") == "off"
