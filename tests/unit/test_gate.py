@@ -231,3 +231,70 @@ def test_an_eval_variant_compares_gated_and_ungated_runs() -> None:
     assert options["gated"]["gate"] == "logprob_mean"
     assert options["gated"]["gate_threshold"] == -0.5
     assert options["migres"].get("gate", "off") == "off"
+
+
+# -- calibration: `gaprag calibrate --gate SIGNAL` -------------------------------------------
+def test_a_gate_calibration_on_reported_questions_is_refused(store: Store) -> None:
+    from gaprag.eval.calibrate import calibrate
+
+    model = plain_model(SURE)
+    with pytest.raises(InputError, match="reserved"):
+        calibrate(
+            model="scripted", methods=["ircot"], datasets=["hotpotqa"], start=10, limit=2,
+            gate="logprob_mean", llm=model, progress=False,
+        )  # fmt: skip
+    assert model.calls == []  # refused before anything ran
+
+
+def test_a_gate_calibration_needs_a_known_signal_and_an_iterative_method() -> None:
+    from gaprag.eval.calibrate import calibrate
+
+    with pytest.raises(InputError, match="gate signal"):
+        calibrate(model="m", methods=["ircot"], gate="vibes", run=False)
+    with pytest.raises(InputError, match="standard_rag"):
+        calibrate(model="m", methods=["standard_rag"], gate="logprob_mean", run=False)
+
+
+def gate_row(p: float, plain: str, f1: float, calls: int, path: str = "logprobs") -> Any:
+    decision = {"node": "gate", "round": 0, "decision": "continue", "p": p, "path": path}
+    return {
+        "method": "ircot", "question": "Q?", "answers": ["Paris"], "f1": f1,
+        "llm_calls": calls, "decisions": [{**decision, "answer": plain}],
+    }  # fmt: skip
+
+
+def test_the_gate_replay_stops_confident_questions_with_plain_rags_answer() -> None:
+    from gaprag.eval.calibrate import gate_replay
+
+    rows = [gate_row(0.9, "Paris", 0.0, 5), gate_row(0.2, "Lyon", 1.0, 5)]
+    loop_all = gate_replay(rows, 1.01)
+    assert (loop_all.f1, loop_all.llm_calls, loop_all.stop_rate) == (0.5, 5.0, 0.0)
+    gated = gate_replay(rows, 0.5)  # the first stops (right, 1 call), the second loops
+    assert (gated.f1, gated.llm_calls, gated.stop_rate) == (1.0, 3.0, 0.5)
+    agreement = gate_replay([gate_row(1.0, "Paris", 0.0, 5, "agreement")], 0.5)
+    assert agreement.llm_calls == 2.0
+
+
+def test_the_gate_calibration_writes_the_signal_and_its_threshold(
+    tmp_path: Path, store: Store
+) -> None:
+    from gaprag.eval.calibrate import gate_curves, write_profile
+
+    rows = [gate_row(0.9, "Paris", 0.0, 5), gate_row(0.2, "Lyon", 1.0, 5)]
+    curves = gate_curves(rows, ["ircot"], "logprob_mean")
+    chosen = curves["ircot"]["chosen"]
+    assert 0.2 < chosen["threshold"] <= 0.9 and chosen["stop_rate"] == 0.5
+    assert curves["ircot"]["profile"] == {
+        "gate": "logprob_mean",
+        "gate_threshold": round(math.log(chosen["threshold"]), 4),
+    }
+    never = gate_curves([gate_row(0.9, "Lyon", 1.0, 3)], ["ircot"], "logprob_mean")
+    assert never["ircot"]["profile"] == {"gate": "off"}
+    path = tmp_path / "m.toml"
+    write_profile(path, "m", {}, {"date": "today"}, gate=curves)
+    text = path.read_text()
+    assert 'gate = "logprob_mean"' in text and "gate_threshold = " in text
+    # a graph built with that profile is gated
+    llm = LLM(plain_model(SURE), supports_logprobs=True)
+    graph = build_graph("ircot", llm=llm, retriever=store, profile=str(path))
+    assert graph.invoke({"question": Q})["stop_reason"] == GATE_STOP
