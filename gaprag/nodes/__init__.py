@@ -20,7 +20,7 @@
 from gaprag.nodes.answer import clean_answer, generate_answer
 from gaprag.nodes.decisions import log_decision, option_probability, should_stop
 from gaprag.nodes.pool import update_evidence_pool
-from gaprag.nodes.reader import Gathered
+from gaprag.nodes.reader import Gathered, reader_answers
 from gaprag.nodes.render import (
     PassageFormat,
     cut_text,
@@ -46,6 +46,7 @@ __all__ = [
     "load_formats",
     "log_decision",
     "option_probability",
+    "reader_answers",
     "render_passages",
     "retrieve",
     "shorten",

@@ -18,7 +18,9 @@ intermediate text (its queries, facts, reasoning), then
 The passages rendered into its prompt are recorded as shown (``shown_ids``), and the items it
 answered from become ``evidence``. A trace record ``{call: "reader", ranker, ids, scores}``
 says what it chose. With ``reader`` other than ``ranked`` the node passes the method's own
-answer through unchanged.
+answer through unchanged. A method whose last step is a pure answer call skips that call
+when the reader answers (:func:`reader_answers`); the reader falls back to the method's answer
+only when its own reply is empty.
 """
 
 from __future__ import annotations
@@ -211,12 +213,18 @@ async def read(
     return clean_answer(raw), shown
 
 
+def reader_answers(ctx: Any) -> bool:
+    """Whether the shared reader gives the final answer (``reader="ranked"``): a method's own
+    final answer call, which the reader would replace, is then skipped."""
+    return getattr(ctx, "reader", "short") == "ranked"
+
+
 def reader_node(gather: Gather = gathered_evidence) -> Callable[..., Any]:
     """The graph node ``reader`` over what ``gather(state)`` returns."""
 
     async def reader(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[str, Any]:
         ctx = runtime.context
-        if getattr(ctx, "reader", "short") != "ranked" or state.stop_reason == "gate_confident":
+        if not reader_answers(ctx) or state.stop_reason == "gate_confident":
             return {}
         ranker: Ranker = ctx.reader_ranker
         embedder = reader_embedder(deps, deps.search(ctx)) if ranker == "dense" else None
@@ -225,6 +233,6 @@ def reader_node(gather: Gather = gathered_evidence) -> Callable[..., Any]:
             budget=ctx.reader_budget, max_words=ctx.max_passage_words,
             max_tokens=ctx.answer_max_tokens, embedder=embedder,
         )  # fmt: skip
-        return {"answer": answer, "evidence": [dict(i) for i in shown]}
+        return {"answer": answer or state.answer, "evidence": [dict(i) for i in shown]}
 
     return reader

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gaprag import build_graph
+from gaprag.deps import Deps
 from gaprag.graphs import ITERATIVE
 from gaprag.llm.client import LLM
 from gaprag.nodes.reader import Gathered, gathered_evidence, pack, rank, read, unique
@@ -129,7 +130,8 @@ def test_the_ranked_reader_answers_from_everything_the_method_gathered(store: St
     out, chat = ircot(store, reader="ranked", reader_budget=2)
     assert out["answer"] == "Gustave Eiffel" and out["stop_reason"] == "max_iterations"
     reader_prompt = chat.prompts()[-1]
-    assert READER in reader_prompt and len(chat.calls) == 4  # 2 thoughts, its answer, reader
+    # two thoughts and the reader: the method's own answer call is left to the reader
+    assert READER in reader_prompt and len(chat.calls) == 3
     assert len(out["evidence"]) == 2 and set(out["shown_ids"]) >= set(ids(out["evidence"]))
     record = next(t for t in out["trace"] if t.get("call") == "reader")
     assert record["ranker"] == "bm25" and record["ids"] == ids(out["evidence"])
@@ -178,3 +180,21 @@ def test_after_an_unsure_gate_the_reader_also_reads_plain_rags_passages(store: S
     assert out["answer"] == "Gustave Eiffel" and out["decisions"][0]["decision"] == "continue"
     record = next(t for t in out["trace"] if t.get("call") == "reader")
     assert record["gathered"] == 5  # the gate's five passages (the loop's two among them)
+
+
+@pytest.mark.parametrize("method", ["missing_knowledge", "rfm_rag", "migres"])
+def test_the_reader_replaces_the_methods_final_answer_call(method: str, store: Store) -> None:
+    from gaprag.graphs.migres.nodes import generate_answer as migres_answer
+    from gaprag.graphs.missing_knowledge.nodes import generate_answer as mk_answer
+    from gaprag.graphs.rfm_rag.nodes import generate_answer as rfm_answer
+
+    node = {"missing_knowledge": mk_answer, "rfm_rag": rfm_answer, "migres": migres_answer}
+    graph = build_graph(method, llm=ScriptedChatModel(), retriever=store, reader="ranked")
+    context = graph.builder.context_schema
+    assert context is not None
+    state = graph.builder.state_schema(question=Q)
+    chat = ScriptedChatModel(default="never asked")
+    update = asyncio.run(
+        node[method](state, SimpleNamespace(context=context()), Deps.of(llm=chat))  # type: ignore[arg-type]
+    )
+    assert chat.calls == [] and update["stop_reason"]

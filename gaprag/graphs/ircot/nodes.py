@@ -77,6 +77,8 @@ async def generate_answer(
     stated = final_answer(state.thoughts[-1]) if state.thoughts else None
     if stated:
         return {"answer": stated, "stop_reason": "answered"}
+    if nodes.reader_answers(ctx):  # the shared reader answers after this step
+        return {"stop_reason": "max_iterations"}
     answer, _ = await nodes.generate_answer(
         deps.chat(ctx), PROMPTS["answer"], question=state.question,
         evidence=state.evidence[: ctx.max_passages], fmt=FORMATS["passages"],

@@ -507,6 +507,8 @@ async def regenerate_keywords(
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    if nodes.reader_answers(runtime.context):  # the shared reader answers after this step
+        return {"status": "forced", "stop_reason": "max_iterations"}
     value, text = await _pool_answer(state, runtime.context, deps, call="final")
     failed = not text
     return {

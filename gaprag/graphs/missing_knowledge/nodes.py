@@ -232,7 +232,9 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     ctx = runtime.context
     stop = stop_reason(state)
-    if not state.missing and ctx.final_when_not_missing == "reuse_draft":
+    if nodes.reader_answers(ctx) or (
+        not state.missing and ctx.final_when_not_missing == "reuse_draft"
+    ):  # the shared reader answers after this step, or the draft is the answer
         return {"answer": state.draft_answer, "stop_reason": stop}
     lang = language(ctx.language, state.question)
     messages = final_messages(state, ctx, lang)

@@ -238,8 +238,11 @@ async def answer_from_pool(state: State, ctx: Context, deps: Deps) -> tuple[str,
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """The answer, once, from the pool: a short chain of thought ending in the span."""
-    raw, answer = await answer_from_pool(state, runtime.context, deps)
+    """The answer, once, from the pool: a short chain of thought ending in the span (no call
+    when the shared reader answers after this step)."""
+    raw, answer = ("", "")
+    if not nodes.reader_answers(runtime.context):
+        raw, answer = await answer_from_pool(state, runtime.context, deps)
     stop = "sufficient" if state.sufficient else "max_iterations"
     return {
         "raw_answer": raw,
