@@ -298,3 +298,21 @@ def test_the_gate_calibration_writes_the_signal_and_its_threshold(
     llm = LLM(plain_model(SURE), supports_logprobs=True)
     graph = build_graph("ircot", llm=llm, retriever=store, profile=str(path))
     assert graph.invoke({"question": Q})["stop_reason"] == GATE_STOP
+
+
+class RefusesLogprobs(ScriptedChatModel):
+    """A chat model whose endpoint rejects a request for logprobs."""
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
+        if kw.get("logprobs"):
+            raise ValueError("logprobs are not supported")
+        return super()._generate(messages, stop, run_manager, **kw)
+
+
+def test_an_endpoint_that_refuses_logprobs_is_not_asked_again(store: Store) -> None:
+    llm = LLM(RefusesLogprobs(rules=[(PLAIN, "Paris")]), supports_logprobs=True)
+    graph = build_graph("ircot", llm=llm, retriever=store, gate="logprob_mean")
+    out = graph.invoke({"question": Q})
+    assert llm.supports_logprobs is False and out["stop_reason"] == GATE_STOP
+    assert out["decisions"][0]["path"] == "agreement_fallback"
+    assert any(t.get("event") == "logprobs_unavailable" for t in out["trace"])
