@@ -51,7 +51,7 @@ PLAIN_TOP_K = 5
 PLAIN_MODE: RetrievalMode = "hybrid"
 #: the cut of the agreement signal's second answer
 AGREEMENT_K = 3
-#: a margin when the endpoint gave only one alternative at the first token
+#: the largest margin recorded (a logprob difference; the probability is 1 to float precision)
 MAX_MARGIN = 100.0
 
 _NOISE = re.compile(r"[^a-z0-9 ]")
@@ -72,18 +72,19 @@ def normalize(answer: str) -> str:
 
 def logprob_signals(tokens: Sequence[TokenLogprob]) -> dict[str, float] | None:
     """The answer's ``logprob_mean``, ``logprob_min`` (over tokens that are not whitespace)
-    and ``logprob_margin`` (first such token); None when there is no such token."""
+    and ``logprob_margin`` (first such token; only where the endpoint gave two alternatives
+    there); None when there is no such token."""
     kept = [t for t in tokens if t.token.strip()]
     if not kept:
         return None
-    first = kept[0]
-    alternatives = sorted((lp for _, lp in first.top), reverse=True) or [first.logprob]
-    margin = alternatives[0] - alternatives[1] if len(alternatives) > 1 else MAX_MARGIN
-    return {
+    out = {
         "logprob_mean": sum(t.logprob for t in kept) / len(kept),
         "logprob_min": min(t.logprob for t in kept),
-        "logprob_margin": min(margin, MAX_MARGIN),
     }
+    alternatives = sorted((lp for _, lp in kept[0].top), reverse=True)
+    if len(alternatives) > 1:
+        out["logprob_margin"] = min(alternatives[0] - alternatives[1], MAX_MARGIN)
+    return out
 
 
 def probability(signal: Signal, value: float) -> float:
@@ -124,7 +125,7 @@ async def gate(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[str, Any]:
         scored = await llm.agenerate_scored(messages, max_tokens=ctx.answer_max_tokens)
         answer = clean_answer(scored.text)
         found = logprob_signals(scored.tokens) if scored.tokens else None
-        if found is None:  # the endpoint gave no logprobs: a signal it supports
+        if found is None or signal not in found:  # no logprobs: a signal the endpoint supports
             signal, path = "agreement", "agreement_fallback"
         else:
             signals = found

@@ -198,6 +198,8 @@ def test_signals_from_token_logprobs() -> None:
         {"logprob_mean": -0.4, "logprob_min": -0.6, "logprob_margin": 1.7}
     )
     assert logprob_signals([TokenLogprob(" ", -0.1)]) is None
+    # one alternative only: no margin (the gate then falls back to agreement)
+    assert "logprob_margin" not in (logprob_signals([TokenLogprob("x", -0.1, [("x", -0.1)])]) or {})
 
 
 @pytest.mark.parametrize(
