@@ -198,3 +198,12 @@ def test_the_reader_replaces_the_methods_final_answer_call(method: str, store: S
         node[method](state, SimpleNamespace(context=context()), Deps.of(llm=chat))  # type: ignore[arg-type]
     )
     assert chat.calls == [] and update["stop_reason"]
+
+
+def test_plain_rag_with_the_reader_reorders_its_passages_strongest_last(store: Store) -> None:
+    chat = ScriptedChatModel(rules=[(READER, "Paris")], default="never asked")
+    graph = build_graph("standard_rag", llm=chat, retriever=store, reader="ranked", top_k=3)
+    out = graph.invoke({"question": "What is the capital of France?"})
+    assert out["answer"] == "Paris" and len(chat.calls) == 1  # one call: the reader's
+    assert set(out["shown_ids"]) == set(out["retrieved_ids"])
+    assert out["evidence"][-1]["id"] == "fr"  # the strongest, next to the question
