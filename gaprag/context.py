@@ -136,10 +136,38 @@ class BaseContext(metaclass=_Checked):
     max_passage_words: int = describe(
         150, "Passages are cut to this many words in prompts.", minimum=1
     )
-    answer_style: Literal["short", "paper"] = describe(
+    reader: Literal["short", "paper", "ranked"] = describe(
         "short",
-        "short: the final answer is reduced to its shortest span (a rule, else one LLM call); "
-        "paper: the method's own answer, for exact reproductions of a paper.",
+        "The final answer step. short: the method's own answer step, reduced to its shortest "
+        "span (a rule, else one LLM call); paper: the method's own answer as its paper gives it; "
+        "ranked: the shared reader ranks everything the method gathered, keeps reader_budget "
+        "passages with the strongest next to the question, answers, then shortens.",
+    )
+    reader_ranker: Literal["retrieval", "bm25", "dense", "llm"] = describe(
+        "bm25",
+        "How the ranked reader orders the gathered passages: retrieval (the order they were "
+        "found), bm25 or dense (MiniLM) against the question and the method's own text, llm "
+        "(the model's P(relevant), one call per passage).",
+    )
+    reader_budget: int = describe(
+        5, "Passages the ranked reader shows (plain RAG's top_k by default).", minimum=1
+    )
+    gate: Literal["off", "logprob_mean", "logprob_margin", "logprob_min", "agreement"] = describe(
+        "off",
+        "First answer as plain RAG does and stop there when that answer is confident: "
+        "off (always run the loop); logprob_mean, logprob_min (the answer's mean or lowest "
+        "token logprob), logprob_margin (its first token's top-1 minus top-2 logprob); "
+        "agreement (the answers from the top 3 and from all passages agree; one more call). "
+        "An endpoint without logprobs falls back to agreement.",
+    )
+    gate_threshold: float = describe(
+        -0.5,
+        "The gate stops when its signal is at least this: a token logprob (<= 0) for "
+        "logprob_mean and logprob_min, a logprob margin (>= 0) for logprob_margin; agreement "
+        "stops when the two answers agree.",
+    )
+    answer_style: Literal["", "short", "paper"] = describe(
+        "", "Deprecated alias of reader (short or paper); applies when reader is left at short."
     )
     no_logprobs: Literal["retrieve_more", "trust_answer"] = describe(
         "retrieve_more",
@@ -155,6 +183,8 @@ class BaseContext(metaclass=_Checked):
     )
 
     def __post_init__(self) -> None:
+        if self.answer_style in ("short", "paper") and self.reader == "short":
+            self.reader = self.answer_style
         hints = typing.get_type_hints(type(self))
         method = method_of(type(self))
         for f in dataclasses.fields(self):

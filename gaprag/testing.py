@@ -34,6 +34,9 @@ class ScriptedChatModel(BaseChatModel):
     rules: list[tuple[str, Reply]] = Field(default_factory=list)
     default: Reply = ""
     logprobs: dict[str, float] | None = None  # token -> logprob for every reply, if set
+    # reply text -> its generated tokens, each a list of (token, logprob) alternatives with the
+    # generated token first; used (before ``logprobs``) when a call asks for logprobs
+    reply_logprobs: dict[str, list[list[tuple[str, float]]]] = Field(default_factory=dict)
     latency: float = 0.0  # seconds each call takes (time.sleep, or asyncio.sleep when async)
     _calls: list[dict[str, Any]] = PrivateAttr(default_factory=list)
     _index: int = PrivateAttr(default=0)
@@ -112,7 +115,18 @@ class ScriptedChatModel(BaseChatModel):
         )
         prompt_tokens = sum(_tokens(str(m.content)) for m in messages)
         meta: dict[str, Any] = {}
-        if self.logprobs and kwargs.get("logprobs"):
+        if kwargs.get("logprobs") and text in self.reply_logprobs:
+            meta["logprobs"] = {
+                "content": [
+                    {
+                        "token": position[0][0],
+                        "logprob": position[0][1],
+                        "top_logprobs": [{"token": t, "logprob": lp} for t, lp in position],
+                    }
+                    for position in self.reply_logprobs[text]
+                ]
+            }
+        elif self.logprobs and kwargs.get("logprobs"):
             top = [{"token": t, "logprob": lp} for t, lp in self.logprobs.items()]
             meta["logprobs"] = {
                 "content": [

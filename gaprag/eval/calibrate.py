@@ -19,6 +19,12 @@
    (IterKey's ``fallback_policy``: which round's answer), every value of it is replayed with
    every threshold from the same rows, and the pair with the best objective is written (ties:
    the higher threshold, then the method's default value).
+5. With ``gate=SIGNAL`` (``--gate``) the runs also run the shared gate (:mod:`gaprag.nodes.gate`)
+   with that signal; every iterative method, IRCoT included, can be calibrated this way. The
+   gate's decision is replayed like the others (a question stopped there answers with plain
+   RAG's answer and spends only the gate's calls), and the profile gets ``gate`` and
+   ``gate_threshold`` (the chosen ``p`` in the signal's unit), or ``gate = "off"`` where never
+   stopping at the gate is best.
 """
 
 from __future__ import annotations
@@ -209,7 +215,12 @@ _NOTE_TABLES = ("questions", "rows")
 
 
 def write_profile(
-    path: Path, model: str, chosen: Mapping[str, Mapping[str, Any]], notes: Mapping[str, Any]
+    path: Path,
+    model: str,
+    chosen: Mapping[str, Mapping[str, Any]],
+    notes: Mapping[str, Any],
+    *,
+    gate: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
     """Write (or update) a profile: the chosen thresholds, the switches already there kept."""
     import tomllib
@@ -234,6 +245,9 @@ def write_profile(
         if result.get("switch") and result["chosen"].get("choice") is not None:
             data[method][result["switch"]] = result["chosen"]["choice"]
         record[method] = {**notes, "rows": result["questions"]}
+    for method, result in (gate or {}).items():
+        data.setdefault(method, {}).update(result["profile"])
+        record.setdefault(method, {**notes, "rows": result["questions"]})
     data["calibration"] = record
     path.parent.mkdir(parents=True, exist_ok=True)
     header = (
@@ -260,6 +274,7 @@ def calibrate(
     embedder: Any = None,
     run: bool = True,
     rf_weights: str | Path | None = None,
+    gate: str | None = None,
 ) -> dict[str, Any]:
     """Run the calibration questions, replay the thresholds, write ``model``'s profile.
 
@@ -273,12 +288,14 @@ def calibrate(
     Returns the curves and the profile's path."""
     from gaprag.eval.runner import evaluate, read_results
 
-    unknown = [m for m in methods if m not in CALIBRATED]
+    allowed = gate_methods() if gate else tuple(CALIBRATED)
+    unknown = [m for m in methods if m not in allowed]
     if unknown:
         raise InputError(
             f"no calibrated decision in: {', '.join(unknown)}",
-            hint="calibrated methods: " + ", ".join(CALIBRATED),
+            hint="calibrated methods: " + ", ".join(allowed),
         )
+    check_gate_signal(gate)
     if rf_weights is not None and "rfm_rag" not in methods:
         raise InputError(
             "--rf-weights re-scores rfm_rag's decisions", hint="add rfm_rag to --methods"
@@ -302,7 +319,7 @@ def calibrate(
                     offset=start,
                     out=out_dir / ds.name,
                     resume=resume,
-                    options={m: {"calibration": True} for m in methods},
+                    options={m: {"calibration": True, **gate_option(gate)} for m in methods},
                     base_url=base_url,
                     model=model if base_url else None,
                     llm=llm,
@@ -329,10 +346,13 @@ def calibrate(
         from gaprag.graphs.rfm_rag.rescore import rescore_rows
 
         rows, rescored = rescore_rows(rows, run_dirs, rf_weights)
-    result = curves(rows, methods, cost_per_call=cost_per_call)
+    result = curves(rows, [m for m in methods if m in CALIBRATED], cost_per_call=cost_per_call)
+    gated = gate_curves(rows, methods, gate, cost_per_call=cost_per_call) if gate else {}
     if rescored is not None and "rfm_rag" in result:
         result["rfm_rag"]["rescored"] = rescored
-    (out_dir / "curves.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    (out_dir / "curves.json").write_text(
+        json.dumps({**result, **({"gate": gated} if gate else {})}, indent=2), encoding="utf-8"
+    )
     notes = {
         "date": time.strftime("%Y-%m-%d"),
         "command": " ".join(["gaprag calibrate", *sys.argv[2:]]) or "gaprag calibrate",
@@ -346,8 +366,8 @@ def calibrate(
     from gaprag.profiles import normalize
 
     target = Path(profile_path) if profile_path else _shipped_path(normalize(model))
-    write_profile(target, model, result, notes)
-    return {"curves": result, "profile": str(target)}
+    write_profile(target, model, result, notes, gate=gated)
+    return {"curves": result, "gate": gated, "profile": str(target)}
 
 
 def _note_answer_choice(rows: Sequence[dict[str, Any]], run_file: Path) -> None:
@@ -368,3 +388,87 @@ def _shipped_path(name: str) -> Path:
     from importlib import resources
 
     return Path(str(resources.files("gaprag.profiles"))) / f"{name}.toml"
+
+
+# -- the shared gate (gaprag.nodes.gate): its decision is calibrated like a method's ---------
+GATE_NODES: tuple[str, ...] = ("gate",)
+
+
+def gate_methods() -> tuple[str, ...]:
+    from gaprag.graphs import ITERATIVE
+
+    return ITERATIVE
+
+
+def check_gate_signal(gate: str | None) -> None:
+    from gaprag.nodes.gate import LOGPROB_SIGNALS
+
+    signals = (*LOGPROB_SIGNALS, "agreement")
+    if gate is not None and gate not in signals:
+        raise InputError(f"unknown gate signal {gate!r}", hint="use one of: " + ", ".join(signals))
+
+
+def gate_option(gate: str | None) -> dict[str, Any]:
+    return {"gate": gate} if gate else {}
+
+
+def gate_replay(
+    rows: Iterable[Mapping[str, Any]], threshold: float, *, cost_per_call: float = 0.005
+) -> Point:
+    """What stopping at the gate on ``p >= threshold`` would have given: a stopped question
+    answers with plain RAG's answer (reduced by the short-answer rules) and spends the gate's
+    calls (1 on logprobs, 2 on agreement); the others keep their run's F1 and calls."""
+    f1s: list[float] = []
+    calls: list[float] = []
+    stopped = 0
+    for row in rows:
+        if row.get("error"):
+            continue
+        f1, spent = float(row.get("f1") or 0.0), float(row.get("llm_calls") or 0)
+        for d in _stops(row, GATE_NODES)[:1]:
+            p, answer = d.get("p"), d.get("answer")
+            if p is not None and answer is not None and p >= threshold:
+                f1 = _short_f1(row, str(answer))
+                spent = 1.0 if d.get("path") == "logprobs" else 2.0
+                stopped += 1
+        f1s.append(f1)
+        calls.append(spent)
+    n = max(1, len(f1s))
+    mean_f1, mean_calls = sum(f1s) / n, sum(calls) / n
+    return Point(
+        threshold=threshold, f1=mean_f1, llm_calls=mean_calls, stop_rate=stopped / n,
+        objective=mean_f1 - cost_per_call * mean_calls,
+    )  # fmt: skip
+
+
+def gate_curves(
+    rows: Sequence[Mapping[str, Any]],
+    methods: Sequence[str],
+    signal: str,
+    *,
+    cost_per_call: float = 0.005,
+    grid: Sequence[float] = GRID,
+) -> dict[str, dict[str, Any]]:
+    """Per method: the gate's replayed grid, the chosen ``p`` and the profile values it
+    gives (``gate`` and ``gate_threshold``, or ``gate = "off"`` when never stopping wins)."""
+    from gaprag.nodes.gate import threshold_setting
+
+    out: dict[str, dict[str, Any]] = {}
+    for method in methods:
+        mine = [r for r in rows if r.get("method") == method and _stops(r, GATE_NODES)]
+        if not mine:
+            continue
+        points = [gate_replay(mine, t, cost_per_call=cost_per_call) for t in grid]
+        best = choose(points)
+        profile: dict[str, Any] = {"gate": "off"}
+        if best.stop_rate > 0 and best.threshold <= 1.0:
+            setting = threshold_setting(signal, best.threshold)  # type: ignore[arg-type]
+            profile = {"gate": signal, "gate_threshold": round(setting, 4)}
+        out[method] = {
+            "signal": signal,
+            "questions": len(mine),
+            "chosen": best.as_dict(),
+            "profile": profile,
+            "grid": [pt.as_dict() for pt in points],
+        }
+    return out

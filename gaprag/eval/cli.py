@@ -96,7 +96,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         run=not args.replay_only,
         rf_weights=args.rf_weights,
+        gate=args.gate,
     )
+    for method, res in result.get("gate", {}).items():
+        best = res["chosen"]
+        print(
+            f"{method}: gate = {res['profile']}  (F1 {best['f1']:.3f}, {best['llm_calls']:.1f} "
+            f"calls, stops at the gate on {best['stop_rate']:.0%}; {res['questions']} questions)"
+        )
     for method, res in result["curves"].items():
         best = res["chosen"]
         switch = f", {res['switch']} = {best['choice']}" if res.get("switch") else ""
@@ -217,6 +224,12 @@ def register(subparsers: Any) -> None:
         "--rf-weights",
         help="R-Feedback weights to replay rfm_rag's stop decisions with (retrained ones): "
         "their probabilities replace the recorded ones, on the questions they did not train on",
+    )
+    p.add_argument(
+        "--gate",
+        choices=["logprob_mean", "logprob_margin", "logprob_min", "agreement"],
+        help="also run the shared gate with this signal and write gate and gate_threshold per "
+        "method (any iterative method, ircot included)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_calibrate)

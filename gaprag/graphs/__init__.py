@@ -28,6 +28,10 @@ METHODS: dict[str, str] = {
     "ircot": "gaprag.graphs.ircot.graph",
 }
 
+#: the iterative methods: each starts with the shared gate (``gate``) and can end with the
+#: shared reader (``reader="ranked"``), see gaprag.nodes.gate and gaprag.nodes.reader
+ITERATIVE: tuple[str, ...] = ("missing_knowledge", "iterkey", "migres", "rfm_rag", "ircot")
+
 
 def _module(method: str) -> Any:
     if method not in METHODS:

@@ -64,6 +64,23 @@ class Structured(Generic[M]):
 
 
 @dataclass
+class TokenLogprob:
+    """One generated token, its logprob and the top alternatives at its position."""
+
+    token: str
+    logprob: float
+    top: list[tuple[str, float]] = field(default_factory=list)
+
+
+@dataclass
+class Scored:
+    """Free text with its tokens' logprobs; ``tokens`` is None when the endpoint gave none."""
+
+    text: str
+    tokens: list[TokenLogprob] | None = None
+
+
+@dataclass
 class Choice:
     """A closed-set decision, with the path that decided it and option probabilities if known."""
 
@@ -319,6 +336,28 @@ class LLM:
         )
         return strip_thinking(_text(reply)).strip()
 
+    async def agenerate_scored(
+        self, messages: Messages, *, max_tokens: int = DEFAULT_MAX_TOKENS, top_logprobs: int = 2
+    ) -> Scored:
+        """Free text like :meth:`agenerate`, with each generated token's logprob and its
+        ``top_logprobs`` alternatives where the endpoint returns them (``tokens`` None where
+        it does not; after one refusal the endpoint is not asked again)."""
+        msgs, parts = to_messages(messages), prompt_parts(messages)
+        if self.supports_logprobs:
+            try:
+                reply = await self._ainvoke(
+                    msgs, max_tokens, parts, logprobs=True, top_logprobs=top_logprobs
+                )
+            except EndpointError:
+                raise
+            except Exception as exc:  # the endpoint has no logprobs: stop asking
+                record_decision(event="logprobs_unavailable", error=one_line(str(exc), 200))
+                self.supports_logprobs = False
+            else:
+                return Scored(strip_thinking(_text(reply)).strip(), _token_logprobs(reply))
+        reply = await self._ainvoke(msgs, max_tokens, parts)
+        return Scored(strip_thinking(_text(reply)).strip(), None)
+
     def _constraint(self, schema: Mapping[str, Any]) -> dict[str, Any]:
         if self.structured_mode == "json_schema":
             return {
@@ -470,3 +509,22 @@ class LLM:
                     )
                     break
         return probs
+
+
+def _token_logprobs(reply: AIMessage) -> list[TokenLogprob] | None:
+    """The reply's generated tokens with their logprobs, or None when it carries none."""
+    logprobs = reply.response_metadata.get("logprobs") or {}
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not content:
+        return None
+    return [
+        TokenLogprob(
+            token=str(item.get("token", "")),
+            logprob=float(item.get("logprob", -100.0)),
+            top=[
+                (str(t.get("token", "")), float(t.get("logprob", -100.0)))
+                for t in item.get("top_logprobs") or []
+            ],
+        )
+        for item in content
+    ]

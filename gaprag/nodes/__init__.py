@@ -6,7 +6,11 @@
   recording what is shown to the model.
 - :mod:`~gaprag.nodes.answer`: generate an answer over passages and clean it.
 - :mod:`~gaprag.nodes.short_answer`: reduce the final answer to its shortest span (the last
-  step of every method, off with ``answer_style="paper"``).
+  step of every method, off with ``reader="paper"``).
+- :mod:`~gaprag.nodes.reader`: the shared reader (``reader="ranked"``): rank what a method
+  gathered, keep a budget with the strongest next to the question, answer.
+- :mod:`~gaprag.nodes.gate`: the shared gate (``gate``): answer as plain RAG does first and
+  run the loop only when that answer is unsure.
 - :mod:`~gaprag.nodes.pool`: update an evidence pool (dedup, provenance, round).
 - :mod:`~gaprag.nodes.decisions`: record a loop decision with its probability and path.
 - :mod:`~gaprag.nodes.wiring`: turn module-level node functions into graph nodes and routers,
@@ -23,6 +27,7 @@ from gaprag.nodes.decisions import (
     should_stop,
 )
 from gaprag.nodes.pool import update_evidence_pool
+from gaprag.nodes.reader import Gathered, reader_answers
 from gaprag.nodes.render import (
     PassageFormat,
     cut_text,
@@ -36,6 +41,7 @@ from gaprag.nodes.short_answer import add_short_answer, shorten
 from gaprag.nodes.wiring import add_nodes, add_router, compile_graph
 
 __all__ = [
+    "Gathered",
     "PassageFormat",
     "Reading",
     "add_nodes",
@@ -50,6 +56,7 @@ __all__ = [
     "log_decision",
     "option_probability",
     "read_choice",
+    "reader_answers",
     "render_passages",
     "retrieve",
     "shorten",

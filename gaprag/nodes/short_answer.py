@@ -12,13 +12,14 @@ fair. It spends an LLM call only where the answer is not already short:
   in ``gaprag/nodes/prompts.toml``). A reply that is empty or not shorter than the answer is
   discarded and the answer kept.
 
-``answer_style="paper"`` turns the step off for exact reproductions of a paper. Each run of the
+``reader="paper"`` turns the step off for exact reproductions of a paper. Each run of the
 step leaves a trace record ``{call: "short_answer", path: rule|llm|kept|off, original}``.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 from langgraph.graph import END, StateGraph
@@ -109,10 +110,10 @@ async def shorten(
 
 
 async def short_answer(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[str, Any]:
-    """The graph node: shorten ``state.answer`` unless ``answer_style == "paper"``."""
+    """The graph node: shorten ``state.answer`` unless ``reader == "paper"``."""
     ctx = runtime.context
     original = str(getattr(state, "answer", "") or "")
-    if getattr(ctx, "answer_style", "short") == "paper":
+    if getattr(ctx, "reader", "short") == "paper":
         record_decision(call="short_answer", path="off")
         return {}
     answer, path = await shorten(await deps.achat(ctx), state.question, original)
@@ -121,15 +122,32 @@ async def short_answer(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[st
 
 
 def add_short_answer(
-    builder: StateGraph[Any, Any, Any, Any], deps: Deps, *, after: str | None = None
+    builder: StateGraph[Any, Any, Any, Any],
+    deps: Deps,
+    *,
+    after: str | None = None,
+    reader: bool | Callable[[Any], Any] = False,
 ) -> None:
     """End the graph with the short-answer step: ``after`` -> short_answer -> END (without
-    ``after``, the graph's routers lead to ``"short_answer"`` themselves)."""
+    ``after``, the graph's routers lead to ``"short_answer"`` themselves).
+
+    ``reader``: put the shared reader (:mod:`gaprag.nodes.reader`) between ``after`` and the
+    short-answer step; it answers anew when the run's ``reader`` setting is ``ranked``. True
+    reads the method's ``evidence`` (:func:`~gaprag.nodes.reader.gathered_evidence`); a
+    function ``state -> Gathered`` says what else the method gathered."""
+    from gaprag.nodes.reader import gathered_evidence, reader_node
     from gaprag.nodes.wiring import as_node
 
     context = builder.context_schema
     assert context is not None
     builder.add_node("short_answer", as_node(short_answer, deps, context))
+    if reader:
+        if after is None:
+            raise ValueError("the reader needs the step it follows (after=)")
+        gather = gathered_evidence if reader is True else reader
+        builder.add_node("reader", as_node(reader_node(gather), deps, context))
+        builder.add_edge(after, "reader")
+        after = "reader"
     if after is not None:
         builder.add_edge(after, "short_answer")
     builder.add_edge("short_answer", END)

@@ -192,10 +192,18 @@ def as_node(
 
 
 def add_nodes(
-    builder: StateGraph[Any, Any, Any, Any], deps: Deps, *fns: NodeFn, first: NodeFn | None = None
+    builder: StateGraph[Any, Any, Any, Any],
+    deps: Deps,
+    *fns: NodeFn,
+    first: NodeFn | None = None,
+    gate: bool = False,
 ) -> None:
     """Add module-level node functions under their own names. ``first`` (default: the first
-    given) starts each question: START leads to it, and it resets the per-question state."""
+    given) starts each question: START leads to it, and it resets the per-question state.
+
+    ``gate``: put the shared gate (:mod:`gaprag.nodes.gate`) before ``first``: it starts each
+    question instead, and leads to ``first`` or, when plain RAG's answer is confident, to
+    ``short_answer`` (so the graph must end with :func:`add_short_answer`)."""
     context = builder.context_schema
     if context is None or not issubclass(context, BaseContext):
         raise TypeError("the graph needs a gaprag context_schema (a BaseContext subclass)")
@@ -206,9 +214,22 @@ def add_nodes(
         if is_dataclass(schema)
         else frozenset()
     )
+    start = entry
+    if gate:
+        from gaprag.nodes.gate import after_gate
+        from gaprag.nodes.gate import gate as gate_node
+
+        start = gate_node
+        builder.add_node("gate", as_node(gate_node, deps, context, first=True, inputs=inputs))
+        loop = entry.__name__
+
+        def route_after_gate(state: Any) -> str:
+            return after_gate(state, loop)
+
+        builder.add_conditional_edges("gate", route_after_gate, [loop, "short_answer"])
     for fn in fns:
-        builder.add_node(fn.__name__, as_node(fn, deps, context, first=fn is entry, inputs=inputs))
-    builder.add_edge(START, entry.__name__)
+        builder.add_node(fn.__name__, as_node(fn, deps, context, first=fn is start, inputs=inputs))
+    builder.add_edge(START, start.__name__)
 
 
 def add_router(

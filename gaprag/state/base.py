@@ -186,3 +186,6 @@ class BaseState(InputState, OutputState):
     run_key: Annotated[str, PERSISTENT] = ""
     """This question's run: the scope in which the LLM layer reuses a repeated call's reply
     (see gaprag.llm.memo); set by the first node for each new question."""
+    gate_passages: list[Evidence] = field(default_factory=list)
+    """Plain RAG's passages when the gate ran and the loop went on (see gaprag.nodes.gate);
+    the ranked reader reads them with what the method gathered."""

@@ -876,7 +876,10 @@ def test_majority_and_final_round_helpers() -> None:
 def test_graph_shape_and_context_descriptions() -> None:
     mermaid = build_graph("iterkey", llm=role_fake()).get_graph().draw_mermaid()
     for edge in (
-        "__start__ --> generate_keywords",
+        "__start__ --> gate",
+        "gate -.-> generate_keywords",
+        "gate -.-> short_answer",
+        "finalize --> reader",
         "regenerate_keywords --> retrieve",
         "validate_answer -.-> finalize",
         "validate_answer -.-> regenerate_keywords",

@@ -243,11 +243,13 @@ def test_graph_has_the_method_nodes_and_edges(levity: Store) -> None:
     assert set(drawn.nodes) - {"__start__", "__end__"} == {
         "init", "retrieve", "rerank_filter", "llm_knowledge", "extract", "verify_nli",
         "update_evidence_pool", "judge_missing", "regenerate_keywords", "generate_answer",
-        "finalize", "short_answer",
+        "finalize", "short_answer", "gate", "reader",
     }  # fmt: skip
     edges = {(e.source, e.target, e.conditional) for e in drawn.edges}
     assert edges == {
-        ("__start__", "init", False),
+        ("__start__", "gate", False),
+        ("gate", "init", True),
+        ("gate", "short_answer", True),
         ("init", "retrieve", False),
         ("retrieve", "rerank_filter", False),
         ("rerank_filter", "extract", True),
@@ -263,7 +265,8 @@ def test_graph_has_the_method_nodes_and_edges(levity: Store) -> None:
         ("judge_missing", "generate_answer", True),  # a run at the operator's limit
         ("regenerate_keywords", "retrieve", False),
         ("generate_answer", "finalize", False),
-        ("finalize", "short_answer", False),
+        ("finalize", "reader", False),
+        ("reader", "short_answer", False),
         ("short_answer", "__end__", False),
     }
 

@@ -172,11 +172,13 @@ def test_graph_nodes_and_edges(store: Store) -> None:
     g = make_graph(fake_llm(), store).get_graph()
     assert set(g.nodes) - {"__start__", "__end__"} == {
         "extract_question_structure", "retrieve", "extract_evidence", "update_evidence_pool",
-        "feedback_classifier", "judge_missing", "regenerate_keywords", "generate_answer", "short_answer",
+        "feedback_classifier", "judge_missing", "regenerate_keywords", "generate_answer", "short_answer", "gate", "reader",
     }  # fmt: skip
     edges = {(e.source, e.target, e.conditional) for e in g.edges}
     assert edges == {
-        ("__start__", "extract_question_structure", False),
+        ("__start__", "gate", False),
+        ("gate", "extract_question_structure", True),
+        ("gate", "short_answer", True),
         ("extract_question_structure", "retrieve", False),
         ("retrieve", "extract_evidence", False),
         ("extract_evidence", "update_evidence_pool", False),
@@ -186,7 +188,8 @@ def test_graph_nodes_and_edges(store: Store) -> None:
         ("feedback_classifier", "judge_missing", True),
         ("judge_missing", "regenerate_keywords", False),
         ("regenerate_keywords", "retrieve", False),
-        ("generate_answer", "short_answer", False),
+        ("generate_answer", "reader", False),
+        ("reader", "short_answer", False),
         ("short_answer", "__end__", False),
     }
 

@@ -120,7 +120,8 @@ def test_standard_rag_draws_a_straight_line() -> None:
     mermaid = studio.GRAPHS["standard_rag"].get_graph().draw_mermaid()
     assert "__start__ --> retrieve;" in mermaid
     assert "retrieve --> generate_answer;" in mermaid
-    assert "generate_answer --> short_answer;" in mermaid
+    assert "generate_answer --> reader;" in mermaid
+    assert "reader --> short_answer;" in mermaid
     assert "short_answer --> __end__;" in mermaid
     assert drawn_conditional(mermaid) == set()
 

@@ -16,7 +16,7 @@ from langgraph.runtime import Runtime
 
 from gaprag.deps import Deps
 from gaprag.graphs.ircot.context import Context
-from gaprag.graphs.ircot.nodes import final_answer, generate_answer, reason, retrieve
+from gaprag.graphs.ircot.nodes import final_answer, gathered, generate_answer, reason, retrieve
 from gaprag.graphs.ircot.state import InputState, IRCoTOutput, IRCoTState
 from gaprag.nodes import add_nodes, add_router, add_short_answer, compile_graph
 
@@ -37,10 +37,10 @@ def build(
     builder = StateGraph(
         IRCoTState, context_schema=context, input_schema=InputState, output_schema=IRCoTOutput
     )
-    add_nodes(builder, deps, retrieve, reason, generate_answer)
+    add_nodes(builder, deps, retrieve, reason, generate_answer, gate=True)
     builder.add_edge("retrieve", "reason")
     add_router(builder, "reason", route_after_reason, on_limit={"retrieve": "generate_answer"})
-    add_short_answer(builder, deps, after="generate_answer")
+    add_short_answer(builder, deps, after="generate_answer", reader=gathered)
     # a step: retrieve, reason
     return compile_graph(builder, checkpointer, name="ircot", loops={"max_steps": 2})
 

@@ -78,6 +78,8 @@ async def generate_answer(
     stated = final_answer(state.thoughts[-1]) if state.thoughts else None
     if stated:
         return {"answer": stated, "stop_reason": "answered"}
+    if nodes.reader_answers(ctx):  # the shared reader answers after this step
+        return {"stop_reason": "max_iterations"}
     answer, _ = await nodes.generate_answer(
         await deps.achat(ctx), PROMPTS["answer"], question=state.question,
         evidence=state.evidence[: ctx.max_passages], fmt=FORMATS["passages"],
@@ -85,3 +87,9 @@ async def generate_answer(
         thoughts=" ".join(state.thoughts),
     )  # fmt: skip
     return {"answer": answer, "stop_reason": "max_iterations"}
+
+
+def gathered(state: IRCoTState) -> nodes.Gathered:
+    """For the ranked reader: the passage pool and plain RAG's passages; the reasoning
+    sentences as the method's own text."""
+    return nodes.Gathered([*state.evidence, *state.gate_passages], list(state.thoughts))

@@ -19,6 +19,7 @@ from gaprag.deps import Deps
 from gaprag.graphs.iterkey.context import Context
 from gaprag.graphs.iterkey.nodes import (
     finalize,
+    gathered,
     generate_answer,
     generate_keywords,
     regenerate_keywords,
@@ -50,7 +51,7 @@ def build(
     )
     add_nodes(
         builder, deps, generate_keywords, retrieve, generate_answer, validate_answer,
-        regenerate_keywords, finalize,
+        regenerate_keywords, finalize, gate=True,
     )  # fmt: skip
     builder.add_edge("generate_keywords", "retrieve")
     builder.add_edge("retrieve", "generate_answer")
@@ -60,7 +61,7 @@ def build(
         on_limit={"regenerate_keywords": "finalize"},
     )  # fmt: skip
     builder.add_edge("regenerate_keywords", "retrieve")
-    add_short_answer(builder, deps, after="finalize")
+    add_short_answer(builder, deps, after="finalize", reader=gathered)
     # a round: retrieve, generate_answer, validate_answer, regenerate_keywords
     return compile_graph(builder, checkpointer, name="iterkey", loops={"max_iterations": 4})
 

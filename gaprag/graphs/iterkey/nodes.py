@@ -307,3 +307,11 @@ def finalize(state: IterKeyState, runtime: Runtime[Context]) -> dict[str, Any]:
             }
         ]
     return update
+
+
+def gathered(state: IterKeyState) -> nodes.Gathered:
+    """For the ranked reader: every round's documents and plain RAG's passages; every round's
+    keywords as the method's own text."""
+    passages = [d for record in state.history for d in record["documents"]]
+    keywords = [" ".join(k) for k in state.keyword_history if k]
+    return nodes.Gathered([*passages, *state.evidence, *state.gate_passages], keywords)

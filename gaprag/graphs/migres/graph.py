@@ -20,6 +20,7 @@ from gaprag.graphs.migres.context import Context, budget
 from gaprag.graphs.migres.nodes import (
     extract,
     finalize,
+    gathered,
     generate_answer,
     init,
     judge_missing,
@@ -63,6 +64,7 @@ def build(
     add_nodes(
         builder, deps, init, retrieve, rerank_filter, llm_knowledge, extract, verify_nli,
         update_evidence_pool, judge_missing, regenerate_keywords, generate_answer, finalize,
+        gate=True,
     )  # fmt: skip
     builder.add_edge("init", "retrieve")
     builder.add_edge("retrieve", "rerank_filter")
@@ -78,7 +80,7 @@ def build(
     )
     builder.add_edge("regenerate_keywords", "retrieve")
     builder.add_edge("generate_answer", "finalize")
-    add_short_answer(builder, deps, after="finalize")
+    add_short_answer(builder, deps, after="finalize", reader=gathered)
     # a round: retrieve, rerank_filter, llm_knowledge, extract, verify_nli,
     # update_evidence_pool, judge_missing, regenerate_keywords (T judge rounds, T+1 retrievals)
     return compile_graph(builder, checkpointer, name="migres", loops={"max_iterations": 8})

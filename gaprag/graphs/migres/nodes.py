@@ -514,6 +514,8 @@ async def regenerate_keywords(
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    if nodes.reader_answers(runtime.context):  # the shared reader answers after this step
+        return {"status": "forced", "stop_reason": "max_iterations"}
     value, text = await _pool_answer(state, runtime.context, deps, call="final")
     failed = not text
     return {
@@ -537,3 +539,16 @@ def finalize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
             }
         ]
     }  # fmt: skip
+
+
+def gathered(state: State) -> nodes.Gathered:
+    """For the ranked reader: the passages behind the known facts, the first snippets the
+    question was shown and plain RAG's passages; the known facts and queries as the method's
+    own text."""
+    snippets = [
+        Evidence(id=s["id"], title=s["title"], text=s["text"], source="corpus",
+                 score=float(s["score"] or 0.0), round=1)
+        for s in state.question_snippets if s["source"] != "llm"
+    ]  # fmt: skip
+    notes = [*state.known_info, *state.query_history]
+    return nodes.Gathered([*state.evidence, *snippets, *state.gate_passages], notes)

@@ -20,6 +20,7 @@ from langgraph.runtime import Runtime
 from gaprag.deps import Deps
 from gaprag.graphs.missing_knowledge.context import Context
 from gaprag.graphs.missing_knowledge.nodes import (
+    gathered,
     generate_answer,
     generate_draft,
     judge_missing,
@@ -51,7 +52,7 @@ def build(
     )
     add_nodes(
         builder, deps, retrieve, generate_draft, judge_missing, retrieve_missing,
-        update_evidence_pool, generate_answer,
+        update_evidence_pool, generate_answer, gate=True,
     )  # fmt: skip
     builder.add_edge("retrieve", "generate_draft")
     builder.add_edge("generate_draft", "judge_missing")
@@ -61,7 +62,7 @@ def build(
     )  # fmt: skip
     builder.add_edge("retrieve_missing", "update_evidence_pool")
     builder.add_edge("update_evidence_pool", "generate_answer")
-    add_short_answer(builder, deps, after="generate_answer")
+    add_short_answer(builder, deps, after="generate_answer", reader=gathered)
     return compile_graph(builder, checkpointer, name="missing_knowledge")
 
 

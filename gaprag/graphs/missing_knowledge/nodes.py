@@ -237,7 +237,9 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     ctx = runtime.context
     stop = stop_reason(state)
-    if not state.missing and ctx.final_when_not_missing == "reuse_draft":
+    if nodes.reader_answers(ctx) or (
+        not state.missing and ctx.final_when_not_missing == "reuse_draft"
+    ):  # the shared reader answers after this step, or the draft is the answer
         return {"answer": state.draft_answer, "stop_reason": stop}
     lang = language(ctx.language, state.question)
     messages = final_messages(state, ctx, lang)
@@ -270,3 +272,11 @@ def final_messages(state: State, ctx: Context, lang: str) -> RenderedPrompt:
         mk_context=mk_context,
         question=question_block(state.question, ctx.options_text, lang),
     )  # fmt: skip
+
+
+def gathered(state: State) -> nodes.Gathered:
+    """For the ranked reader: the evidence pool and plain RAG's passages; the judge's analysis,
+    missing knowledge and queries as the method's own text."""
+    passages = [*state.evidence, *state.gate_passages]
+    notes = [state.thought, *state.missing_knowledge, *state.mk_queries]
+    return nodes.Gathered(passages, [n for n in notes if n])

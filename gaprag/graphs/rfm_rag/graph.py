@@ -22,6 +22,7 @@ from gaprag.graphs.rfm_rag.nodes import (
     extract_evidence,
     extract_question_structure,
     feedback_classifier,
+    gathered,
     generate_answer,
     judge_missing,
     regenerate_keywords,
@@ -56,7 +57,7 @@ def build(
     add_nodes(
         builder, deps, extract_question_structure, retrieve, extract_evidence,
         update_evidence_pool, feedback_classifier, judge_missing, regenerate_keywords,
-        generate_answer,
+        generate_answer, gate=True,
     )  # fmt: skip
     builder.add_edge("extract_question_structure", "retrieve")
     builder.add_edge("retrieve", "extract_evidence")
@@ -73,7 +74,7 @@ def build(
     )
     builder.add_edge("judge_missing", "regenerate_keywords")
     builder.add_edge("regenerate_keywords", "retrieve")
-    add_short_answer(builder, deps, after="generate_answer")
+    add_short_answer(builder, deps, after="generate_answer", reader=gathered)
     # a round: retrieve, extract_evidence, update_evidence_pool, feedback_classifier,
     # judge_missing, regenerate_keywords
     return compile_graph(builder, checkpointer, name="rfm_rag", loops={"max_iterations": 6})

@@ -245,8 +245,11 @@ async def answer_from_pool(state: State, ctx: Context, deps: Deps) -> tuple[str,
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """The answer, once, from the pool: a short chain of thought ending in the span."""
-    raw, answer = await answer_from_pool(state, runtime.context, deps)
+    """The answer, once, from the pool: a short chain of thought ending in the span (no call
+    when the shared reader answers after this step)."""
+    raw, answer = ("", "")
+    if not nodes.reader_answers(runtime.context):
+        raw, answer = await answer_from_pool(state, runtime.context, deps)
     stop = "sufficient" if state.sufficient else "max_iterations"
     return {
         "raw_answer": raw,
@@ -256,3 +259,12 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
         "trace": [{"node": "generate_answer", "stop_reason": stop,
                    "retrievals": state.iterations, "pool": len(state.evidence_pool)}],
     }  # fmt: skip
+
+
+def gathered(state: State) -> nodes.Gathered:
+    """For the ranked reader: every passage retrieved and plain RAG's passages; the pool's
+    facts and the queries as the method's own text."""
+    facts = [str(item["text"]) for item in state.evidence_pool]
+    return nodes.Gathered(
+        [*state.retrieved_passages, *state.gate_passages], [*facts, *state.queries]
+    )

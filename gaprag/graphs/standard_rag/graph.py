@@ -25,7 +25,7 @@ def build(
     )
     add_nodes(builder, deps, retrieve, generate_answer)
     builder.add_edge("retrieve", "generate_answer")
-    add_short_answer(builder, deps, after="generate_answer")
+    add_short_answer(builder, deps, after="generate_answer", reader=True)
     return compile_graph(builder, checkpointer, name="standard_rag")
 
 

@@ -26,6 +26,8 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     ctx = runtime.context
+    if nodes.reader_answers(ctx):  # the shared reader answers over the same passages
+        return {"stop_reason": "answered"}
     answer, _ = await nodes.generate_answer(
         await deps.achat(ctx), PROMPTS["answer"], question=state.question, evidence=state.evidence,
         fmt=FORMATS["passages"], max_words=ctx.max_passage_words, max_tokens=ctx.answer_max_tokens,

@@ -1,0 +1,166 @@
+"""The shared gate: answer as plain RAG does first, and run the method's loop only when that
+answer is unsure (``gate`` setting; off by default).
+
+The gate is the first step of every iterative method. It retrieves plain RAG's passages
+(:data:`PLAIN_TOP_K` for the question, :data:`PLAIN_MODE`), answers with plain RAG's own
+prompt (``answer`` of ``gaprag/graphs/standard_rag/prompts.toml``) and scores that answer:
+
+- ``logprob_mean`` / ``logprob_min``: the mean / lowest logprob of the answer's tokens;
+- ``logprob_margin``: the first answer token's top-1 minus top-2 logprob;
+- ``agreement``: the answer from the top :data:`AGREEMENT_K` passages equals the answer from
+  all of them after normalisation (one more call; for endpoints without logprobs).
+
+The decision follows the convention of every loop decision (:mod:`gaprag.nodes.decisions`):
+the signal becomes a probability of stopping ``p`` (``exp`` of a logprob; ``1 - exp(-margin)``
+for the margin; 1 or 0 for agreement), ``gate_threshold`` (in the signal's own unit) becomes
+the same kind of probability, and the gate stops when ``p >= threshold`` (never in a
+calibration run). It is recorded as decision ``gate`` (round 0) with plain RAG's answer, plus
+a trace record ``{call: "gate", signal, value, ...}`` with every signal it computed.
+
+Stopping ends the question with plain RAG's answer (then the short-answer step) and
+``stop_reason = "gate_confident"``. Otherwise the method's loop runs; plain RAG's passages stay
+in ``gate_passages`` for the ranked reader. An endpoint that returns no logprobs falls back to
+``agreement`` (decision path ``agreement_fallback``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any, Literal
+
+from langgraph.runtime import Runtime
+
+from gaprag.deps import Deps
+from gaprag.llm.accounting import record_decision
+from gaprag.llm.client import TokenLogprob
+from gaprag.nodes.answer import clean_answer
+from gaprag.nodes.decisions import log_decision, should_stop
+from gaprag.nodes.render import PassageFormat, load_formats, render_passages
+from gaprag.nodes.retrieve import retrieve
+from gaprag.prompts import Prompt, load_prompts
+from gaprag.stores.store import RetrievalMode
+
+Signal = Literal["logprob_mean", "logprob_margin", "logprob_min", "agreement"]
+LOGPROB_SIGNALS: tuple[Signal, ...] = ("logprob_mean", "logprob_margin", "logprob_min")
+GATE_STOP = "gate_confident"
+#: plain RAG's retrieval (standard_rag's defaults)
+PLAIN_TOP_K = 5
+PLAIN_MODE: RetrievalMode = "hybrid"
+#: the cut of the agreement signal's second answer
+AGREEMENT_K = 3
+#: the largest margin recorded (a logprob difference; the probability is 1 to float precision)
+MAX_MARGIN = 100.0
+
+_NOISE = re.compile(r"[^a-z0-9 ]")
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+@lru_cache(maxsize=1)
+def plain_rag() -> tuple[Prompt, PassageFormat]:
+    """Plain RAG's answer prompt and passage format (standard_rag's prompt file)."""
+    package = "gaprag.graphs.standard_rag"
+    return load_prompts(package)["answer"], load_formats(package)["passages"]
+
+
+def normalize(answer: str) -> str:
+    """Lower case, punctuation and articles removed, spaces collapsed."""
+    return " ".join(_ARTICLES.sub(" ", _NOISE.sub(" ", answer.lower())).split())
+
+
+def logprob_signals(tokens: Sequence[TokenLogprob]) -> dict[str, float] | None:
+    """The answer's ``logprob_mean``, ``logprob_min`` (over tokens that are not whitespace)
+    and ``logprob_margin`` (first such token; only where the endpoint gave two alternatives
+    there); None when there is no such token."""
+    kept = [t for t in tokens if t.token.strip()]
+    if not kept:
+        return None
+    out = {
+        "logprob_mean": sum(t.logprob for t in kept) / len(kept),
+        "logprob_min": min(t.logprob for t in kept),
+    }
+    alternatives = sorted((lp for _, lp in kept[0].top), reverse=True)
+    if len(alternatives) > 1:
+        out["logprob_margin"] = min(alternatives[0] - alternatives[1], MAX_MARGIN)
+    return out
+
+
+def probability(signal: Signal, value: float) -> float:
+    """A signal value (or a threshold in its unit) as a probability of stopping."""
+    if signal == "agreement":
+        return value
+    if signal == "logprob_margin":
+        return 1.0 - math.exp(-value)
+    return math.exp(min(value, 0.0))
+
+
+def threshold_setting(signal: Signal, p: float) -> float:
+    """The ``gate_threshold`` whose probability is ``p`` (the inverse of :func:`probability`;
+    what ``gaprag calibrate`` writes for a threshold it chose on ``p``)."""
+    if signal == "agreement":
+        return p
+    if signal == "logprob_margin":
+        return -math.log(max(1.0 - p, 1e-12))
+    return math.log(max(p, 1e-12))
+
+
+async def gate(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[str, Any]:
+    """The graph node: plain RAG's answer, its confidence, and stop or loop."""
+    ctx = runtime.context
+    if ctx.gate == "off":
+        return {}
+    llm, question = deps.chat(ctx), state.question
+    prompt, fmt = plain_rag()
+    hits = await retrieve(deps.search(ctx), [question], k=PLAIN_TOP_K, mode=PLAIN_MODE, round=1)
+    passages = render_passages(hits, fmt, max_words=ctx.max_passage_words)
+    messages = prompt.render(question=question, passages=passages)
+    signal: Signal = ctx.gate
+    path = "logprobs"
+    signals: dict[str, float] = {}
+    if signal == "agreement":
+        answer = clean_answer(await llm.agenerate(messages, max_tokens=ctx.answer_max_tokens))
+    else:
+        scored = await llm.agenerate_scored(messages, max_tokens=ctx.answer_max_tokens)
+        answer = clean_answer(scored.text)
+        found = logprob_signals(scored.tokens) if scored.tokens else None
+        if found is None or signal not in found:  # no logprobs: a signal the endpoint supports
+            signal, path = "agreement", "agreement_fallback"
+        else:
+            signals = found
+    if signal == "agreement":
+        cut = render_passages(hits[:AGREEMENT_K], fmt, max_words=ctx.max_passage_words)
+        other = clean_answer(
+            await llm.agenerate(
+                prompt.render(question=question, passages=cut), max_tokens=ctx.answer_max_tokens
+            )
+        )
+        signals["agreement"] = float(bool(answer) and normalize(answer) == normalize(other))
+        path = path if path == "agreement_fallback" else "agreement"
+        threshold = 1.0  # stop exactly when the two answers agree
+    else:
+        threshold = probability(signal, ctx.gate_threshold)
+    value = signals[signal]
+    p = probability(signal, value)
+    stop = should_stop(p, threshold, calibration=ctx.calibration)
+    log_decision(
+        "gate", 0, "stop" if stop else "continue", p=p, path=path, threshold=threshold,
+        answer=answer,
+    )  # fmt: skip
+    record_decision(
+        call="gate", signal=signal, value=round(value, 6), threshold_setting=ctx.gate_threshold,
+        **{k: round(v, 6) for k, v in signals.items() if k != signal},
+    )  # fmt: skip
+    if stop:
+        return {
+            "answer": answer, "evidence": hits, "queries": [question], "iterations": 1,
+            "stop_reason": GATE_STOP,
+        }  # fmt: skip
+    return {"gate_passages": hits}
+
+
+def after_gate(state: Any, loop: str) -> str:
+    """``short_answer`` when the gate stopped the question, else ``loop`` (the method's first
+    step)."""
+    return "short_answer" if state.stop_reason == GATE_STOP else loop
