@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gaprag.eval.trace import safe_name
+from gaprag.traces import safe_name
 
 TEMPLATE = "report.html.j2"
 MAX_TEXT = 20_000  # characters kept of one prompt message or reply in the drill-down

@@ -35,9 +35,11 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 
 from gaprag.context import setting_sources
+from gaprag.datasets import Dataset, Example, dataset_store, load_dataset
 from gaprag.errors import GapragError, InputError
-from gaprag.eval.datasets import Dataset, Example, dataset_store, load_dataset
-from gaprag.eval.metrics import (
+from gaprag.eval.trace import LLMCallRecorder, current_retrievals, recording
+from gaprag.llm.client import LLM
+from gaprag.metrics import (
     accuracy,
     choose_option,
     exact_match,
@@ -45,10 +47,9 @@ from gaprag.eval.metrics import (
     gold_option,
     support_recall,
 )
-from gaprag.eval.trace import LLMCallRecorder, current_retrievals, recording, safe_name
-from gaprag.llm.client import LLM
 from gaprag.nodes.short_answer import CALL_PATHS as SHORT_ANSWER_CALL_PATHS
 from gaprag.stores.embeddings import Embedder
+from gaprag.traces import safe_name
 
 RESULT_FIELDS: tuple[str, ...] = (
     "dataset",
@@ -471,7 +472,7 @@ def _profile_info(
     """The model profile the run's graphs use: model, source, and per method key the profile
     settings that apply (explicit options and, in calibration runs, the calibrated threshold,
     which such a run does not use, left out)."""
-    from gaprag.eval.calibrate import CALIBRATED
+    from gaprag.graphs import calibration
     from gaprag.profiles import model_in_use, profile_for
 
     profile = profile_for(model_in_use(llm))
@@ -480,8 +481,9 @@ def _profile_info(
     settings: dict[str, Any] = {}
     for k in keys:
         mine = profile.settings(bases[k])
-        if opts[k].get("calibration") and bases[k] in CALIBRATED:
-            mine.pop(CALIBRATED[bases[k]][0], None)
+        declared = calibration(bases[k]) if opts[k].get("calibration") else None
+        if declared is not None:
+            mine.pop(declared.setting, None)
         mine = {name: v for name, v in mine.items() if name not in opts[k]}
         if mine:
             settings[k] = mine

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import re
 import time
 from collections.abc import Collection
 from typing import Any
@@ -158,16 +157,3 @@ def recording(retriever: Any) -> Any:
     if isinstance(retriever, Store):
         return RecordingStore.wrap(retriever)
     return RecordingRetriever(as_retriever(retriever))
-
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def safe_name(text: str) -> str:
-    """A file name for an id: unchanged when safe, else sanitised plus a short hash."""
-    import hashlib
-
-    clean = _UNSAFE.sub("_", text)[:100] or "_"
-    if clean == text and not text.startswith("."):
-        return text
-    return f"{clean}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"

@@ -16,7 +16,7 @@ Missing-Knowledge's judge, MIGRES's sufficiency, RFM-RAG's R-Feedback):
 
 from __future__ import annotations
 
-from gaprag.llm.accounting import record_loop_decision
+from gaprag.accounting import record_loop_decision
 from gaprag.llm.client import Choice
 from gaprag.state.base import Decision
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+from gaprag.accounting import record_retrieval
 from gaprag.aio import to_thread
-from gaprag.llm.accounting import record_retrieval
 from gaprag.state.base import Evidence
 from gaprag.stores.retriever import Retriever
 from gaprag.stores.store import RetrievalMode

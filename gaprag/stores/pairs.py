@@ -45,8 +45,8 @@ import numpy as np
 import numpy.typing as npt
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
+from gaprag.accounting import record_retrieval
 from gaprag.errors import InputError, StoreError
-from gaprag.llm.accounting import record_retrieval
 from gaprag.state.base import Evidence
 from gaprag.stores.bm25 import tokenize
 from gaprag.stores.embeddings import Embedder, Vectors, default_embedder, embedder_by_name

@@ -9,7 +9,7 @@ from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document as LCDocument
 from langchain_core.retrievers import BaseRetriever
 
-from gaprag.llm.accounting import record_retrieval
+from gaprag.accounting import record_retrieval
 from gaprag.state.base import Evidence
 from gaprag.stores.documents import content_id
 from gaprag.stores.store import RetrievalMode, Store

@@ -26,9 +26,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from gaprag.accounting import record_retrieval
 from gaprag.config import quiet
 from gaprag.errors import StoreError
-from gaprag.llm.accounting import record_retrieval
 from gaprag.state.base import Evidence
 from gaprag.stores.bm25 import BM25Index, BM25Settings, Engine
 from gaprag.stores.dense import DenseIndex, make_client

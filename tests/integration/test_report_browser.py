@@ -197,7 +197,7 @@ def test_open_a_question_and_filter(browser: Any, tmp_path: Path, monkeypatch: A
 
 def _big_run(root: Path, questions: int, methods: list[str]) -> Path:
     """Synthetic rows and traces: 5 LLM calls of about 2 KB per question and method."""
-    from gaprag.eval.trace import safe_name
+    from gaprag.traces import safe_name
 
     root.mkdir(parents=True)
     passage = "Lorem ipsum dolor sit amet, consectetur adipiscing elit. " * 6

@@ -16,9 +16,9 @@ import pytest
 from langchain_core.messages import BaseMessage, HumanMessage
 
 from gaprag.context import BaseContext
+from gaprag.datasets import bundled
 from gaprag.errors import GapragError, InputError
 from gaprag.eval import evaluate, load_dataset, read_results, write_report
-from gaprag.eval.datasets import bundled
 from gaprag.eval.runner import RESULT_FIELDS, ResultsWriter, TooManyErrors, parse_variant
 from gaprag.graphs import METHODS
 from gaprag.llm.client import LLM
@@ -954,7 +954,7 @@ def test_rows_from_older_runs_still_report(tmp_path: Path) -> None:
 
 
 def test_calibration_may_not_touch_the_reported_questions() -> None:
-    from gaprag.eval.datasets import calibration_slice, check_no_overlap
+    from gaprag.datasets import calibration_slice, check_no_overlap
 
     examples = list(range(100))
     assert calibration_slice(examples) == list(range(60, 100))

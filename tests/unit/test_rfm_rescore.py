@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gaprag.datasets import load_dataset
 from gaprag.errors import InputError
 from gaprag.eval.calibrate import calibrate
-from gaprag.eval.datasets import load_dataset
 from gaprag.graphs.rfm_rag.features import FEATURE_NAMES
 from gaprag.graphs.rfm_rag.model import RFeedbackMLP
 from gaprag.graphs.rfm_rag.rescore import rescore_rows, round_pools

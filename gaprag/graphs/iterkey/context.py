@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gaprag.context import BaseContext, describe
-from gaprag.graphs.iterkey.analysis import FallbackPolicy
+from gaprag.context import BaseContext, Calibration, describe
+from gaprag.graphs.iterkey.analysis import FallbackPolicy, fallback_index
 from gaprag.stores.store import RetrievalMode
 
 RegenerationMode = Literal["keywords_only", "doc_by_doc"]
@@ -102,3 +102,15 @@ class Context(BaseContext):
         "", "Endpoint of a separate validator LLM (paper Table 8); empty uses the main LLM."
     )
     validator_model: str = describe("", "Model name for the validator LLM endpoint.")
+
+
+#: the validator's threshold; its last validation is at the loop's bound (the answer is then
+#: chosen among the rounds by ``fallback_policy``)
+CALIBRATION = Calibration(
+    setting="validation_threshold",
+    nodes=("validate_answer",),
+    after_last=0,
+    switch="fallback_policy",
+    choices=("last", "first", "majority", "confident"),
+    pick=fallback_index,
+)

@@ -15,6 +15,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from gaprag import nodes
+from gaprag.accounting import record_decision, record_retrieval
 from gaprag.aio import to_thread
 from gaprag.deps import Deps
 from gaprag.graphs.rag_ef import blocks
@@ -27,7 +28,6 @@ from gaprag.graphs.rag_ef.feedback import (
     review_request,
 )
 from gaprag.graphs.rag_ef.state import State
-from gaprag.llm.accounting import record_decision, record_retrieval
 from gaprag.progress import emit
 from gaprag.prompts import load_prompts
 from gaprag.state.base import Evidence
@@ -165,7 +165,7 @@ async def feedback_classifier(
     if ctx.judge == "gold":
         verdict = "unknown"
         if state.gold_answers:
-            from gaprag.eval.metrics import exact_match
+            from gaprag.metrics import exact_match
 
             ok = exact_match(state.answer, state.gold_answers) > 0
             verdict = "correct" if ok else "incorrect"

@@ -13,7 +13,7 @@ All three sets live in **one** pair store, told apart by their source label; a t
 
 Every step is resumable (finished items are recorded in the store). Typical use::
 
-    from gaprag.graphs.rag_ef.ladder import build_ladder, evaluate_ladder
+    from gaprag.eval.ladder import build_ladder, evaluate_ladder
     store = build_ladder("hotpotqa", "ladder-hotpotqa.sqlite", llm=llm, limit=200)
     print(evaluate_ladder(store, "hotpotqa", llm=llm, limit=200))
 """
@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from gaprag.datasets import Dataset, Example, load_dataset
 from gaprag.errors import InputError
-from gaprag.eval.datasets import Dataset, Example, load_dataset
-from gaprag.eval.metrics import accuracy, exact_match, f1_score, normalize_answer
 from gaprag.graphs.rag_ef.synth import PROMPTS, SynthReport, chunk_text, synthesize
 from gaprag.llm.client import LLM, Messages
 from gaprag.llm.factory import resolve_llm
+from gaprag.metrics import accuracy, exact_match, f1_score, normalize_answer
 from gaprag.nodes import clean_answer, truncate_words
 from gaprag.stores.documents import Document
 from gaprag.stores.embeddings import Embedder
