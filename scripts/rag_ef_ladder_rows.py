@@ -29,7 +29,7 @@ from typing import Any
 from readme_tables import SET_NAMES, num  # this script's directory is on sys.path
 
 from gaprag.eval.ladder import NEAR_COPY, paraphrase_overlap
-from gaprag.eval.report import bootstrap_ci, dedupe, summarize
+from gaprag.eval.stats import bootstrap_ci, dedupe, summarize
 from gaprag.metrics import f1_score
 
 BASE = "standard_rag"

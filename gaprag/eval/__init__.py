@@ -9,7 +9,8 @@ from gaprag.datasets import (
     load_dataset,
 )
 from gaprag.eval.report import summarize, write_report
-from gaprag.eval.runner import TooManyErrors, aevaluate, evaluate, read_results
+from gaprag.eval.results import read_results
+from gaprag.eval.runner import TooManyErrors, aevaluate, evaluate
 from gaprag.metrics import accuracy, exact_match, f1_score, normalize_answer, support_recall
 
 __all__ = [

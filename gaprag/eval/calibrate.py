@@ -271,7 +271,8 @@ def calibrate(
     instead of the recorded ones (:mod:`gaprag.graphs.rfm_rag.rescore`: retrained weights get
     their threshold from the same rows, on the questions they did not train on).
     Returns the curves and the profile's path."""
-    from gaprag.eval.runner import evaluate, read_results
+    from gaprag.eval.results import read_results
+    from gaprag.eval.runner import evaluate
 
     known = calibrated()
     methods = list(known) if methods is None else list(methods)

@@ -279,7 +279,7 @@ def test_calibrate_end_to_end_with_a_scripted_model(tmp_path: Path) -> None:
 
 
 def test_resume_refuses_a_changed_profile_setting() -> None:
-    from gaprag.eval.runner import _profiles_differ
+    from gaprag.eval.record import _profiles_differ
 
     a = {"model": "m", "source": "x", "settings": {"iterkey": {"top_k": 5}}}
     assert not _profiles_differ(False, a)  # a run from before profiles were recorded
