@@ -3,7 +3,7 @@
 Nodes stay pure functions of state: the node wiring (:mod:`gaprag.nodes.wiring`) opens a
 :class:`Meter` in a context variable around each node, and everything a node does through the
 shared layers records into it: every LLM call (tokens, by part, and cache reuse), every
-retrieval (calls and the ids returned), every passage rendered into a prompt (its id), every
+retrieval (one record per search, by the retriever that ran it: the call and the ids returned), every passage rendered into a prompt (its id), every
 loop decision, and how each structured call was parsed. When the node returns, the meter's
 totals are added to its state update (``usage``, ``retrieved_ids``, ``shown_ids``,
 ``decisions``, ``trace``), which the state's reducers sum over the run.
@@ -97,11 +97,45 @@ def record_llm_call(
         meter.passage_tokens += round(prompt_tokens * passages / total)
 
 
-def record_retrieval(calls: int = 1, ids: Iterable[str] = ()) -> None:
+_question_retrievals: contextvars.ContextVar[list[dict[str, Any]] | None] = contextvars.ContextVar(
+    "gaprag_question_retrievals", default=None
+)
+_retrievals_recorded: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "gaprag_retrievals_recorded", default=0
+)
+
+
+def retrievals_recorded() -> int:
+    """How many searches were recorded so far in this context (an adapter around a retriever
+    that may record its own searches compares it before and after, to record each once)."""
+    return _retrievals_recorded.get()
+
+
+def record_retrieval(query: str, ids: Iterable[str], *, mode: str | None = None) -> None:
+    """One search of a retriever, recorded once, by the retriever that ran it: counted, its
+    ids kept as retrieved (the node's ``retrieved_ids``), and inside :func:`retrieval_log`
+    noted with its query and mode."""
+    found = list(ids)
+    _retrievals_recorded.set(_retrievals_recorded.get() + 1)
     meter = _meter.get()
     if meter is not None:
-        meter.retrieval_calls += calls
-        meter.retrieved.extend(ids)
+        meter.retrieval_calls += 1
+        meter.retrieved.extend(found)
+    log = _question_retrievals.get()
+    if log is not None:
+        log.append({"query": query, "mode": mode, "ids": found})
+
+
+@contextmanager
+def retrieval_log() -> Iterator[list[dict[str, Any]]]:
+    """Every search made inside, as ``{query, mode, ids}`` (an evaluation's per-question log;
+    context variables follow the question into the threads and tasks its nodes run in)."""
+    log: list[dict[str, Any]] = []
+    token = _question_retrievals.set(log)
+    try:
+        yield log
+    finally:
+        _question_retrievals.reset(token)
 
 
 def record_shown(ids: Iterable[str]) -> None:

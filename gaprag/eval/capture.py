@@ -1,34 +1,20 @@
-"""Per-question capture: every LLM prompt and reply, every retrieval, without touching graphs.
+"""Per-question capture of every LLM prompt and reply, without touching graphs.
 
-* :class:`LLMCallRecorder` is a LangChain callback handler passed in
-  ``config={"callbacks": [...]}``; LangGraph hands it down to every chat model call made
-  inside the graph's nodes.
-* :class:`RecordingRetriever` wraps the store the graphs share and appends each search (query,
-  mode, ids returned) to the list held by :data:`current_retrievals`, a context variable the
-  runner sets per question (context variables follow the question into the worker threads
-  LangGraph runs sync nodes in, so concurrent questions do not mix).
+:class:`LLMCallRecorder` is a LangChain callback handler passed in ``config={"callbacks":
+[...]}``; LangGraph hands it down to every chat model call made inside the graph's nodes. (Every
+retrieval is recorded once, by the retriever that ran it, into
+:func:`gaprag.accounting.retrieval_log` as well as the node's meter.)
 """
 
 from __future__ import annotations
 
-import contextvars
-import dataclasses
 import time
-from collections.abc import Collection
 from typing import Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
-
-from gaprag.state.base import Evidence
-from gaprag.stores.retriever import Retriever
-from gaprag.stores.store import RetrievalMode, Store
-
-current_retrievals: contextvars.ContextVar[list[dict[str, Any]] | None] = contextvars.ContextVar(
-    "gaprag_eval_retrievals", default=None
-)
 
 
 def _content(message: BaseMessage) -> str:
@@ -95,65 +81,3 @@ class LLMCallRecorder(BaseCallbackHandler):
         if call is not None:
             call["error"] = f"{type(error).__name__}: {error}"
             call["seconds"] = round(time.time() - call.pop("started"), 4)
-
-
-def _record(query: str, mode: str | None, hits: list[Evidence]) -> None:
-    log = current_retrievals.get()
-    if log is not None:
-        log.append({"query": query, "mode": mode, "ids": [h["id"] for h in hits]})
-
-
-class RecordingStore(Store):
-    """A :class:`Store` that also records every search into :data:`current_retrievals`.
-
-    A subclass (not a proxy) so graphs that use store-only features (``get``,
-    ``similarity``, ``isinstance(..., Store)``) behave exactly as with the plain store.
-    """
-
-    @classmethod
-    def wrap(cls, store: Store) -> RecordingStore:
-        fields = {f.name: getattr(store, f.name) for f in dataclasses.fields(store)}
-        return cls(**fields)
-
-    def search(
-        self,
-        query: str,
-        k: int = 5,
-        *,
-        mode: RetrievalMode | None = None,
-        exclude: Collection[str] = (),
-    ) -> list[Evidence]:
-        hits = super().search(query, k, mode=mode, exclude=exclude)
-        _record(query, mode, hits)
-        return hits
-
-
-class RecordingRetriever:
-    """The same recording around any other gaprag :class:`Retriever`; other attributes pass through."""
-
-    def __init__(self, inner: Retriever) -> None:
-        self.inner = inner
-
-    def search(
-        self,
-        query: str,
-        k: int = 5,
-        *,
-        mode: RetrievalMode | None = None,
-        exclude: Collection[str] = (),
-    ) -> list[Evidence]:
-        hits = self.inner.search(query, k, mode=mode, exclude=exclude)
-        _record(query, mode, hits)
-        return hits
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-def recording(retriever: Any) -> Any:
-    """Wrap a store or retriever so its searches are recorded per question."""
-    from gaprag.stores.retriever import as_retriever
-
-    if isinstance(retriever, Store):
-        return RecordingStore.wrap(retriever)
-    return RecordingRetriever(as_retriever(retriever))

@@ -30,10 +30,11 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
+from gaprag.accounting import retrieval_log
 from gaprag.context import setting_sources
 from gaprag.datasets import Dataset, Example, dataset_store, load_dataset
 from gaprag.errors import GapragError, InputError
-from gaprag.eval.capture import LLMCallRecorder, current_retrievals, recording
+from gaprag.eval.capture import LLMCallRecorder
 from gaprag.eval.planning import (
     VariantSpecs,
     context_of,
@@ -119,22 +120,21 @@ async def run_one(
     """Run one question through one method's graph; returns its row (:class:`Row`) and
     appends its trace (the question's retrievals, LLM calls, decisions and output) to
     ``traces``. A failed question is a row with its ``error``, never an exception."""
-    log: list[dict[str, Any]] = []
-    current_retrievals.set(log)  # this task's own context; copied into node threads
     recorder = LLMCallRecorder()
     error: str | None = None
     tb = ""
     output: dict[str, Any] = {}
     start = time.perf_counter()
-    try:
-        result = await graph.ainvoke(
-            {"question": example.prompt(), "dataset_id": example.id},
-            config={"callbacks": [recorder], "run_name": f"{method}:{example.id}"},
-        )
-        output = dict(result) if isinstance(result, Mapping) else {"answer": str(result)}
-    except Exception as exc:  # one failed question must not end the run
-        error = f"{type(exc).__name__}: {exc}"
-        tb = traceback.format_exc()
+    with retrieval_log() as log:  # this task's own context; copied into node threads
+        try:
+            result = await graph.ainvoke(
+                {"question": example.prompt(), "dataset_id": example.id},
+                config={"callbacks": [recorder], "run_name": f"{method}:{example.id}"},
+            )
+            output = dict(result) if isinstance(result, Mapping) else {"answer": str(result)}
+        except Exception as exc:  # one failed question must not end the run
+            error = f"{type(exc).__name__}: {exc}"
+            tb = traceback.format_exc()
     wall = time.perf_counter() - start
 
     prediction = str(output.get("answer") or "")
@@ -386,10 +386,8 @@ async def run_questions(run: Run) -> dict[str, Any]:
         )
 
     store = _open_store(run)
-    retriever = recording(store)
     graphs = {
-        m: build_graph(run.bases[m], llm=run.chat, retriever=retriever, **run.opts[m])
-        for m in run.keys
+        m: build_graph(run.bases[m], llm=run.chat, retriever=store, **run.opts[m]) for m in run.keys
     }
     info = _run_info(run, graphs, store)
     run_file = out_dir / RUN_FILE

@@ -63,13 +63,14 @@ async def _retrieval_pass(
                      score=round(c["score"], 6), round=rnd)
             for c in chunks
         ]  # fmt: skip
-        record_retrieval(0, [p["id"] for p in passages])
+        record_retrieval(question, [p["id"] for p in passages], mode=ctx.similarity)
     else:
         pairs = await to_thread(
             store.rank, question, ctx.top_k, gamma=ctx.gamma, sources=sources,
             mode=ctx.similarity, scoring=ctx.scoring,
         )  # fmt: skip
-        record_retrieval(0, [*(p["id"] for p in pairs), *(p["chunk_id"] for p in pairs)])
+        ids = [*(p["id"] for p in pairs), *(p["chunk_id"] for p in pairs)]
+        record_retrieval(question, ids, mode=ctx.similarity)
     if not pairs and not passages and ctx.empty_store_fallback:
         docs = documents(ctx, deps)
         if docs is not None:
