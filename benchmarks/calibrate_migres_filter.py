@@ -3,7 +3,7 @@
 Held-out data: questions from index 60 on (``--start``, at least 60) of the bundled multi-hop
 dev files (HotpotQA, 2WikiMultiHopQA, MuSiQue). Questions 0-49 are the reported evaluation
 questions and 50-59 a buffer: the script refuses any overlap (``calibration_slice`` in
-gaprag/eval/datasets.py) before it loads a model, and its corpus holds only the paragraphs of
+gaprag/datasets.py) before it loads a model, and its corpus holds only the paragraphs of
 held-out questions.
 
 What it simulates is round 1 of the graph, per question: BM25 top-``n_retrieve`` (50) over
@@ -48,8 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from gaprag.datasets import CALIBRATION_START, calibration_slice
 from gaprag.errors import GapragError
-from gaprag.eval.datasets import CALIBRATION_START, calibration_slice
 from gaprag.graphs.migres.filter import (
     DEFAULT_EMBEDDING_DELTA,
     CrossEncoderScorer,

@@ -320,7 +320,7 @@ def repeatability(
     """The same prompts ``passes`` times on every candidate (all served at once, interleaved
     prompt by prompt); are the answers identical across passes and across candidates?
     The summary is saved after every answer, so a run cut short still reports what it saw."""
-    from gaprag.eval.datasets import load_dataset
+    from gaprag.datasets import load_dataset
 
     model_file = ensure_model(model, quiet=True)
     examples = load_dataset("hotpotqa").select(limit=opts.prompts, offset=60)  # never 0-49

@@ -22,9 +22,8 @@ import time
 from pathlib import Path
 
 from gaprag import build_graph
-from gaprag.eval.datasets import load_dataset
-from gaprag.eval.metrics import accuracy
-from gaprag.graphs.rag_ef.ladder import (
+from gaprag.datasets import load_dataset
+from gaprag.eval.ladder import (
     build_ladder,
     evaluate_ladder,
     expert_divergence,
@@ -33,6 +32,7 @@ from gaprag.graphs.rag_ef.ladder import (
     write_first_questions,
 )
 from gaprag.llm.factory import default_llm
+from gaprag.metrics import accuracy
 from gaprag.stores.pairs import PairStore
 
 

@@ -17,7 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from gaprag.eval.runner import read_results
+from gaprag.eval.results import read_results
 
 FIELDS = ("prediction", "f1", "stop_reason", "llm_calls")
 

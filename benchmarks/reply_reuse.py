@@ -21,6 +21,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from gaprag.traces import iter_traces
+
 
 def replay(trace: dict[str, Any]) -> dict[str, float]:
     """Totals of one question's run, and of the calls the memo would have answered."""
@@ -54,10 +56,13 @@ def main() -> None:
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for d in args.dirs:
-        for method_dir in sorted(p for p in (d / "traces").iterdir() if p.is_dir()):
+        by_method: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+        for trace in iter_traces([d / "traces"]):  # a question's last trace wins
+            by_method[str(trace.get("method"))][str(trace.get("id"))] = trace
+        for method in sorted(by_method):
             tot: dict[str, float] = defaultdict(float)
-            for f in sorted(method_dir.glob("*.json")):
-                for k, v in replay(json.loads(f.read_text())).items():
+            for trace in by_method[method].values():
+                for k, v in replay(trace).items():
                     tot[k] += v
             n = tot["questions"]
             if not n:
@@ -66,7 +71,7 @@ def main() -> None:
             tok = tot["reused_tokens"] / tot["tokens"] if tot["tokens"] else 0.0
             wall = tot["reused_seconds"] / tot["wall_s"] if tot["wall_s"] else 0.0
             print(
-                f"| {d.parent.name}/{d.name} | {method_dir.name} | {n:.0f} | {tot['calls'] / n:.2f} "
+                f"| {d.parent.name}/{d.name} | {method} | {n:.0f} | {tot['calls'] / n:.2f} "
                 f"| {tot['reused'] / n:.2f} | {share:.1%} | {tok:.1%} | {wall:.1%} "
                 f"| {tot['questions_with_repeats']:.0f} | {tot['different_reply']:.0f} |"
             )

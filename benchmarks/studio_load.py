@@ -122,7 +122,7 @@ def served_config(tmp: Path, methods: list[str]) -> Path:
 def questions(n: int) -> list[str]:
     """``n`` HotpotQA dev questions (the demo corpus's), each once while they last."""
     sys.path.insert(0, str(ROOT))
-    from gaprag.eval.datasets import load_dataset
+    from gaprag.datasets import load_dataset
 
     pool = [ex.question for ex in load_dataset("hotpotqa").examples]
     return [pool[i % len(pool)] for i in range(n)]

@@ -26,7 +26,7 @@ from typing import Any
 def one(dataset: str, paragraphs: int, concurrency: int) -> dict[str, Any]:
     from dataclasses import replace
 
-    from gaprag.eval.datasets import calibration_slice, load_dataset
+    from gaprag.datasets import calibration_slice, load_dataset
     from gaprag.graphs.rag_ef.synth import synthesize
     from gaprag.llm.factory import default_llm, serving_settings
     from gaprag.stores.pairs import PairStore

@@ -289,3 +289,33 @@ def _context(cls: type[C], value: Any) -> C:
     if isinstance(value, dict):
         return cls(**value)
     return cls(**{k: getattr(value, k) for k in field_names(cls) if hasattr(value, k)})
+
+
+#: ``pick(answers, probs, choice)``: the index of the round whose answer a run no decision
+#: stopped gives, under value ``choice`` of the method's answer-choice switch
+AnswerPicker = Callable[..., int]
+#: ``rescore(rows, run_dirs, weights)``: the rows with the method's decisions re-scored by
+#: other trained weights (from the run's traces), and a note of what was done
+Rescorer = Callable[..., tuple[list[dict[str, Any]], dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What ``gaprag calibrate`` needs from a method with a loop decision taken by a model:
+    declared as ``CALIBRATION`` in the method's context module.
+
+    ``setting``: the threshold setting; ``nodes``: the decision nodes it governs;
+    ``after_last``: LLM-call segments after the last decision (0 when the last decision ends
+    the run, 1 when an answer step still follows); ``switch``/``choices``/``pick``: the setting
+    that picks the answer of a run no decision stopped, its values (the default first) and
+    the function that replays it; ``rescore``: re-scores recorded decisions with other
+    trained weights (``--rf-weights``).
+    """
+
+    setting: str
+    nodes: tuple[str, ...]
+    after_last: int = 1
+    switch: str = ""
+    choices: tuple[str, ...] = ()
+    pick: AnswerPicker | None = None
+    rescore: Rescorer | None = None

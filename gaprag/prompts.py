@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from gaprag.llm.accounting import record_shown
+from gaprag.accounting import record_shown
 
 
 class Passages(str):

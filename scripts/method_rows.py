@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gaprag.eval.report import _calls, _cell  # the report's own cells, so the pages match it
+from gaprag.eval.markdown import _calls, _cell  # the report's own cells, so the pages match it
 
 HEADER = (
     "| set | method | n | EM | F1 | Acc | support recall | ΔF1 vs standard_rag [95% CI] "

@@ -28,9 +28,9 @@ from typing import Any
 
 from readme_tables import SET_NAMES, num  # this script's directory is on sys.path
 
-from gaprag.eval.metrics import f1_score
-from gaprag.eval.report import bootstrap_ci, dedupe, summarize
-from gaprag.graphs.rag_ef.ladder import NEAR_COPY, paraphrase_overlap
+from gaprag.eval.ladder import NEAR_COPY, paraphrase_overlap
+from gaprag.eval.stats import bootstrap_ci, dedupe, summarize
+from gaprag.metrics import f1_score
 
 BASE = "standard_rag"
 VARIANTS = ("rag_ef_standard", "rag_ef_S", "rag_ef_SE", "rag_ef_SE_reworded")

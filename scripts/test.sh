@@ -9,4 +9,5 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 GAPRAG_LOCAL_MODEL=${GAPRAG_LOCAL
 unset GAPRAG_BASE_URL OPENAI_BASE_URL
 ruff check gaprag tests
 mypy
+lint-imports
 pytest -q "$@"

@@ -1,6 +1,6 @@
 """Evaluation harness: datasets, metrics, the multi-method runner and the report."""
 
-from gaprag.eval.datasets import (
+from gaprag.datasets import (
     Dataset,
     Example,
     bundled,
@@ -8,9 +8,10 @@ from gaprag.eval.datasets import (
     check_no_overlap,
     load_dataset,
 )
-from gaprag.eval.metrics import accuracy, exact_match, f1_score, normalize_answer, support_recall
 from gaprag.eval.report import summarize, write_report
-from gaprag.eval.runner import TooManyErrors, aevaluate, evaluate, read_results
+from gaprag.eval.results import read_results
+from gaprag.eval.runner import TooManyErrors, aevaluate, evaluate
+from gaprag.metrics import accuracy, exact_match, f1_score, normalize_answer, support_recall
 
 __all__ = [
     "Dataset",

@@ -1,7 +1,7 @@
 """``gaprag calibrate``: set each model-taken loop decision's threshold for one model.
 
 1. **Run** every calibrated method on calibration questions only (index 60 on of each bundled
-   set; :func:`gaprag.eval.datasets.calibration_slice` refuses anything else) with
+   set; :func:`gaprag.datasets.calibration_slice` refuses anything else) with
    ``calibration=True``: no model decision stops a loop before its bound, and each decision
    records its probability ``p`` and the answer the method would have given had it stopped
    there. The runs are ordinary ``gaprag eval`` runs (repeatable serving, resumable) under
@@ -30,6 +30,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sys
 import time
@@ -39,26 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from gaprag.config import environ
+from gaprag.context import Calibration
+from gaprag.datasets import CALIBRATION_START, calibration_slice, load_dataset
 from gaprag.errors import InputError
-from gaprag.eval.datasets import CALIBRATION_START, calibration_slice, load_dataset
-from gaprag.eval.metrics import f1_score
+from gaprag.metrics import f1_score, normalize_answer
 from gaprag.nodes.short_answer import rule_answer
 
-#: method -> (its threshold setting, the decision nodes that setting governs)
-CALIBRATED: dict[str, tuple[str, tuple[str, ...]]] = {
-    "iterkey": ("validation_threshold", ("validate_answer",)),
-    "missing_knowledge": ("judge_threshold", ("judge_missing",)),
-    "migres": ("sufficiency_threshold", ("sufficiency",)),
-    "rfm_rag": ("rf_threshold", ("feedback_classifier",)),
-}
-#: LLM-call segments after a method's last recorded decision: IterKey's last validation is at
-#: its bound (its answer is chosen among the rounds); the others still answer after it
-AFTER_LAST: dict[str, int] = {"iterkey": 0}
-#: method -> (its switch that picks the answer of a run no decision stopped, its values, the
-#: default first)
-ANSWER_CHOICE: dict[str, tuple[str, tuple[str, ...]]] = {
-    "iterkey": ("fallback_policy", ("last", "first", "majority", "confident")),
-}
 GRID: tuple[float, ...] = (
     0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 1.01,
 )  # fmt: skip
@@ -94,20 +81,32 @@ def _short_f1(row: Mapping[str, Any], answer: str) -> float:
     return f1_score(short if short is not None else answer, row.get("answers") or [])
 
 
-def chosen_f1(row: Mapping[str, Any], decisions: Sequence[Mapping[str, Any]], choice: str) -> float:
-    """The F1 of a run no decision stopped, had IterKey's ``fallback_policy`` been ``choice``:
-    the row's own F1 where ``choice`` picks the same answer as the policy the row ran with
-    (``row["answer_choice"]``, from its run's settings; else the default), else the picked
-    round's answer reduced by the short-answer rules."""
-    from gaprag.graphs.iterkey.analysis import fallback_index
-    from gaprag.graphs.iterkey.parse import normalize_answer
+@functools.cache
+def _declared(method: str) -> Calibration | None:
+    from gaprag.graphs import calibration
 
+    return calibration(method)
+
+
+def calibrated() -> dict[str, Calibration]:
+    """Every registered method with a calibrated decision (what its package declares)."""
+    from gaprag.graphs import list_methods
+
+    return {m: c for m in list_methods() if (c := _declared(m)) is not None}
+
+
+def chosen_f1(row: Mapping[str, Any], decisions: Sequence[Mapping[str, Any]], choice: str) -> float:
+    """The F1 of a run no decision stopped, had its method's answer-choice switch (IterKey's
+    ``fallback_policy``) been ``choice``: the row's own F1 where ``choice`` picks the same
+    answer as the value the row ran with (``row["answer_choice"]``, from its run's settings;
+    else the default), else the picked round's answer reduced by the short-answer rules."""
+    declared = _declared(str(row.get("base_method") or row.get("method")))
     answers = [str(d.get("answer") or "") for d in decisions]
-    if not answers:
+    if not answers or declared is None or declared.pick is None:
         return float(row.get("f1") or 0.0)
     probs = [d.get("p") for d in decisions]
-    ran = fallback_index(answers, probs, row.get("answer_choice", "last"))
-    picked = fallback_index(answers, probs, choice)  # type: ignore[arg-type]
+    ran = declared.pick(answers, probs, row.get("answer_choice", declared.choices[0]))
+    picked = declared.pick(answers, probs, choice)
     if normalize_answer(answers[picked]) == normalize_answer(answers[ran]):
         return float(row.get("f1") or 0.0)
     return _short_f1(row, answers[picked])
@@ -179,12 +178,13 @@ def curves(
     """Per method: the replayed grid and the chosen threshold."""
     out: dict[str, dict[str, Any]] = {}
     for method in methods:
-        field, nodes = CALIBRATED[method]
+        declared = _declared(method)
         mine = [r for r in rows if r.get("method") == method]
-        if not mine:
+        if declared is None or not mine:
             continue
-        after = AFTER_LAST.get(method, 1)
-        switch, values = ANSWER_CHOICE.get(method, ("", (None,)))
+        field, nodes, after = declared.setting, declared.nodes, declared.after_last
+        switch = declared.switch
+        values: tuple[str | None, ...] = declared.choices or (None,)
         grids = {
             value: [
                 replay(mine, nodes, t, cost_per_call=cost_per_call, after_last=after, choice=value)
@@ -260,7 +260,7 @@ def write_profile(
 def calibrate(
     *,
     model: str,
-    methods: Sequence[str] = tuple(CALIBRATED),
+    methods: Sequence[str] | None = None,
     datasets: Sequence[str] = DATASETS,
     limit: int = 20,
     start: int = CALIBRATION_START,
@@ -286,9 +286,12 @@ def calibrate(
     instead of the recorded ones (:mod:`gaprag.graphs.rfm_rag.rescore`: retrained weights get
     their threshold from the same rows, on the questions they did not train on).
     Returns the curves and the profile's path."""
-    from gaprag.eval.runner import evaluate, read_results
+    from gaprag.eval.results import read_results
+    from gaprag.eval.runner import evaluate
 
-    allowed = gate_methods() if gate else tuple(CALIBRATED)
+    known = calibrated()
+    methods = list(known) if methods is None else list(methods)
+    allowed = gate_methods() if gate else tuple(known)
     unknown = [m for m in methods if m not in allowed]
     if unknown:
         raise InputError(
@@ -296,9 +299,12 @@ def calibrate(
             hint="calibrated methods: " + ", ".join(allowed),
         )
     check_gate_signal(gate)
-    if rf_weights is not None and "rfm_rag" not in methods:
+    rescorers = {m: r for m in methods if (r := known[m].rescore) is not None}
+    if rf_weights is not None and not rescorers:
+        with_rescore = [m for m, c in known.items() if c.rescore is not None]
         raise InputError(
-            "--rf-weights re-scores rfm_rag's decisions", hint="add rfm_rag to --methods"
+            f"--rf-weights re-scores {', '.join(with_rescore)}'s decisions",
+            hint=f"add {' or '.join(with_rescore)} to --methods",
         )
     out_dir = Path(out)
     rows: list[dict[str, Any]] = []
@@ -341,15 +347,15 @@ def calibrate(
     rows = [r for r in rows if not r.get("error") and (r.get("options") or {}).get("calibration")]
     if not rows:
         raise InputError(f"no calibration rows under {out_dir}", hint="run gaprag calibrate first")
-    rescored: dict[str, Any] | None = None
+    rescored: dict[str, dict[str, Any]] = {}
     if rf_weights is not None:
-        from gaprag.graphs.rfm_rag.rescore import rescore_rows
-
-        rows, rescored = rescore_rows(rows, run_dirs, rf_weights)
-    result = curves(rows, [m for m in methods if m in CALIBRATED], cost_per_call=cost_per_call)
+        for method, rescore in rescorers.items():
+            rows, rescored[method] = rescore(rows, run_dirs, rf_weights)
+    result = curves(rows, [m for m in methods if m in known], cost_per_call=cost_per_call)
     gated = gate_curves(rows, methods, gate, cost_per_call=cost_per_call) if gate else {}
-    if rescored is not None and "rfm_rag" in result:
-        result["rfm_rag"]["rescored"] = rescored
+    for method, note in rescored.items():
+        if method in result:
+            result[method]["rescored"] = note
     (out_dir / "curves.json").write_text(
         json.dumps({**result, **({"gate": gated} if gate else {})}, indent=2), encoding="utf-8"
     )
@@ -361,8 +367,8 @@ def calibrate(
         "objective": f"mean F1 - {cost_per_call} x mean LLM calls",
         "cost_per_call": cost_per_call,
     }
-    if rescored is not None:
-        notes["rf_weights"] = rescored["rf_weights"]
+    for note in rescored.values():
+        notes["rf_weights"] = note["rf_weights"]
     from gaprag.profiles import normalize
 
     target = Path(profile_path) if profile_path else _shipped_path(normalize(model))
@@ -379,9 +385,10 @@ def _note_answer_choice(rows: Sequence[dict[str, Any]], run_file: Path) -> None:
         settings = {}
     for row in rows:
         method = str(row.get("method"))
-        if method in ANSWER_CHOICE:
-            switch, values = ANSWER_CHOICE[method]
-            row["answer_choice"] = (settings.get(method) or {}).get(switch, values[0])
+        declared = _declared(str(row.get("base_method") or method))
+        if declared is not None and declared.switch:
+            chosen = (settings.get(method) or {}).get(declared.switch, declared.choices[0])
+            row["answer_choice"] = chosen
 
 
 def _shipped_path(name: str) -> Path:

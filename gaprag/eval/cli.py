@@ -79,9 +79,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from gaprag.eval.calibrate import CALIBRATED, DATASETS, calibrate
+    from gaprag.eval.calibrate import DATASETS, calibrate, calibrated
 
-    methods = [m.strip() for m in (args.methods or ",".join(CALIBRATED)).split(",") if m.strip()]
+    methods = [m.strip() for m in (args.methods or ",".join(calibrated())).split(",") if m.strip()]
     datasets = [d.strip() for d in (args.datasets or ",".join(DATASETS)).split(",") if d.strip()]
     result = calibrate(
         model=args.model,

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gaprag.eval.trace import safe_name
+from gaprag.traces import method_traces
 
 TEMPLATE = "report.html.j2"
 MAX_TEXT = 20_000  # characters kept of one prompt message or reply in the drill-down
@@ -100,16 +100,22 @@ def _script_json(data: Any) -> str:
     return text.replace("</", "<\\/").replace("<!--", "<\\!--")
 
 
-def _find_trace(dirs: Sequence[Path], method: str, qid: str) -> dict[str, Any] | None:
-    for d in reversed(dirs):  # the last directory's trace, as the last row wins
-        path = d / "traces" / safe_name(method) / f"{safe_name(qid)}.json"
-        if path.is_file():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            return data if isinstance(data, dict) else None
-    return None
+class _Traces:
+    """The traces of the report's run directories, read once per (directory, method)."""
+
+    def __init__(self, dirs: Sequence[Path]) -> None:
+        self.dirs = list(dirs)
+        self._read: dict[tuple[Path, str], dict[str, dict[str, Any]]] = {}
+
+    def find(self, method: str, qid: str) -> dict[str, Any] | None:
+        for d in reversed(self.dirs):  # the last directory's trace, as the last row wins
+            key = (d, method)
+            if key not in self._read:
+                self._read[key] = method_traces(d, method)
+            found = self._read[key].get(qid)
+            if found is not None:
+                return found
+        return None
 
 
 def build_data(
@@ -125,6 +131,7 @@ def build_data(
     questions: list[dict[str, Any]] = []
     details: dict[str, str] = {}
     stops: set[str] = set()
+    found_traces = _Traces(dirs)
     for (ds, qid), per in by_q.items():
         info = datasets.get(ds) or {}
         primary = str(info.get("primary") or "f1")
@@ -164,7 +171,7 @@ def build_data(
                 "m": cells,
             }
         )
-        traces = {m: _find_trace(list(dirs), m, qid) for m in cells}
+        traces = {m: found_traces.find(m, qid) for m in cells}
         found = {m: t for m, t in traces.items() if t is not None}
         if found:
             supporting: list[str] = next(

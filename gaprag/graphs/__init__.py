@@ -10,7 +10,7 @@ from langchain_core.language_models import BaseChatModel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 
-from gaprag.context import field_names, with_defaults
+from gaprag.context import Calibration, field_names, with_defaults
 from gaprag.deps import Deps
 from gaprag.errors import GapragError
 from gaprag.llm.client import LLM
@@ -46,6 +46,19 @@ def list_methods() -> list[str]:
 
 def context_class(method: str) -> type[Any]:
     return _module(method).Context  # type: ignore[no-any-return]
+
+
+def calibration(method: str) -> Calibration | None:
+    """What ``gaprag calibrate`` replays for ``method``: the ``CALIBRATION`` its context module
+    declares, or None for a method without a loop decision taken by a model."""
+    module = importlib.import_module(context_class(method).__module__)
+    found = getattr(module, "CALIBRATION", None)
+    return found if isinstance(found, Calibration) else None
+
+
+def calibrated() -> dict[str, Calibration]:
+    """Every registered method with a calibrated decision, and what calibration needs."""
+    return {m: c for m in METHODS if (c := calibration(m)) is not None}
 
 
 def build_graph(

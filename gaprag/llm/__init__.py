@@ -1,6 +1,6 @@
 """OpenAI-compatible chat access, structured output, usage accounting, the embedded server."""
 
-from gaprag.llm.accounting import metered, node, record_retrieval
+from gaprag.accounting import metered, node, record_retrieval
 from gaprag.llm.client import LLM, Choice, Structured
 from gaprag.llm.factory import default_llm, resolve_llm
 

@@ -31,10 +31,10 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.messages.ai import UsageMetadata
 from pydantic import BaseModel
 
+from gaprag.accounting import record_decision, record_llm_call
 from gaprag.aio import run_sync, sync_mode
 from gaprag.config import context_window as configured_context_window
 from gaprag.errors import EndpointError, one_line, redact
-from gaprag.llm.accounting import record_decision, record_llm_call
 from gaprag.llm.failures import (
     clean_text,
     endpoint_error,

@@ -1,7 +1,7 @@
 """The shared node library: the steps that are the same kind of step in several methods.
 
 - :mod:`~gaprag.nodes.retrieve`: run queries against the retriever (every mode, excluding
-  seen ids), recording every id returned.
+  seen ids); the retriever records every id it returns.
 - :mod:`~gaprag.nodes.render`: the one passage renderer (format from the prompt file),
   recording what is shown to the model.
 - :mod:`~gaprag.nodes.answer`: generate an answer over passages and clean it.

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
-from gaprag.llm.accounting import record_loop_decision
+from gaprag.accounting import record_loop_decision
 from gaprag.llm.client import Choice
 from gaprag.state.base import Decision
 

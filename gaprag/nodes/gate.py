@@ -33,8 +33,8 @@ from typing import Any, Literal
 
 from langgraph.runtime import Runtime
 
+from gaprag.accounting import record_decision
 from gaprag.deps import Deps
-from gaprag.llm.accounting import record_decision
 from gaprag.llm.client import TokenLogprob
 from gaprag.nodes.answer import clean_answer
 from gaprag.nodes.decisions import log_decision, should_stop

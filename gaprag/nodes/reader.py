@@ -32,15 +32,17 @@ from typing import Any, Literal
 import numpy as np
 from langgraph.runtime import Runtime
 
+from gaprag.accounting import record_decision
 from gaprag.aio import to_thread
 from gaprag.deps import Deps
-from gaprag.llm.accounting import record_decision
 from gaprag.llm.client import LLM
 from gaprag.nodes.answer import clean_answer
 from gaprag.nodes.decisions import option_probability
 from gaprag.nodes.render import DEFAULT_FORMAT, PassageFormat, render_passages
-from gaprag.nodes.short_answer import SHARED_PROMPTS
+from gaprag.prompts import load_prompts
 from gaprag.stores.embeddings import Embedder
+
+SHARED_PROMPTS = load_prompts("gaprag.nodes")
 
 Ranker = Literal["retrieval", "bm25", "dense", "llm"]
 Item = Mapping[str, Any]

@@ -1,11 +1,10 @@
-"""The shared retrieval step: run queries, tag evidence with its round, record what came back."""
+"""The shared retrieval step: run queries, tag evidence with its round, merge the results."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
 from gaprag.aio import to_thread
-from gaprag.llm.accounting import record_retrieval
 from gaprag.state.base import Evidence
 from gaprag.stores.retriever import Retriever
 from gaprag.stores.store import RetrievalMode
@@ -22,14 +21,14 @@ async def retrieve(
     dedupe: bool = True,
 ) -> list[Evidence]:
     """Top-``k`` passages for each query, merged in query order (each id once with
-    ``dedupe``), excluding ``exclude``. Every id returned is recorded as retrieved."""
+        ``dedupe``), excluding ``exclude``. The retriever records each search (the ids it returned
+    are the node's ``retrieved_ids``; :func:`gaprag.accounting.record_retrieval`)."""
     seen: set[str] = set(exclude)
     out: list[Evidence] = []
     for query in queries:
         if not query.strip():
             continue
         hits = await to_thread(retriever.search, query, k, mode=mode, exclude=exclude)
-        record_retrieval(0, [h["id"] for h in hits])
         for hit in hits:
             if dedupe and hit["id"] in seen:
                 continue

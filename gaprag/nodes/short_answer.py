@@ -25,8 +25,8 @@ from typing import Any, Literal
 from langgraph.graph import END, StateGraph
 from langgraph.runtime import Runtime
 
+from gaprag.accounting import record_decision
 from gaprag.deps import Deps
-from gaprag.llm.accounting import record_decision
 from gaprag.nodes.answer import clean_answer
 from gaprag.prompts import Prompt, load_prompts
 

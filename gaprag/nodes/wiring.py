@@ -8,7 +8,7 @@ A node is a module-level function named exactly like its graph node::
 turns each into a LangGraph node that runs natively under both ``invoke`` and ``ainvoke``
 (:mod:`gaprag.aio`), hands it the run's settings as ``runtime.context`` (an instance of the
 graph's context class, whatever the caller passed), and meters it
-(:mod:`gaprag.llm.accounting`).
+(:mod:`gaprag.accounting`).
 
 The ``first`` node starts every question. When it runs for a new question (the previous
 question on the thread has ended, which every method marks by setting ``stop_reason`` only when
@@ -55,10 +55,10 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
+from gaprag.accounting import metered
 from gaprag.aio import run_sync
 from gaprag.context import BaseContext, field_range, resolve_context
 from gaprag.deps import Deps
-from gaprag.llm.accounting import metered
 from gaprag.llm.memo import run_scope
 from gaprag.operator import policy_of
 from gaprag.state.base import PERSISTENT, InputState, add_usage

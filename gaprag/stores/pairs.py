@@ -39,14 +39,14 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
+from gaprag.accounting import record_retrieval
 from gaprag.errors import InputError, StoreError
-from gaprag.llm.accounting import record_retrieval
 from gaprag.state.base import Evidence
 from gaprag.stores.bm25 import tokenize
 from gaprag.stores.embeddings import Embedder, Vectors, default_embedder, embedder_by_name
@@ -196,6 +196,9 @@ class _Cache:
 
 class PairStore:
     """A durable, multi-process-safe store of (question, answer, chunk) pairs. See the module doc."""
+
+    # its retriever view and the nodes that rank it record each search
+    records_retrievals: ClassVar[bool] = True
 
     def __init__(self, path: Path, conn: sqlite3.Connection, embedder: Embedder) -> None:
         self.path = path
@@ -613,7 +616,6 @@ class PairStore:
         pair_mode = _pair_mode(mode)
         if scoring not in SCORINGS:
             raise InputError(f"unknown scoring {scoring!r}", hint="use geometric or arithmetic")
-        record_retrieval()
         with self._lock:
             cache = self._refresh()
             if not cache.ids or k <= 0:
@@ -691,7 +693,6 @@ class PairStore:
         mode: str = "dense",
     ) -> builtins.list[ScoredChunk]:
         """Standard RAG over the store's unique chunks (Eq. 1): top-``k`` by ``sim(q, c)``."""
-        record_retrieval()
         with self._lock:
             cache = self._refresh()
             if not cache.chunk_hashes or k <= 0:
@@ -724,6 +725,8 @@ class PairStore:
 class PairRetriever:
     """Pairs as evidence: text ``"Q: ...\\nA: ..."`` (the chunk is not included), id = pair id."""
 
+    records_retrievals = True
+
     def __init__(self, store: PairStore, *, gamma: float = 0.5, source_label: str = "feedback",
                  sources: Collection[str] | None = None) -> None:  # fmt: skip
         self.store = store
@@ -753,8 +756,9 @@ class PairRetriever:
             )
             for p, s in hits
             if p["id"] not in exclude
-        ]
-        return out[:k]
+        ][:k]
+        record_retrieval(query, [e["id"] for e in out], mode=mode)
+        return out
 
 
 #: How long a writer keeps waiting for SQLite's lock, in total, before giving up.

@@ -12,8 +12,8 @@ from langchain_core.callbacks import (
 from langchain_core.documents import Document as LCDocument
 from langchain_core.retrievers import BaseRetriever
 
+from gaprag.accounting import record_retrieval, retrievals_recorded
 from gaprag.aio import to_thread
-from gaprag.llm.accounting import record_retrieval
 from gaprag.state.base import Evidence
 from gaprag.stores.documents import content_id
 from gaprag.stores.store import RetrievalMode, Store
@@ -38,6 +38,8 @@ class LangChainRetrieverAdapter:
     Ids come from ``metadata['id']`` when present, else from a content hash.
     """
 
+    records_retrievals = True
+
     def __init__(self, retriever: BaseRetriever, source: str = "retriever") -> None:
         self.retriever = retriever
         self.source = source
@@ -50,7 +52,6 @@ class LangChainRetrieverAdapter:
         mode: RetrievalMode | None = None,
         exclude: Collection[str] = (),
     ) -> list[Evidence]:
-        record_retrieval()
         out: list[Evidence] = []
         for doc in self.retriever.invoke(query):
             meta = doc.metadata or {}
@@ -71,7 +72,36 @@ class LangChainRetrieverAdapter:
             )
             if len(out) >= k:
                 break
+        record_retrieval(query, [h["id"] for h in out], mode=mode)
         return out
+
+
+class RecordedRetriever:
+    """Any other :class:`Retriever`, with each of its searches recorded once: here, unless the
+    retriever recorded it itself (one that delegates to a gaprag store, say); other attributes
+    pass through."""
+
+    records_retrievals = True
+
+    def __init__(self, inner: Retriever) -> None:
+        self.inner = inner
+
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        mode: RetrievalMode | None = None,
+        exclude: Collection[str] = (),
+    ) -> list[Evidence]:
+        before = retrievals_recorded()
+        hits = self.inner.search(query, k, mode=mode, exclude=exclude)
+        if retrievals_recorded() == before:
+            record_retrieval(query, [h["id"] for h in hits], mode=mode)
+        return hits
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 class GapragRetriever(BaseRetriever):
@@ -121,7 +151,7 @@ def as_retriever(obj: Retriever | BaseRetriever | Store) -> Retriever:
     if isinstance(obj, BaseRetriever):
         return LangChainRetrieverAdapter(obj)
     if isinstance(obj, Retriever):
-        return obj
+        return obj if getattr(obj, "records_retrievals", False) else RecordedRetriever(obj)
     raise TypeError(
         f"expected a gaprag Store/Retriever or a LangChain BaseRetriever, got {type(obj).__name__}"
     )

@@ -22,13 +22,13 @@ import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from gaprag.accounting import record_retrieval
 from gaprag.config import quiet
 from gaprag.errors import StoreError
-from gaprag.llm.accounting import record_retrieval
 from gaprag.state.base import Evidence
 from gaprag.stores.bm25 import BM25Index, BM25Settings, Engine
 from gaprag.stores.dense import DenseIndex, make_client
@@ -81,6 +81,8 @@ def _evidence(doc: Document, score: float, source: str) -> Evidence:
 @dataclass
 class Store:
     """Open with :meth:`Store.open`; create with :meth:`Store.build`."""
+
+    records_retrievals: ClassVar[bool] = True  # each search records itself (gaprag.accounting)
 
     root: Path
     version_dir: Path
@@ -281,12 +283,12 @@ class Store:
         exclude: Collection[str] = (),
     ) -> list[Evidence]:
         """Top-``k`` passages for ``query``; ``exclude`` drops already-seen ids."""
+        asked = mode
         mode = mode or "hybrid"
         if mode not in MODES:
             raise StoreError(
                 f"unknown retrieval mode {mode!r}", hint=f"use one of {', '.join(MODES)}"
             )
-        record_retrieval()
         want = k + len(exclude)
         if mode == "bm25":
             ranked = [(self.docs[r]["id"], s) for r, s in self.bm25.search(query, want)]
@@ -305,6 +307,7 @@ class Store:
             out.append(_evidence(doc, score, mode))
             if len(out) >= k:
                 break
+        record_retrieval(query, [h["id"] for h in out], mode=asked)
         return out
 
     def similarity(self, query: str, doc_ids: Sequence[str]) -> np.ndarray[Any, Any]:

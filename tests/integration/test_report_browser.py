@@ -197,9 +197,10 @@ def test_open_a_question_and_filter(browser: Any, tmp_path: Path, monkeypatch: A
 
 def _big_run(root: Path, questions: int, methods: list[str]) -> Path:
     """Synthetic rows and traces: 5 LLM calls of about 2 KB per question and method."""
-    from gaprag.eval.trace import safe_name
+    from gaprag.traces import TraceWriter
 
     root.mkdir(parents=True)
+    traces = TraceWriter(root)
     passage = "Lorem ipsum dolor sit amet, consectetur adipiscing elit. " * 6
     with (root / "results.jsonl").open("w") as fh:
         for i in range(questions):
@@ -224,16 +225,15 @@ def _big_run(root: Path, questions: int, methods: list[str]) -> Path:
                     for k in range(5)
                 ]  # fmt: skip
                 trace = {
-                    "supporting": [f"p{i}"], "input": f"Question {i}?", "queries": [f"q {i}"],
+                    "id": qid, "supporting": [f"p{i}"], "input": f"Question {i}?", "queries": [f"q {i}"],
                     "retrievals": [{"query": f"q {i}", "mode": "bm25", "ids": [f"p{i}"]}],
                     "shown_ids": [f"p{i}"], "retrieved_ids": [f"p{i}"], "evidence": [],
                     "decisions": [{"node": "judge", "round": 1, "decision": "yes", "p": 0.7,
                                    "path": "logprobs", "threshold": 0.5}],
                     "llm_calls": calls,
                 }  # fmt: skip
-                path = root / "traces" / safe_name(m) / f"{qid}.json"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(trace))
+                traces.write(m, trace)
+    traces.compact()
     return root
 
 

@@ -16,15 +16,18 @@ import pytest
 from langchain_core.messages import BaseMessage, HumanMessage
 
 from gaprag.context import BaseContext
+from gaprag.datasets import bundled
 from gaprag.errors import GapragError, InputError
 from gaprag.eval import evaluate, load_dataset, read_results, write_report
-from gaprag.eval.datasets import bundled
-from gaprag.eval.runner import RESULT_FIELDS, ResultsWriter, TooManyErrors, parse_variant
+from gaprag.eval.planning import parse_variant
+from gaprag.eval.results import RESULT_FIELDS, ResultsWriter
+from gaprag.eval.runner import TooManyErrors
 from gaprag.graphs import METHODS
 from gaprag.llm.client import LLM
 from gaprag.stores import HashingEmbedder
 from gaprag.stores.store import RetrievalMode
 from gaprag.testing import ScriptedChatModel
+from gaprag.traces import method_traces
 
 PARAS = {
     "fr": ("France", "Paris is the capital and largest city of France."),
@@ -235,7 +238,7 @@ def test_rows_have_design_fields_scores_and_traces(dataset: Path, tmp_path: Path
     )
     assert by_id["q5"]["em"] == 1.0 and by_id["q5"]["acc"] == 1.0  # alias match
     assert by_id["q5"]["retrieval_recall"] == 0.5  # "pt" is not retrieved for a Hamlet question
-    trace = json.loads((out / "traces" / "standard_rag" / "q2.json").read_text())
+    trace = method_traces(out, "standard_rag")["q2"]
     assert trace["queries"] == ["What is the capital of Germany?"]
     assert trace["retrievals"][0]["ids"] == by_id["q2"]["evidence_ids"]
     assert len(trace["llm_calls"]) == 1
@@ -272,7 +275,7 @@ def test_contract_fields_give_two_recalls_decisions_and_token_parts(
     # support recall: only the one passage shown counts (q1: its gold is ranked first)
     assert rows["q1"]["shown_ids"] == ["fr"] and rows["q1"]["support_recall"] == 1.0
     assert rows["q5"]["shown_ids"] == ["hamlet"] and rows["q5"]["support_recall"] == 0.5
-    trace = json.loads((out / "traces" / "contract" / "q5.json").read_text())
+    trace = method_traces(out, "contract")["q5"]
     assert trace["shown_ids"] == ["hamlet"] and len(trace["retrieved_ids"]) == 6
     assert trace["titles"]["hamlet"] == "Hamlet" and trace["decisions"] == rows["q5"]["decisions"]
     assert trace["metrics"]["retrieval_recall"] == 1.0
@@ -328,7 +331,8 @@ def test_variants_run_side_by_side(dataset: Path, tmp_path: Path, contract: str)
     methods = summary["datasets"]["capitals"]["methods"]
     assert methods["shown3"]["settings"]["retrieval_mode"] == "hybrid"
     assert methods["top2"]["settings"]["passages_per_prompt"] == 2
-    assert (tmp_path / "run" / "traces" / "shown3" / "q1.json").is_file()
+    assert "q1" in method_traces(tmp_path / "run", "shown3")
+    assert (tmp_path / "run" / "traces" / "shown3.jsonl.xz").is_file()
     md = (out / "summary.md").read_text()
     assert "| shown3 (`contract`) | hybrid | 6 |" in md and "`shown3` = `contract`" in md
     # resuming with a variant redefined on another method is refused
@@ -400,7 +404,7 @@ def test_default_llm_is_served_repeatably_and_settings_are_recorded(
 
 
 def test_a_second_writer_is_refused(dataset: Path, tmp_path: Path) -> None:
-    from gaprag.eval.runner import RunLock
+    from gaprag.eval.results import RunLock
 
     out = tmp_path / "run"
     out.mkdir()
@@ -662,7 +666,7 @@ def test_failed_question_is_recorded_and_the_run_goes_on(dataset: Path, tmp_path
     assert rows["q2"]["em"] is None and rows["q2"]["stop_reason"] == "error"
     assert rows["q2"]["retrieval_calls"] == 1  # counted from the recorder after the failure
     assert rows["q1"]["error"] is None and rows["q1"]["em"] == 1.0
-    trace = json.loads((out / "traces" / "standard_rag" / "q2.json").read_text())
+    trace = method_traces(out, "standard_rag")["q2"]
     assert "model exploded" in trace["traceback"]
     entry = summary["datasets"]["capitals"]["methods"]["standard_rag"]
     assert entry["n"] == 4 and entry["errors"] == 1 and entry["stop_reasons"]["error"] == 1
@@ -954,7 +958,7 @@ def test_rows_from_older_runs_still_report(tmp_path: Path) -> None:
 
 
 def test_calibration_may_not_touch_the_reported_questions() -> None:
-    from gaprag.eval.datasets import calibration_slice, check_no_overlap
+    from gaprag.datasets import calibration_slice, check_no_overlap
 
     examples = list(range(100))
     assert calibration_slice(examples) == list(range(60, 100))
@@ -1045,7 +1049,7 @@ def test_a_limit_beyond_the_dataset_is_reported(
 
 def test_run_json_keeps_no_machine_paths(dataset: Path, tmp_path: Path) -> None:
     from gaprag.config import gaprag_home
-    from gaprag.eval.runner import portable_path
+    from gaprag.eval.record import portable_path
 
     assert portable_path(gaprag_home() / "stores" / "s1") == "$GAPRAG_HOME/stores/s1"
     bundled_file = Path(__file__).resolve().parents[2] / "gaprag" / "data" / "eval" / "x.jsonl"

@@ -35,12 +35,12 @@ from gaprag.graphs.iterkey.context import Context
 from gaprag.graphs.iterkey.nodes import PROMPTS
 from gaprag.graphs.iterkey.parse import (
     cot_verdict,
-    normalize_answer,
     parse_keywords,
     retrieval_query,
 )
 from gaprag.llm.client import LLM
 from gaprag.llm.factory import openai_llm
+from gaprag.metrics import normalize_answer
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.documents import Document
 from gaprag.stores.retriever import GapragRetriever

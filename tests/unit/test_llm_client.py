@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
+from gaprag.accounting import metered
 from gaprag.errors import EndpointError
-from gaprag.llm.accounting import metered
 from gaprag.llm.client import LLM
 from gaprag.llm.factory import openai_llm
 from gaprag.testing import ScriptedChatModel, scripted

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from gaprag import build_graph
+from gaprag.accounting import metered
 from gaprag.graphs.iterkey.nodes import PROMPTS
-from gaprag.llm.accounting import metered
 from gaprag.llm.client import LLM
 from gaprag.llm.memo import ReplyMemo, deterministic, run_scope
 from gaprag.stores import HashingEmbedder, Store

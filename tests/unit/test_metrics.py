@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gaprag.eval.metrics import (
+from gaprag.metrics import (
     accuracy,
     choose_option,
     exact_match,

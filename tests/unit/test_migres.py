@@ -21,6 +21,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
 
 from gaprag import build_graph
+from gaprag.accounting import metered
 from gaprag.deps import Deps
 from gaprag.graphs.migres.context import Context, budget, threshold
 from gaprag.graphs.migres.filter import (
@@ -41,7 +42,6 @@ from gaprag.graphs.migres.parsing import (
     salvage_main,
 )
 from gaprag.graphs.migres.state import Snippet, State
-from gaprag.llm.accounting import metered
 from gaprag.llm.client import LLM
 from gaprag.state.base import Evidence
 from gaprag.stores import HashingEmbedder, Store

@@ -12,7 +12,7 @@ import pytest
 from gaprag import build_graph
 from gaprag.context import effective_settings
 from gaprag.errors import InputError
-from gaprag.eval.calibrate import CALIBRATED, calibrate, choose, curves, replay, write_profile
+from gaprag.eval.calibrate import calibrate, calibrated, choose, curves, replay, write_profile
 from gaprag.graphs import context_class, list_methods
 from gaprag.profiles import (
     Profile,
@@ -72,9 +72,13 @@ def test_every_shipped_profile_setting_exists() -> None:
             assert set(settings) <= fields, f"{profile.source}: {set(settings) - fields}"
 
 
-def test_every_calibrated_threshold_is_a_setting() -> None:
-    for method, (field, _) in CALIBRATED.items():
-        assert field in {f.name for f in dataclasses.fields(context_class(method))}, method
+def test_every_calibrated_threshold_and_switch_is_a_setting() -> None:
+    declared = calibrated()
+    assert {"iterkey", "missing_knowledge", "migres", "rfm_rag"} <= set(declared)
+    for method, cal in declared.items():
+        fields = {f.name for f in dataclasses.fields(context_class(method))}
+        assert cal.setting in fields, method
+        assert not cal.switch or cal.switch in fields, method
 
 
 def test_precedence_default_profile_explicit_run(store: Store) -> None:
@@ -275,7 +279,7 @@ def test_calibrate_end_to_end_with_a_scripted_model(tmp_path: Path) -> None:
 
 
 def test_resume_refuses_a_changed_profile_setting() -> None:
-    from gaprag.eval.runner import _profiles_differ
+    from gaprag.eval.record import _profiles_differ
 
     a = {"model": "m", "source": "x", "settings": {"iterkey": {"top_k": 5}}}
     assert not _profiles_differ(False, a)  # a run from before profiles were recorded
@@ -297,7 +301,7 @@ def test_replay_only_uses_the_rows_already_there(
 
     runs = tmp_path / "runs" / "hotpotqa"
     runs.mkdir(parents=True)
-    from gaprag.eval.datasets import load_dataset
+    from gaprag.datasets import load_dataset
 
     ids = [ex.id for ex in load_dataset("hotpotqa").examples[60:62]]
     rows = [

@@ -20,14 +20,10 @@ from typing_extensions import TypedDict
 
 from gaprag import as_tool, build_graph
 from gaprag.cli import main as cli_main
+from gaprag.datasets import load_dataset
 from gaprag.deps import Deps
 from gaprag.errors import InputError
-from gaprag.eval.datasets import load_dataset
-from gaprag.eval.metrics import normalize_answer
-from gaprag.graphs.rag_ef import nodes as rag_ef_nodes
-from gaprag.graphs.rag_ef.context import Context
-from gaprag.graphs.rag_ef.feedback import parse_feedback
-from gaprag.graphs.rag_ef.ladder import (
+from gaprag.eval.ladder import (
     REWRITE_TEMPERATURE,
     Paraphrase,
     build_expert,
@@ -39,9 +35,13 @@ from gaprag.graphs.rag_ef.ladder import (
     names_and_numbers,
     paraphrase,
 )
+from gaprag.graphs.rag_ef import nodes as rag_ef_nodes
+from gaprag.graphs.rag_ef.context import Context
+from gaprag.graphs.rag_ef.feedback import parse_feedback
 from gaprag.graphs.rag_ef.state import State
 from gaprag.graphs.rag_ef.synth import chunk_text, parse_qa, synthesize
 from gaprag.llm.client import LLM
+from gaprag.metrics import normalize_answer
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.bm25 import tokenize
 from gaprag.stores.documents import Document

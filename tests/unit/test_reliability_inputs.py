@@ -257,7 +257,7 @@ def test_cli_refuses_a_100kb_question(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_dataset_line_without_answers_names_file_and_line(tmp_path: Path) -> None:
-    from gaprag.eval.datasets import load_dataset
+    from gaprag.datasets import load_dataset
 
     data = tmp_path / "set.jsonl"
     data.write_text(

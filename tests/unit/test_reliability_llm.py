@@ -10,8 +10,8 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel
 
+from gaprag.accounting import metered
 from gaprag.errors import EndpointError
-from gaprag.llm.accounting import metered
 from gaprag.llm.client import LLM
 from gaprag.llm.factory import openai_llm
 from gaprag.llm.failures import CUT_MARK, clean_text, fit_to_window

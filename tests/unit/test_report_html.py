@@ -17,6 +17,7 @@ from langchain_core.messages import BaseMessage
 from gaprag.eval import read_results, write_report
 from gaprag.graphs import METHODS
 from gaprag.testing import ScriptedChatModel
+from gaprag.traces import method_traces
 from tests.unit import test_eval as te
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +103,7 @@ def test_report_html_is_self_contained_with_summary_index_and_drilldowns(
     (call,) = view["calls"]
     assert call["messages"][-1]["content"].endswith("Question: Who wrote Hamlet?\nAnswer:")
     assert call["reply"] == "Shakespeare"
-    trace = json.loads((out / "traces" / "contract" / "q5.json").read_text())
+    trace = method_traces(out, "contract")["q5"]
     assert call["messages"] == trace["llm_calls"][0]["messages"]
 
 

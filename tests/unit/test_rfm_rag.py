@@ -16,6 +16,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
 
 from gaprag import build_graph
+from gaprag.accounting import metered
 from gaprag.cli import main
 from gaprag.deps import Deps
 from gaprag.errors import GapragError, InputError
@@ -51,7 +52,6 @@ from gaprag.graphs.rfm_rag.train import (
     train_mlp,
     training_warnings,
 )
-from gaprag.llm.accounting import metered
 from gaprag.llm.client import LLM
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.documents import Document
@@ -643,7 +643,7 @@ def test_feature_extractor_and_entities() -> None:
 
 # -- training CLI, data hygiene, shipped weights -------------------------------------------------
 def bundled_records(name: str) -> list[dict[str, Any]]:
-    from gaprag.eval.datasets import data_dir
+    from gaprag.datasets import data_dir
 
     lines = (data_dir() / f"{name}.dev.jsonl").read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines if line.strip()]

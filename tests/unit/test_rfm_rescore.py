@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gaprag.datasets import load_dataset
 from gaprag.errors import InputError
 from gaprag.eval.calibrate import calibrate
-from gaprag.eval.datasets import load_dataset
 from gaprag.graphs.rfm_rag.features import FEATURE_NAMES
 from gaprag.graphs.rfm_rag.model import RFeedbackMLP
 from gaprag.graphs.rfm_rag.rescore import rescore_rows, round_pools
@@ -141,7 +141,7 @@ def test_retrain_script_compares_on_the_same_heldout_questions(tmp_path: Path) -
         rows = [line for line in (source / ds / "results.jsonl").read_text().splitlines()
                 if json.loads(line)["method"] == "rfm_rag"]  # fmt: skip
         (runs / ds / "results.jsonl").write_text("\n".join(rows) + "\n")
-        shutil.copytree(source / ds / "traces" / "rfm_rag", runs / ds / "traces" / "rfm_rag")
+        shutil.copy(source / ds / "traces" / "rfm_rag.jsonl.xz", runs / ds / "traces")
         shutil.copy(source / ds / "run.json", runs / ds / "run.json")
     (runs / "curves.json").write_text('{"recorded": true}')
     shipped = (root / "gaprag/graphs/rfm_rag/weights.json").read_bytes()

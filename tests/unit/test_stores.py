@@ -11,8 +11,8 @@ import pytest
 from langchain_core.documents import Document as LCDocument
 from langchain_core.retrievers import BaseRetriever
 
+from gaprag.accounting import metered
 from gaprag.errors import InputError, StoreError
-from gaprag.llm.accounting import metered
 from gaprag.stores import GapragRetriever, HashingEmbedder, Store, as_retriever, load_documents
 from gaprag.stores.bm25 import BM25Index
 from gaprag.stores.documents import Document, chunk_words

@@ -10,8 +10,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from gaprag.graphs.iterkey.parse import normalize_answer
 from gaprag.graphs.iterkey.state import IterationRecord
+from gaprag.metrics import normalize_answer
 
 FallbackPolicy = Literal["last", "first", "majority", "confident"]
 

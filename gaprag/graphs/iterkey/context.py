@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gaprag.context import BaseContext, describe
-from gaprag.graphs.iterkey.analysis import FallbackPolicy
+from gaprag.context import BaseContext, Calibration, describe
+from gaprag.graphs.iterkey.analysis import FallbackPolicy, fallback_index
 from gaprag.stores.store import RetrievalMode
 
 RegenerationMode = Literal["keywords_only", "doc_by_doc"]
@@ -113,3 +113,15 @@ class Context(BaseContext):
     validator_model: str = describe(
         "", "Model name for the validator LLM endpoint.", operator="model"
     )
+
+
+#: the validator's threshold; its last validation is at the loop's bound (the answer is then
+#: chosen among the rounds by ``fallback_policy``)
+CALIBRATION = Calibration(
+    setting="validation_threshold",
+    nodes=("validate_answer",),
+    after_last=0,
+    switch="fallback_policy",
+    choices=("last", "first", "majority", "confident"),
+    pick=fallback_index,
+)

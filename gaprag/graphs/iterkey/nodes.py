@@ -10,6 +10,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from gaprag import nodes
+from gaprag.accounting import record_decision
 from gaprag.deps import Deps
 from gaprag.graphs.iterkey.analysis import final_round
 from gaprag.graphs.iterkey.context import Context
@@ -21,7 +22,6 @@ from gaprag.graphs.iterkey.parse import (
     retrieval_query,
 )
 from gaprag.graphs.iterkey.state import IterationRecord, IterKeyState, ParseFailure, VerdictScores
-from gaprag.llm.accounting import record_decision
 from gaprag.llm.client import LLM
 from gaprag.progress import emit
 from gaprag.prompts import Passages, load_prompts

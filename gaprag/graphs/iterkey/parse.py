@@ -146,15 +146,6 @@ def retrieval_query(question: str, keywords: Sequence[str], joiner: str = " ") -
     return joiner.join([question, *keywords]) if keywords else question
 
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-
-
-def normalize_answer(text: str) -> str:
-    """SQuAD normalisation: lower-case, drop punctuation and articles, collapse whitespace."""
-    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
-    return " ".join(_ARTICLES.sub(" ", text).split())
-
-
 VALIDATION_OPTIONS = ("True", "False")
 
 

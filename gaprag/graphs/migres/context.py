@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gaprag.context import BaseContext, describe
+from gaprag.context import BaseContext, Calibration, describe
 from gaprag.errors import InputError
 from gaprag.graphs.migres.filter import DEFAULT_EMBEDDING_DELTA, CrossEncoderScorer, Scorer
 from gaprag.operator import policy_of
@@ -136,3 +136,7 @@ def threshold(ctx: Context, scorer: Scorer) -> float:
         return TASK_DELTA_LOGITS[ctx.task_type]
     default = getattr(scorer, "default_delta", None)
     return float(default) if default is not None else DEFAULT_EMBEDDING_DELTA
+
+
+#: the sufficiency judgement's threshold
+CALIBRATION = Calibration(setting="sufficiency_threshold", nodes=("sufficiency",))

@@ -19,8 +19,8 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from gaprag.errors import InputError
-from gaprag.eval.metrics import normalize_answer
 from gaprag.llm.client import LLM
+from gaprag.metrics import normalize_answer
 from gaprag.prompts import load_prompts
 from gaprag.stores.documents import read_jsonl
 

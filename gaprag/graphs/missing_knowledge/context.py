@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gaprag.context import BaseContext, describe
+from gaprag.context import BaseContext, Calibration, describe
 from gaprag.graphs.missing_knowledge.state import KnowledgeBase
 from gaprag.stores.store import RetrievalMode
 
@@ -109,3 +109,7 @@ class Context(BaseContext):
     include_missing_list: bool = describe(
         False, "Also list the judge's missing knowledge in the final prompt (not in the paper)."
     )
+
+
+#: the judge's threshold
+CALIBRATION = Calibration(setting="judge_threshold", nodes=("judge_missing",))

@@ -2,6 +2,6 @@
 
 ``build_graph("rag_ef", pair_store=...)``; the pieces: ``graph.py`` (wiring and routing),
 ``nodes.py``, ``state.py``, ``context.py``, ``prompts.toml``, ``blocks.py`` (the Q&A and
-context blocks), ``feedback.py`` (stores, the expert's pause), ``synth.py`` and ``ladder.py``
-(the S/E/O pair sets), ``cli.py`` (``gaprag feedback``).
+context blocks), ``feedback.py`` (stores, the expert's pause), ``synth.py`` (synthetic pairs), ``cli.py``
+(``gaprag feedback``). The S/E/O evaluation ladder is :mod:`gaprag.eval.ladder`.
 """

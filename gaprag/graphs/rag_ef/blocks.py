@@ -45,7 +45,7 @@ def passage_contexts(passages: list[Evidence], cap: int | None = None) -> list[C
 
 
 def _norm_answer(text: str) -> str:
-    from gaprag.eval.metrics import normalize_answer
+    from gaprag.metrics import normalize_answer
 
     return normalize_answer(text)
 

@@ -119,7 +119,7 @@ def _corpus(sources: list[str], chunk_size: int, overlap: int) -> list[Any]:
         if Path(raw).exists():
             paths.append(raw)
             continue
-        from gaprag.eval.datasets import resolve
+        from gaprag.datasets import resolve
 
         paths.append(str(resolve(raw)[1]))  # a bundled dataset name: its paragraph union
     return load_documents(paths, chunk_size=chunk_size, overlap=overlap)

@@ -15,6 +15,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from gaprag import nodes
+from gaprag.accounting import record_decision, record_retrieval
 from gaprag.aio import to_thread
 from gaprag.deps import Deps
 from gaprag.graphs.rag_ef import blocks
@@ -27,7 +28,6 @@ from gaprag.graphs.rag_ef.feedback import (
     review_request,
 )
 from gaprag.graphs.rag_ef.state import State
-from gaprag.llm.accounting import record_decision, record_retrieval
 from gaprag.operator import policy_of
 from gaprag.progress import emit
 from gaprag.prompts import load_prompts
@@ -64,13 +64,14 @@ async def _retrieval_pass(
                      score=round(c["score"], 6), round=rnd)
             for c in chunks
         ]  # fmt: skip
-        record_retrieval(0, [p["id"] for p in passages])
+        record_retrieval(question, [p["id"] for p in passages], mode=ctx.similarity)
     else:
         pairs = await to_thread(
             store.rank, question, ctx.top_k, gamma=ctx.gamma, sources=sources,
             mode=ctx.similarity, scoring=ctx.scoring,
         )  # fmt: skip
-        record_retrieval(0, [*(p["id"] for p in pairs), *(p["chunk_id"] for p in pairs)])
+        ids = [*(p["id"] for p in pairs), *(p["chunk_id"] for p in pairs)]
+        record_retrieval(question, ids, mode=ctx.similarity)
     if not pairs and not passages and ctx.empty_store_fallback:
         docs = await documents(ctx, deps)
         if docs is not None:
@@ -167,7 +168,7 @@ async def feedback_classifier(
     if ctx.judge == "gold":
         verdict = "unknown"
         if state.gold_answers:
-            from gaprag.eval.metrics import exact_match
+            from gaprag.metrics import exact_match
 
             ok = exact_match(state.answer, state.gold_answers) > 0
             verdict = "correct" if ok else "incorrect"

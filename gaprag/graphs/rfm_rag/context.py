@@ -3,10 +3,12 @@ are explained in docs/methods/rfm_rag.md."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
-from gaprag.context import BaseContext, describe
+from gaprag.context import BaseContext, Calibration, describe
 from gaprag.graphs.rfm_rag.features import LengthUnit
 from gaprag.stores.store import RetrievalMode
 
@@ -90,3 +92,17 @@ class Context(BaseContext):
     )
     fills_max_tokens: int = describe(128, "Output cap for the placeholder-filling call.", minimum=1)
     judge_max_tokens: int = describe(8, "Output cap for the llm_judge's Yes/No choice.", minimum=1)
+
+
+def rescore(
+    rows: Iterable[Mapping[str, Any]], run_dirs: Mapping[str, Path], weights: str | Path
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """R-Feedback's recorded decisions re-scored by other weights
+    (:func:`gaprag.graphs.rfm_rag.rescore.rescore_rows`)."""
+    from gaprag.graphs.rfm_rag.rescore import rescore_rows
+
+    return rescore_rows(rows, run_dirs, weights)
+
+
+#: R-Feedback's stop threshold
+CALIBRATION = Calibration(setting="rf_threshold", nodes=("feedback_classifier",), rescore=rescore)

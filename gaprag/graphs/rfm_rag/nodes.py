@@ -15,6 +15,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from gaprag import nodes
+from gaprag.accounting import record_decision
 from gaprag.aio import to_thread
 from gaprag.deps import Deps
 from gaprag.graphs.rfm_rag.context import Context
@@ -40,7 +41,6 @@ from gaprag.graphs.rfm_rag.parsing import (
     parse_structure_text,
 )
 from gaprag.graphs.rfm_rag.state import State
-from gaprag.llm.accounting import record_decision
 from gaprag.progress import emit
 from gaprag.prompts import load_prompts
 

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from gaprag.errors import InputError
-from gaprag.eval.trace import safe_name
 from gaprag.graphs.rfm_rag.model import METRICS_FILE, RFeedbackMLP
 from gaprag.graphs.rfm_rag.train import Sample, featurize, pool_snapshots
 from gaprag.stores.embeddings import embedder_by_name
+from gaprag.traces import method_traces
 
 NODE = "feedback_classifier"
 
@@ -68,6 +68,7 @@ def rescore_rows(
     held = heldout_questions(path)
     out: list[dict[str, Any]] = []
     rescored = skipped = 0
+    traced: dict[Path, dict[str, dict[str, Any]]] = {}
     for row in rows:
         if row.get("method") != method:
             out.append(dict(row))
@@ -77,17 +78,14 @@ def rescore_rows(
             skipped += 1
             continue
         folder = run_dirs.get(str(row.get("dataset", "")))
-        trace_file = (
-            folder / "traces" / safe_name(method) / f"{safe_name(str(row.get('id', '')))}.json"
-            if folder is not None
-            else None
-        )
-        if trace_file is None or not trace_file.is_file():
+        if folder is not None and folder not in traced:
+            traced[folder] = method_traces(folder, method)
+        trace = traced[folder].get(str(row.get("id", ""))) if folder is not None else None
+        if trace is None:
             raise InputError(
                 f"no trace of {method} question {qid} to re-score",
                 hint="re-scoring reads the traces of the calibration run (its traces/ folder)",
             )
-        trace = json.loads(trace_file.read_text(encoding="utf-8"))
         pools = round_pools(trace) if isinstance(trace.get("extra"), dict) else {}
         judged = [d for d in row.get("decisions") or [] if d.get("node") == NODE]
         rounds = sorted({int(d["round"]) for d in judged if d.get("round") in pools})

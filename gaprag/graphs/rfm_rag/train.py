@@ -24,10 +24,10 @@ These are the inputs the model sees at run time.
 
 Questions are split into train / validation (early stopping) / calibration (Platt scaling) /
 test (the reported held-out metrics), disjoint. No evaluation question is ever used: bundled
-sets are read from :data:`~gaprag.eval.datasets.CALIBRATION_START` on
-(:func:`~gaprag.eval.datasets.calibration_slice`), and every record, whatever its source, is
+sets are read from :data:`~gaprag.datasets.CALIBRATION_START` on
+(:func:`~gaprag.datasets.calibration_slice`), and every record, whatever its source, is
 matched by id and question text against the bundled sets and refused by
-:func:`~gaprag.eval.datasets.check_no_overlap` if it is one of their first questions.
+:func:`~gaprag.datasets.check_no_overlap` if it is one of their first questions.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from gaprag.datasets import CALIBRATION_START, calibration_slice, check_no_overlap
 from gaprag.errors import GapragError, InputError
-from gaprag.eval.datasets import CALIBRATION_START, calibration_slice, check_no_overlap
 from gaprag.graphs.rfm_rag.features import (
     FEATURE_NAMES,
     LengthUnit,
@@ -63,7 +63,9 @@ from gaprag.graphs.rfm_rag.model import (
     fit_platt,
     monotonicity_violations,
 )
+from gaprag.metrics import f1_score
 from gaprag.stores.embeddings import Embedder
+from gaprag.traces import iter_traces
 
 Kind = Literal["sufficient", "partial", "irrelevant"]
 Source = Literal["paragraphs", "graph_pools"]
@@ -138,7 +140,7 @@ class Dataset:
 # -- loading ------------------------------------------------------------------------------
 def load_records(name: str, *, skip_first: int = DEFAULT_SKIP_FIRST) -> list[dict[str, Any]]:
     """Records of a bundled eval set (``hotpotqa``...) from index ``skip_first`` on (the
-    shared :func:`~gaprag.eval.datasets.calibration_slice`: refused below 60), or of a JSONL
+    shared :func:`~gaprag.datasets.calibration_slice`: refused below 60), or of a JSONL
     path after its first ``skip_first`` (its records are checked by content in training)."""
     path = Path(name)
     if path.suffix == ".jsonl" and path.is_file():
@@ -196,7 +198,7 @@ def _question_key(text: str) -> str:
 
 def bundled_indices() -> dict[str, tuple[dict[str, int], dict[str, int]]]:
     """For every bundled set: (id -> index, normalised question text -> first index)."""
-    from gaprag.eval.datasets import SUFFIX, bundled, data_dir
+    from gaprag.datasets import SUFFIX, bundled, data_dir
 
     out: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
     for name in bundled():
@@ -215,7 +217,7 @@ def bundled_indices() -> dict[str, tuple[dict[str, int], dict[str, int]]]:
 def refuse_evaluation_questions(records: Sequence[dict[str, Any]]) -> None:
     """Raise :class:`InputError` if any record is one of the reserved questions (index < 60)
     of a bundled set, matched by id or by question text (so a renamed copy is caught too);
-    the refusal is the shared one, :func:`gaprag.eval.datasets.check_no_overlap`."""
+    the refusal is the shared one, :func:`gaprag.datasets.check_no_overlap`."""
     indices: dict[str, list[int]] = {}
     for name, (by_id, by_text) in bundled_indices().items():
         for r in records:
@@ -545,31 +547,16 @@ def _xy(samples: Sequence[Sample], embedder: Embedder, progress: bool) -> tuple[
 
 
 # -- graph pools: what the graph built, read from `gaprag eval` traces ------------------------
-def trace_files(paths: Sequence[str | Path]) -> list[Path]:
-    """rfm_rag trace files under the given run folders (``gaprag eval --out``), trace folders
-    or files: every ``traces/*/ID.json`` whose method is rfm_rag (or a variant of it)."""
-    files: list[Path] = []
-    for raw in paths:
-        path = Path(raw).expanduser()
-        if path.is_file():
-            files.append(path)
-        elif path.is_dir():
-            files.extend(sorted(path.rglob("*.json")))
-        else:
-            raise InputError(f"no run folder or trace file {str(raw)!r}", hint="check the path")
-    return files
-
-
-def _read_trace(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("base_method", data.get("method")) != "rfm_rag":
-        return None
-    if data.get("error") or not isinstance(data.get("extra"), dict):
-        return None
-    return data
+def graph_traces(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
+    """The usable rfm_rag traces (of rfm_rag or a variant of it, finished, with the graph's
+    output) under the given run folders (``gaprag eval --out``), trace folders or files."""
+    return [
+        t
+        for t in iter_traces(paths)
+        if t.get("base_method", t.get("method")) == "rfm_rag"
+        and not t.get("error")
+        and isinstance(t.get("extra"), dict)
+    ]
 
 
 def pool_snapshots(trace: dict[str, Any]) -> list[dict[str, Any]]:
@@ -611,9 +598,7 @@ def graph_pool_samples(
 ) -> list[Sample]:
     """Labelled samples from the pools rfm_rag runs built (see the module docstring). Refuses
     any traced question that is an evaluation question (index < 60 of a bundled set)."""
-    from gaprag.eval.metrics import f1_score
-
-    traces = [t for f in trace_files(paths) if (t := _read_trace(f)) is not None]
+    traces = graph_traces(paths)
     refuse_evaluation_questions(
         [{"id": t.get("id", ""), "question": t.get("input", "")} for t in traces]
     )

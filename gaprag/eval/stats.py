@@ -1,0 +1,411 @@
+"""The statistics of evaluation runs (``summary.json``): means with bootstrap intervals, costs,
+decisions, paired differences, pooled and before/after comparisons.
+
+Per dataset and method: n, EM/F1/Acc, support recall (gold paragraphs shown in a prompt) and
+retrieval recall (gold paragraphs any retrieval returned), and multiple-choice accuracy where
+the set has options, with 95% percentile-bootstrap intervals (seeded); the cost means (LLM
+calls, prompt tokens split into instructions / passages / other, prompt-cache reuse,
+completion tokens, retrievals, passages shown and retrieved, seconds per question); the
+method's retrieval mode and passages per prompt; how each loop decision was taken (per node:
+counts per decision, mean ``p``, defaults); the paired difference to ``standard_rag`` on the
+questions both answered, stop reasons and the miss rate where a method reports ``missing``.
+
+Rules: a failed question (``error`` set) is left out of the metric means and counted under
+``errors``; when a (dataset, method, id) appears more than once (a retried failure, or the
+same method in several directories) the last successful row wins. Rows written before the two
+recalls existed (no ``retrieval_recall`` field) counted every retrieved id as "support": their
+value is reported as retrieval recall and their support recall is unknown.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from gaprag.eval.planning import resolved_settings
+from gaprag.eval.results import normalize_row
+
+BASELINE = "standard_rag"
+METRICS: tuple[str, ...] = (
+    "em",
+    "f1",
+    "acc",
+    "support_recall",
+    "retrieval_recall",
+    "choice_correct",
+)
+COSTS: tuple[str, ...] = (
+    "llm_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "tokens",
+    "retrieval_calls",
+    "iterations",
+    "wall_s",
+)
+# means over the rows that report them (older rows and other graphs may not)
+OPTIONAL_COSTS: tuple[str, ...] = (
+    "instruction_tokens",
+    "passage_tokens",
+    "other_tokens",
+    "cached_tokens",
+    "short_answer_calls",
+    "shown_passages",
+    "retrieved_passages",
+)
+LABELS = {
+    "em": "EM",
+    "f1": "F1",
+    "acc": "Acc",
+    "support_recall": "Support recall",
+    "retrieval_recall": "Retrieval recall",
+    "choice_correct": "MC acc",
+}
+N_BOOT = 2000
+
+
+# -- statistics ----------------------------------------------------------------------------
+def bootstrap_ci(
+    values: Sequence[float], *, seed: int = 0, n_boot: int = N_BOOT, level: float = 0.95
+) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the mean; ``None`` for no values."""
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        return None
+    if data.size == 1 or np.all(data == data[0]):
+        return float(data[0]), float(data[0])
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, data.size, size=(n_boot, data.size))
+    means = data[idx].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(means, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def _stat(values: Sequence[float], seed: int, n_boot: int) -> dict[str, Any]:
+    ci = bootstrap_ci(values, seed=seed, n_boot=n_boot)
+    return {
+        "mean": float(np.mean(values)) if values else None,
+        "ci": list(ci) if ci else None,
+        "n": len(values),
+    }
+
+
+# -- rows ----------------------------------------------------------------------------------
+def dedupe(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (dataset, method, id): the last successful one, else the last one."""
+    keep: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+    for row in rows:
+        key = (row.get("dataset"), row.get("method"), row.get("id"))
+        old = keep.get(key)
+        if old is not None and not old.get("error") and row.get("error"):
+            continue
+        keep[key] = dict(row)
+    return list(keep.values())
+
+
+def _num(row: Mapping[str, Any], key: str) -> float:
+    if key == "tokens":
+        return float(row.get("prompt_tokens") or 0) + float(row.get("completion_tokens") or 0)
+    value = row.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+def _optional(row: Mapping[str, Any], key: str) -> float | None:
+    if key == "other_tokens":
+        instr, passages = row.get("instruction_tokens"), row.get("passage_tokens")
+        if not isinstance(instr, int | float) or not isinstance(passages, int | float):
+            return None
+        return max(0.0, _num(row, "prompt_tokens") - float(instr) - float(passages))
+    if key in ("shown_passages", "retrieved_passages"):
+        ids = row.get("shown_ids" if key == "shown_passages" else "retrieved_ids")
+        return float(len(ids)) if isinstance(ids, list) else None
+    value = row.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _optional_mean(rows: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    vals = [v for v in (_optional(r, key) for r in rows) if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def decision_stats(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per node: how many decisions, how often each was taken, mean ``p``, paths, defaults."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        for d in row.get("decisions") or []:
+            if not isinstance(d, Mapping):
+                continue
+            node = str(d.get("node") or "?")
+            e = nodes.setdefault(
+                node, {"n": 0, "decisions": Counter(), "paths": Counter(), "p": []}
+            )
+            e["n"] += 1
+            e["decisions"][str(d.get("decision"))] += 1
+            e["paths"][str(d.get("path") or "?")] += 1
+            p = d.get("p")
+            if isinstance(p, int | float) and not isinstance(p, bool):
+                e["p"].append(float(p))
+    out: dict[str, Any] = {}
+    for node, e in nodes.items():
+        ps = e["p"]
+        out[node] = {
+            "n": e["n"],
+            "decisions": dict(e["decisions"].most_common()),
+            "mean_p": float(np.mean(ps)) if ps else None,
+            "with_p": len(ps),
+            "paths": dict(e["paths"].most_common()),
+            "default": int(e["paths"].get("default", 0)),
+            "default_rate": e["paths"].get("default", 0) / e["n"] if e["n"] else None,
+        }
+    return out
+
+
+def method_settings(
+    method: str, runs: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The method key's method, retrieval mode, passages per prompt and options, from the
+    run files (or, for runs that did not record them, the current defaults plus options)."""
+    base = method
+    options: dict[str, Any] = {}
+    settings: dict[str, Any] | None = None
+    for run in runs:
+        if method in (run.get("settings") or {}):
+            settings = dict(run["settings"][method])
+        base = (run.get("variants") or {}).get(method, base)
+        if method in (run.get("methods") or {}):
+            options = dict(run["methods"][method])
+    for row in rows:
+        if row.get("base_method"):
+            base = str(row["base_method"])
+        if isinstance(row.get("options"), dict) and not options:
+            options = dict(row["options"])
+    recorded = settings is not None
+    if settings is None:
+        settings = resolved_settings(base, options)
+    passages = next(
+        (settings[k] for k in ("passages_per_prompt", "top_k") if settings.get(k) is not None),
+        None,
+    )
+    return {
+        "method": base,
+        "retrieval_mode": settings.get("retrieval_mode"),
+        "passages_per_prompt": passages,
+        "options": options,
+        "recorded": recorded,
+    }
+
+
+def _missing(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return value > 0
+    return bool(value)
+
+
+def summarize(
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    seed: int = 0,
+    n_boot: int = N_BOOT,
+    baseline: str = BASELINE,
+    runs: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """The summary structure written to ``summary.json`` (``runs``: the runs' ``run.json``)."""
+    normalized = [normalize_row(r) for r in dedupe(rows)]
+    by_dataset: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in normalized:
+        by_dataset[str(row.get("dataset"))].append(row)
+    datasets: dict[str, Any] = {}
+    for name, ds_rows in by_dataset.items():
+        order = list(dict.fromkeys(str(r.get("method")) for r in ds_rows))
+        if baseline in order:
+            order.remove(baseline)
+            order.insert(0, baseline)
+        per: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in ds_rows:
+            per[str(r.get("method"))].append(r)
+        has_mc = any(r.get("choice_correct") is not None for r in ds_rows)
+        primary = "choice_correct" if has_mc else "f1"
+        methods: dict[str, Any] = {}
+        for m in order:
+            ok = [r for r in per[m] if not r.get("error")]
+            entry: dict[str, Any] = {"n": len(ok), "errors": len(per[m]) - len(ok)}
+            for key in METRICS:
+                vals = [float(r[key]) for r in ok if isinstance(r.get(key), int | float)]
+                if vals or key != "choice_correct":
+                    entry[key] = _stat(vals, seed, n_boot)
+            entry["cost"] = {
+                key: (float(np.mean([_num(r, key) for r in ok])) if ok else None) for key in COSTS
+            }
+            entry["cost"].update({key: _optional_mean(ok, key) for key in OPTIONAL_COSTS})
+            cached, prompt = entry["cost"]["cached_tokens"], entry["cost"]["prompt_tokens"]
+            entry["cost"]["cache_share"] = (
+                cached / prompt if cached is not None and prompt else None
+            )
+            ds_runs = [r for r in runs if r.get("dataset") in (None, name)]
+            entry["settings"] = method_settings(m, ds_runs, per[m])
+            entry["decisions"] = decision_stats(ok)
+            entry["legacy_recall"] = any(r.get("legacy_recall") for r in per[m])
+            entry["stop_reasons"] = dict(Counter(str(r.get("stop_reason") or "") for r in per[m]))
+            flagged = [r for r in ok if "missing" in r]
+            entry["miss_rate"] = (
+                sum(_missing(r["missing"]) for r in flagged) / len(flagged) if flagged else None
+            )
+            by_iter: dict[int, list[float]] = defaultdict(list)
+            for r in ok:
+                if isinstance(r.get(primary), int | float):
+                    by_iter[int(r.get("iterations") or 0)].append(float(r[primary]))
+            entry["by_iterations"] = {
+                str(k): {"n": len(v), "mean": float(np.mean(v))} for k, v in sorted(by_iter.items())
+            }
+            if m != baseline and baseline in per:
+                entry["vs_baseline"] = _paired(per[baseline], per[m], seed, n_boot)
+            methods[m] = entry
+        scored = {
+            m: e[primary]["mean"]
+            for m, e in methods.items()
+            if e.get(primary, {}).get("mean") is not None
+        }
+        datasets[name] = {
+            "questions": len({r.get("id") for r in ds_rows}),
+            "primary": primary,
+            "baseline": baseline if baseline in per else None,
+            "best": max(scored, key=lambda k: scored[k]) if scored else None,
+            "methods": methods,
+        }
+    return {
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "bootstrap": {"resamples": n_boot, "level": 0.95, "seed": seed, "kind": "percentile"},
+        "baseline": baseline,
+        "datasets": datasets,
+        "pooled": pooled(normalized, baseline=baseline, seed=seed, n_boot=n_boot),
+        "serving": {
+            str(r.get("dataset")): r["serving"] for r in runs if isinstance(r.get("serving"), dict)
+        },
+    }
+
+
+POOLED_METRICS: tuple[str, ...] = ("em", "f1", "acc", "support_recall", "retrieval_recall")
+POOLED_COSTS: tuple[str, ...] = ("llm_calls", "tokens", "wall_s")
+PAIRED_MEANS: tuple[str, ...] = ("f1", "llm_calls", "tokens", "wall_s")
+
+
+def _pooled_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The F1-scored rows (multiple-choice sets left out), each id made ``dataset/id`` so that
+    questions pair across a pooled table only with themselves."""
+    return [
+        {**r, "id": f"{r.get('dataset')}/{r.get('id')}"}
+        for r in rows
+        if r.get("choice_correct") is None
+    ]
+
+
+def pooled(
+    rows: Sequence[Mapping[str, Any]], *, baseline: str = BASELINE, seed: int = 0,
+    n_boot: int = N_BOOT,
+) -> dict[str, Any]:  # fmt: skip
+    """Every method over all the datasets of a report that are scored by F1 (multiple-choice
+    sets are left out): each question weighs the same, the paired difference to ``baseline``
+    is taken per (dataset, question), and the cost is the mean per question. Empty when the
+    rows come from fewer than two datasets."""
+    scored = _pooled_rows(rows)
+    if len({r.get("dataset") for r in scored}) < 2:
+        return {}
+    per: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in scored:
+        per[str(r.get("method"))].append(r)
+    order = [baseline] * (baseline in per) + [m for m in per if m != baseline]
+    out: dict[str, Any] = {}
+    for m in order:
+        ok = [r for r in per[m] if not r.get("error")]
+        entry: dict[str, Any] = {
+            "n": len(ok),
+            "errors": len(per[m]) - len(ok),
+            "datasets": sorted({str(r.get("dataset")) for r in ok}),
+        }
+        for key in POOLED_METRICS:
+            entry[key] = _stat([float(r[key]) for r in ok if isinstance(r.get(key), int | float)],
+                               seed, n_boot)  # fmt: skip
+        entry["cost"] = {
+            key: (float(np.mean([_num(r, key) for r in ok])) if ok else None)
+            for key in POOLED_COSTS
+        }
+        if m != baseline and baseline in per:
+            entry["vs_baseline"] = _paired(per[baseline], per[m], seed, n_boot)
+        out[m] = entry
+    return out
+
+
+def versus_before(
+    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]], *, seed: int = 0,
+    n_boot: int = N_BOOT,
+) -> dict[str, Any]:  # fmt: skip
+    """Each method of ``after`` against the same method in ``before`` (another code version
+    on the same questions): per dataset and pooled, the paired difference after − before on
+    the questions both answered, each side's mean F1 and LLM calls on those questions."""
+    old = [normalize_row(r) for r in dedupe(before)]
+    new = [normalize_row(r) for r in dedupe(after)]
+
+    def table(b_rows: list[dict[str, Any]], a_rows: list[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for m in dict.fromkeys(str(r.get("method")) for r in a_rows):
+            b = [r for r in b_rows if r.get("method") == m]
+            a = [r for r in a_rows if r.get("method") == m]
+            if not b:
+                continue
+            entry = _paired(b, a, seed, n_boot)
+            means = entry.pop("means")
+            entry["before"], entry["after"] = means["base"], means["other"]
+            out[m] = entry
+        return out
+
+    datasets = {
+        str(ds): table(
+            [r for r in old if r.get("dataset") == ds], [r for r in new if r.get("dataset") == ds]
+        )
+        for ds in dict.fromkeys(r.get("dataset") for r in new)
+    }
+    pooled_table = table(_pooled_rows(old), _pooled_rows(new)) if len(datasets) > 1 else {}
+    return {"datasets": datasets, "pooled": pooled_table}
+
+
+def _paired(
+    base: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]], seed: int, n_boot: int
+) -> dict[str, Any]:
+    """``other - base`` per metric, on the questions both answered without error."""
+    b = {r.get("id"): r for r in base if not r.get("error")}
+    o = {r.get("id"): r for r in other if not r.get("error")}
+    common = [i for i in o if i in b]
+    out: dict[str, Any] = {"n": len(common)}
+    for key in METRICS:
+        diffs = [
+            float(o[i][key]) - float(b[i][key])
+            for i in common
+            if isinstance(o[i].get(key), int | float) and isinstance(b[i].get(key), int | float)
+        ]
+        if not diffs:
+            continue
+        stat = _stat(diffs, seed, n_boot)
+        stat["wins"] = sum(d > 0 for d in diffs)
+        stat["losses"] = sum(d < 0 for d in diffs)
+        stat["ties"] = sum(d == 0 for d in diffs)
+        out[key] = stat
+    # each side's means on the shared questions, and the cost of ``other`` relative to ``base``
+    means = {
+        side: {key: (float(np.mean([_num(rs[i], key) for i in common])) if common else None)
+               for key in PAIRED_MEANS}
+        for side, rs in (("base", b), ("other", o))
+    }  # fmt: skip
+    out["means"] = means
+    ratio: dict[str, float | None] = {}
+    for key in ("tokens", "llm_calls", "wall_s"):
+        bm, om = means["base"][key], means["other"][key]
+        ratio[key] = om / bm if bm and om is not None else None
+    out["cost_ratio"] = ratio
+    return out
