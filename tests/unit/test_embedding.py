@@ -73,7 +73,7 @@ def test_subgraph_updates_stream_with_their_namespace(store: Store) -> None:
         )
     )
     inner = [(ns, next(iter(upd))) for ns, upd in chunks if ns]
-    assert [name for _, name in inner] == ["retrieve", "generate_answer", "short_answer"]
+    assert [name for _, name in inner] == ["retrieve", "generate_answer", "reader", "short_answer"]
     assert all(ns[0].startswith("rag:") for ns, _ in inner)
     assert chunks[-1] == ((), {"rag": {"answer": "Berlin"}})  # the parent sees shared keys only
 
