@@ -299,7 +299,7 @@ def calibrate(
             hint="calibrated methods: " + ", ".join(allowed),
         )
     check_gate_signal(gate)
-    rescorers = {m: r for m in methods if (r := known[m].rescore) is not None}
+    rescorers = {m: r for m in methods if m in known and (r := known[m].rescore) is not None}
     if rf_weights is not None and not rescorers:
         with_rescore = [m for m, c in known.items() if c.rescore is not None]
         raise InputError(

@@ -207,7 +207,12 @@ def test_stream_updates_and_custom_show_each_node(store: Store) -> None:
         graph.stream({"question": "capital of France"}, stream_mode=["updates", "custom"])
     )
     updates = [payload for mode, payload in chunks if mode == "updates"]
-    assert [next(iter(u)) for u in updates] == ["retrieve", "generate_answer", "short_answer"]
+    assert [next(iter(u)) for u in updates] == [
+        "retrieve",
+        "generate_answer",
+        "reader",
+        "short_answer",
+    ]
     retrieved = updates[0]["retrieve"]
     assert retrieved["queries"] == ["capital of France"] and retrieved["iterations"] == 1
     assert retrieved["evidence"][0]["id"] == "fr"
