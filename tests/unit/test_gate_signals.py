@@ -177,3 +177,17 @@ def test_run_resumes_after_a_kill_mid_line(
     assert len(chat.calls) > calls_before
     summary = gs.summarize(rows)
     assert "| lp_mean |" in summary and "| pooled | 4 |" in summary
+
+
+def test_with_logprobs_asks_an_openai_client_for_logprobs() -> None:
+    from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
+
+    recorder = gs.CallRecorder()
+    chat = ChatOpenAI(
+        base_url="http://127.0.0.1:9/v1", model="m", api_key=SecretStr("k"), temperature=0.0
+    )
+    asked = gs.with_logprobs(chat, recorder)
+    assert asked.logprobs is True and asked.top_logprobs == gs.TOP_LOGPROBS
+    assert asked.callbacks == [recorder] and asked.temperature == 0.0
+    assert chat.logprobs is None  # the original client is left as it was
