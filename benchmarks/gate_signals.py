@@ -529,13 +529,16 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> str:
         "interval over questions, 1000 resamples); higher signal = more confident. "
         "Extra cost: mean per question beyond plain RAG's own calls.",
         "",
-        "| group | questions | right (F1 >= 0.5) | plain RAG F1 | LLM calls | tokens | seconds |",
-        "|---|---|---|---|---|---|---|",
+        "| group | questions | indices | right (F1 >= 0.5) | plain RAG F1 | LLM calls | tokens "
+        "| seconds |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for g, rs in groups.items():
         n = max(1, len(rs))
+        indices = [int(r["index"]) for r in rs]
+        span = f"{min(indices)}-{max(indices)}" if indices else "-"
         lines.append(
-            f"| {g} | {len(rs)} | {sum(1 for r in rs if r['label'])} | "
+            f"| {g} | {len(rs)} | {span} | {sum(1 for r in rs if r['label'])} | "
             f"{sum(r['rag']['f1'] for r in rs) / n:.3f} | "
             f"{sum(r['rag']['llm_calls'] for r in rs) / n:.2f} | "
             f"{sum(r['rag']['prompt_tokens'] + r['rag']['completion_tokens'] for r in rs) / n:.0f} | "

@@ -176,7 +176,7 @@ def test_run_resumes_after_a_kill_mid_line(
     ]  # fmt: skip
     assert len(chat.calls) > calls_before
     summary = gs.summarize(rows)
-    assert "| lp_mean |" in summary and "| pooled | 4 |" in summary
+    assert "| lp_mean |" in summary and "| pooled | 4 | 60-61 |" in summary
 
 
 def test_with_logprobs_asks_an_openai_client_for_logprobs() -> None:
