@@ -47,9 +47,9 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.outputs import LLMResult
 
-from gaprag.eval.datasets import CALIBRATION_START, Dataset, Example, calibration_slice
-from gaprag.eval.metrics import exact_match, f1_score
+from gaprag.datasets import CALIBRATION_START, Dataset, Example, calibration_slice
 from gaprag.llm.client import LLM
+from gaprag.metrics import exact_match, f1_score
 
 DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
 LABEL_F1 = 0.5  # "plain RAG's answer is right": its F1 against the gold answers is at least this
@@ -244,8 +244,8 @@ def _run_rag(bench: Bench, example: Example, context: Mapping[str, Any]) -> dict
 
 def _closed_book(bench: Bench, example: Example) -> dict[str, Any]:
     """The answer prompt of standard_rag with no passages; the short-answer rules (no call)."""
+    from gaprag.accounting import metered
     from gaprag.graphs.standard_rag.nodes import FORMATS, PROMPTS
-    from gaprag.llm.accounting import metered
     from gaprag.nodes import clean_answer, render_passages
     from gaprag.nodes.short_answer import rule_answer
 
@@ -330,7 +330,7 @@ def measure(bench: Bench, example: Example, index: int) -> dict[str, Any]:
 
 
 def _support_recall(example: Example, shown: Sequence[str]) -> float | None:
-    from gaprag.eval.metrics import support_recall
+    from gaprag.metrics import support_recall
 
     return support_recall(example.supporting, shown)
 
@@ -392,7 +392,7 @@ def plan(
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    from gaprag.eval.runner import read_results
+    from gaprag.eval.results import read_results
 
     return read_results(path)
 
@@ -410,7 +410,7 @@ def run(
 ) -> int:
     """Measure every planned question not in ``out`` yet; returns the rows written."""
     from gaprag.errors import InputError
-    from gaprag.eval.runner import ResultsWriter
+    from gaprag.eval.results import ResultsWriter
 
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.is_file() and out.stat().st_size and not resume:
@@ -583,7 +583,7 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> str:
 
 # -- command line ----------------------------------------------------------------------------
 def _load(names: Iterable[str]) -> list[Dataset]:
-    from gaprag.eval.datasets import load_dataset
+    from gaprag.datasets import load_dataset
 
     return [load_dataset(n) for n in names]
 
@@ -618,7 +618,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     serving_path.write_text(json.dumps(serving, indent=2) + "\n", encoding="utf-8")
 
     def make_bench(ds: Dataset) -> Bench:
-        from gaprag.eval.datasets import dataset_store
+        from gaprag.datasets import dataset_store
 
         return Bench.build(ds, llm, recorder, dataset_store(ds, progress=False))
 

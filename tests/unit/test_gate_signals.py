@@ -9,8 +9,8 @@ import pytest
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 
+from gaprag.datasets import Dataset, Example
 from gaprag.errors import InputError
-from gaprag.eval.datasets import Dataset, Example
 from gaprag.llm.client import LLM
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.documents import Document
