@@ -80,7 +80,8 @@ def test_streamed_run_answers_with_the_fake_llm(client: Any, served: Served) -> 
     errors = [p.data for p in parts if p.event == "error"]
     assert errors == [], f"{errors}\n{served.log.read_text()[-3000:]}"
     updates = [p.data for p in parts if p.event == "updates"]
-    assert [next(iter(u)) for u in updates] == ["retrieve", "generate_answer", "short_answer"]
+    steps = ["retrieve", "generate_answer", "reader", "short_answer"]
+    assert [next(iter(u)) for u in updates] == steps
     retrieved = updates[0]["retrieve"]
     # the context's store and top_k were used (the default top_k would keep both matches)
     assert [e["id"] for e in retrieved["evidence"]] == ["eiffel"]

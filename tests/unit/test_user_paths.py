@@ -237,7 +237,7 @@ def test_settings_command_lists_values_sources_and_descriptions(
     assert settings["no_logprobs"]["value"] == "retrieve_more"
     assert all(entry["description"] for entry in settings.values())
     assert settings["base_url"]["source"] == "embedded server"
-    assert main(["settings", "iterkey"]) == 0
+    assert main(["settings", "iterkey", "--profile", "qwen2.5-coder-1.5b"]) == 0
     text = capsys.readouterr().out
     assert "max_iterations" in text and "[profile " in text  # the shipped profile applies
 
