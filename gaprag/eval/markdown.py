@@ -59,6 +59,13 @@ def _calls(cost: Mapping[str, Any]) -> str:
     return f"{text} ({_fmt(extra, 2)} short-answer)" if extra else text
 
 
+def _front(method: str, front: Mapping[str, Sequence[str]]) -> str:
+    """Which costs ``method`` is on the quality-per-cost front of ("calls", "s"), or "–"."""
+    marks = [label for cost, label in (("llm_calls", "calls"), ("wall_s", "s"))
+             if method in front.get(cost, ())]  # fmt: skip
+    return ", ".join(marks) or "–"
+
+
 def _split(c: Mapping[str, Any]) -> str:
     parts = [c.get("instruction_tokens"), c.get("passage_tokens"), c.get("other_tokens")]
     if any(p is None for p in parts):
@@ -80,12 +87,14 @@ def _pooled_markdown(summary: Mapping[str, Any]) -> list[str]:
         f"## Pooled over {len(sets)} datasets ({', '.join(sets)})",
         "",
         "Every question weighs the same; Δ is paired per (dataset, question); costs are means "
-        "per question.",
+        "per question. *Unbeaten on*: the costs at which no other configuration has an F1 at "
+        "least as high for no more of that cost (one of the two strictly).",
         "",
         f"| method | n | EM | F1 | Acc | Support recall | Retrieval recall | ΔF1 vs {base} "
-        "| wins / losses | LLM calls | tokens | s/question | errors |",
-        "|---|" + "---:|" * 12,
+        "| wins / losses | LLM calls | tokens | s/question | unbeaten on | errors |",
+        "|---|" + "---:|" * 13,
     ]
+    front = summary.get("pooled_frontier") or {}
     for m, e in table.items():
         vs = e.get("vs_baseline") or {}
         d = vs.get("f1")
@@ -94,9 +103,13 @@ def _pooled_markdown(summary: Mapping[str, Any]) -> list[str]:
         cells.append(f"{d['wins']} / {d['losses']}" if d else "–")
         c = e["cost"]
         cells += [_fmt(c["llm_calls"], 2), _fmt(c["tokens"], 0), _fmt(c["wall_s"], 1)]
-        cells.append(str(e["errors"]))
+        cells += [_front(m, front), str(e["errors"])]
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
+
+
+def _pooled_plots(plots: Mapping[str, list[str]]) -> list[str]:
+    return [*(f"![{Path(p).stem}]({p})" for p in plots.get("pooled", [])), ""]
 
 
 def _versus_before_markdown(summary: Mapping[str, Any]) -> list[str]:
@@ -175,6 +188,8 @@ def render_markdown(
                 lines.append(f"  Serving: {text}.")
         lines.append("")
     lines += _pooled_markdown(summary)
+    if summary.get("pooled"):
+        lines += _pooled_plots(plots)
     lines += _versus_before_markdown(summary)
     for name, ds in summary["datasets"].items():
         primary = ds["primary"]
@@ -183,7 +198,7 @@ def render_markdown(
             ["choice_correct"] if primary == "choice_correct" else []
         )
         head = ["method", "n"] + [LABELS[k] for k in metric_keys]
-        head += [f"Δ{LABELS[primary]} vs {ds['baseline'] or BASELINE}", "errors"]
+        head += [f"Δ{LABELS[primary]} vs {ds['baseline'] or BASELINE}", "unbeaten on", "errors"]
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
         for m, e in ds["methods"].items():
@@ -191,7 +206,7 @@ def render_markdown(
             cells = [name_cell, str(e["n"])] + [_cell(e.get(k)) for k in metric_keys]
             vs = e.get("vs_baseline")
             cells.append(_cell(vs.get(primary), signed=True) if vs else "–")
-            cells.append(str(e["errors"]))
+            cells += [_front(m, ds.get("frontier") or {}), str(e["errors"])]
             lines.append("| " + " | ".join(cells) + " |")
         if any(e.get("legacy_recall") for e in ds["methods"].values()):
             lines += [

@@ -77,3 +77,66 @@ def plot(summary: Mapping[str, Any], out: Path) -> dict[str, list[str]]:
         files.append(path)
         made[name] = files
     return made
+
+
+#: the quality-per-cost panels: (cost key, axis label)
+COST_AXES: tuple[tuple[str, str], ...] = (
+    ("llm_calls", "LLM calls per question"),
+    ("wall_s", "seconds per question"),
+)
+
+
+def plot_quality_per_cost(summary: Mapping[str, Any], out: Path) -> dict[str, list[str]]:
+    """Per dataset and pooled: the primary metric against LLM calls and against seconds per
+    question, both with 95% intervals; the configurations no other beats on both (the
+    summary's ``frontier``) are filled and joined, the others hollow."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups: list[tuple[str, str, Mapping[str, Any], Mapping[str, list[str]]]] = [
+        (name, ds["primary"], ds["methods"], ds.get("frontier") or {})
+        for name, ds in summary["datasets"].items()
+    ]
+    if summary.get("pooled"):
+        groups.append(("pooled", "f1", summary["pooled"], summary.get("pooled_frontier") or {}))
+    made: dict[str, list[str]] = {}
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    for name, primary, methods, front in groups:
+        label = LABELS[primary]
+        fig, axes = plt.subplots(1, len(COST_AXES), figsize=(11, 4.4), sharey=True)
+        for ax, (cost, xlabel) in zip(axes, COST_AXES, strict=True):
+            best = front.get(cost, [])
+            line: list[tuple[float, float]] = []
+            for i, (m, e) in enumerate(methods.items()):
+                stat, x = e.get(primary) or {}, (e.get("cost") or {}).get(cost)
+                if stat.get("mean") is None or x is None:
+                    continue
+                y, (ylo, yhi) = stat["mean"], stat["ci"] or (stat["mean"], stat["mean"])
+                xlo, xhi = ((e.get("cost_ci") or {}).get(cost)) or (x, x)
+                color = f"C{i % 10}"
+                ax.errorbar(
+                    [x], [y], xerr=[[x - xlo], [xhi - x]], yerr=[[y - ylo], [yhi - y]],
+                    fmt="o", capsize=3, color=color, mfc=color if m in best else "white",
+                    markersize=7, label=m,
+                )  # fmt: skip
+                ax.annotate(m, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+                if m in best:
+                    line.append((x, y))
+            if len(line) > 1:
+                xs, ys = zip(*sorted(line), strict=True)
+                ax.step(xs, ys, where="post", color="grey", alpha=0.6, linewidth=1)
+            ax.set_xlabel(xlabel)
+            ax.grid(alpha=0.3)
+        axes[0].set_ylabel(f"{label} (95% CI)")
+        handles, labels = axes[0].get_legend_handles_labels()
+        if handles:
+            axes[-1].legend(handles, labels, fontsize=8, loc="best")
+        fig.suptitle(f"{name}: {label} per cost (filled: no other configuration beats it on both)")
+        fig.tight_layout()
+        path = f"plots/{name}_{primary}_per_cost.png"
+        fig.savefig(out / path, dpi=110)
+        plt.close(fig)
+        made[name] = [path]
+    return made

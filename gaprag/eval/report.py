@@ -1,5 +1,6 @@
 """Write the report of evaluation runs: ``summary.json`` (:mod:`gaprag.eval.stats`),
-``summary.md`` (:mod:`gaprag.eval.markdown`), PNG plots (:mod:`gaprag.eval.plots`) and
+``summary.md`` (:mod:`gaprag.eval.markdown`), PNG plots (:mod:`gaprag.eval.plots`: quality per
+cost, metric against tokens, metric by iteration count) and
 ``report.html`` (:mod:`gaprag.eval.html`)."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from gaprag.errors import InputError
 from gaprag.eval.markdown import render_markdown
-from gaprag.eval.plots import plot
+from gaprag.eval.plots import plot, plot_quality_per_cost
 from gaprag.eval.record import RUN_FILE
 from gaprag.eval.results import RESULTS, normalize_row, read_results
 from gaprag.eval.stats import N_BOOT, dedupe, summarize, versus_before
@@ -64,6 +65,9 @@ def write_report(
             **versus_before(old_rows, rows, seed=seed, n_boot=n_boot),
         }
     made = plot(summary, target) if plots else {}
+    if plots:
+        for name, files in plot_quality_per_cost(summary, target).items():
+            made[name] = [*files, *made.get(name, [])]
     summary["plots"] = made
     tmp = target / ".summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")

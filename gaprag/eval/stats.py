@@ -86,6 +86,51 @@ def bootstrap_ci(
     return float(lo), float(hi)
 
 
+#: the costs a quality-per-cost comparison puts on its x axis, each with a bootstrap interval
+FRONTIER_COSTS: tuple[str, ...] = ("llm_calls", "wall_s")
+
+
+def pareto_front(points: Mapping[str, tuple[float, float]]) -> list[str]:
+    """The names no other point beats on both: ``(quality, cost)`` pairs, higher quality and
+    lower cost better; a point is beaten by one with quality at least as high at no more cost,
+    one of the two strictly. In the order given."""
+    return [
+        name
+        for name, (q, c) in points.items()
+        if not any(
+            oq >= q and oc <= c and (oq > q or oc < c)
+            for other, (oq, oc) in points.items()
+            if other != name
+        )
+    ]
+
+
+def frontier(entries: Mapping[str, Mapping[str, Any]], metric: str) -> dict[str, list[str]]:
+    """Per cost of :data:`FRONTIER_COSTS`: the methods on the Pareto front of ``metric``'s
+    mean against that cost's mean (methods without both are left out)."""
+    out: dict[str, list[str]] = {}
+    for cost in FRONTIER_COSTS:
+        points = {
+            m: (float(e[metric]["mean"]), float(e["cost"][cost]))
+            for m, e in entries.items()
+            if (e.get(metric) or {}).get("mean") is not None
+            and (e.get("cost") or {}).get(cost) is not None
+        }
+        out[cost] = pareto_front(points)
+    return out
+
+
+def _cost_ci(
+    rows: Sequence[Mapping[str, Any]], seed: int, n_boot: int
+) -> dict[str, list[float] | None]:
+    """Bootstrap intervals of the mean of each cost in :data:`FRONTIER_COSTS`."""
+    out: dict[str, list[float] | None] = {}
+    for key in FRONTIER_COSTS:
+        ci = bootstrap_ci([_num(r, key) for r in rows], seed=seed, n_boot=n_boot)
+        out[key] = list(ci) if ci else None
+    return out
+
+
 def _stat(values: Sequence[float], seed: int, n_boot: int) -> dict[str, Any]:
     ci = bootstrap_ci(values, seed=seed, n_boot=n_boot)
     return {
@@ -244,6 +289,7 @@ def summarize(
                 key: (float(np.mean([_num(r, key) for r in ok])) if ok else None) for key in COSTS
             }
             entry["cost"].update({key: _optional_mean(ok, key) for key in OPTIONAL_COSTS})
+            entry["cost_ci"] = _cost_ci(ok, seed, n_boot)
             cached, prompt = entry["cost"]["cached_tokens"], entry["cost"]["prompt_tokens"]
             entry["cost"]["cache_share"] = (
                 cached / prompt if cached is not None and prompt else None
@@ -277,14 +323,17 @@ def summarize(
             "primary": primary,
             "baseline": baseline if baseline in per else None,
             "best": max(scored, key=lambda k: scored[k]) if scored else None,
+            "frontier": frontier(methods, primary),
             "methods": methods,
         }
+    pooled_table = pooled(normalized, baseline=baseline, seed=seed, n_boot=n_boot)
     return {
         "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "bootstrap": {"resamples": n_boot, "level": 0.95, "seed": seed, "kind": "percentile"},
         "baseline": baseline,
         "datasets": datasets,
-        "pooled": pooled(normalized, baseline=baseline, seed=seed, n_boot=n_boot),
+        "pooled": pooled_table,
+        "pooled_frontier": frontier(pooled_table, "f1") if pooled_table else {},
         "serving": {
             str(r.get("dataset")): r["serving"] for r in runs if isinstance(r.get("serving"), dict)
         },
@@ -336,6 +385,7 @@ def pooled(
             key: (float(np.mean([_num(r, key) for r in ok])) if ok else None)
             for key in POOLED_COSTS
         }
+        entry["cost_ci"] = _cost_ci(ok, seed, n_boot)
         if m != baseline and baseline in per:
             entry["vs_baseline"] = _paired(per[baseline], per[m], seed, n_boot)
         out[m] = entry

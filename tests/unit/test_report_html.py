@@ -72,7 +72,8 @@ def test_report_html_is_self_contained_with_summary_index_and_drilldowns(
     # offline: no external scripts, styles, fonts or images
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)
     assert "<link" not in html and "@import" not in html and "<script src" not in html
-    assert html.count('src="data:image/png;base64,') == 2  # both plots embedded
+    # every plot embedded: quality per cost, F1 vs tokens, F1 by iterations
+    assert html.count('src="data:image/png;base64,') == 3
     summary = json.loads((out / "summary.json").read_text())
     entry = summary["datasets"]["capitals"]["methods"]["contract"]
     f1 = entry["f1"]
