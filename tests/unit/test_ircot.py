@@ -14,7 +14,7 @@ from gaprag import build_graph
 from gaprag.deps import Deps
 from gaprag.graphs.ircot.context import Context
 from gaprag.graphs.ircot.nodes import final_answer, first_sentence, reason
-from gaprag.graphs.ircot.state import IRCoTState
+from gaprag.graphs.ircot.state import State
 from gaprag.stores.embeddings import HashingEmbedder
 from gaprag.stores.store import Store
 from gaprag.testing import ScriptedChatModel
@@ -100,7 +100,7 @@ def test_ainvoke_matches_invoke_and_a_node_runs_alone(store: Store) -> None:
     for out in (sync, asyn):
         out["usage"].pop("wall_s")
     assert sync == asyn
-    state = IRCoTState(question=Q, evidence=sync["evidence"])
+    state = State(question=Q, evidence=sync["evidence"])
     deps = Deps.of(llm=ScriptedChatModel(default="Paris is the capital. More."))
     update = asyncio.run(reason(state, Runtime(context=Context()), deps))
     assert update == {"thoughts": ["Paris is the capital."]}

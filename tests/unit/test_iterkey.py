@@ -33,7 +33,7 @@ from gaprag.graphs.iterkey.analysis import (
 )
 from gaprag.graphs.iterkey.context import Context
 from gaprag.graphs.iterkey.nodes import PROMPTS
-from gaprag.graphs.iterkey.parse import (
+from gaprag.graphs.iterkey.parsing import (
     cot_verdict,
     parse_keywords,
     retrieval_query,

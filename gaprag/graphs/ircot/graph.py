@@ -17,13 +17,15 @@ from langgraph.runtime import Runtime
 from gaprag.deps import Deps
 from gaprag.graphs.ircot.context import Context
 from gaprag.graphs.ircot.nodes import final_answer, gathered, generate_answer, reason, retrieve
-from gaprag.graphs.ircot.state import InputState, IRCoTOutput, IRCoTState
+from gaprag.graphs.ircot.state import InputState, OutputState, State
 from gaprag.nodes import add_nodes, add_router, add_short_answer, compile_graph
 
 
 def route_after_reason(
-    state: IRCoTState, runtime: Runtime[Context]
+    state: State, runtime: Runtime[Context]
 ) -> Literal["retrieve", "generate_answer"]:
+    """Answer when the last sentence states the answer or ``max_steps`` sentences are
+    written, else retrieve with that sentence."""
     if state.thoughts and final_answer(state.thoughts[-1]) is not None:
         return "generate_answer"
     return "generate_answer" if state.iterations >= runtime.context.max_steps else "retrieve"
@@ -35,7 +37,7 @@ def build(
     checkpointer: BaseCheckpointSaver[Any] | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     builder = StateGraph(
-        IRCoTState, context_schema=context, input_schema=InputState, output_schema=IRCoTOutput
+        State, context_schema=context, input_schema=InputState, output_schema=OutputState
     )
     add_nodes(builder, deps, retrieve, reason, generate_answer, gate=True)
     builder.add_edge("retrieve", "reason")

@@ -11,7 +11,7 @@ from langgraph.runtime import Runtime
 from gaprag import nodes
 from gaprag.deps import Deps
 from gaprag.graphs.ircot.context import Context
-from gaprag.graphs.ircot.state import IRCoTState
+from gaprag.graphs.ircot.state import State
 from gaprag.progress import emit
 from gaprag.prompts import load_prompts
 
@@ -33,7 +33,7 @@ def first_sentence(text: str) -> str:
     return match.group(1) if match and not ANSWER.search(line) else line
 
 
-async def retrieve(state: IRCoTState, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     """K passages for the question (first step) or for the last thought, never seen before."""
     ctx = runtime.context
     query = state.thoughts[-1] if state.thoughts else state.question
@@ -47,7 +47,7 @@ async def retrieve(state: IRCoTState, runtime: Runtime[Context], deps: Deps) -> 
     return {"evidence": pool, "queries": [query], "iterations": round_}
 
 
-async def reason(state: IRCoTState, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+async def reason(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     """The next sentence of the chain of thought over the first ``max_passages`` passages."""
     ctx = runtime.context
     passages = nodes.render_passages(
@@ -70,9 +70,7 @@ async def reason(state: IRCoTState, runtime: Runtime[Context], deps: Deps) -> di
     return {"thoughts": [thought] if thought else []}
 
 
-async def generate_answer(
-    state: IRCoTState, runtime: Runtime[Context], deps: Deps
-) -> dict[str, Any]:
+async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     """The answer the chain of thought stated; else one short-answer call over it."""
     ctx = runtime.context
     stated = final_answer(state.thoughts[-1]) if state.thoughts else None
@@ -89,7 +87,7 @@ async def generate_answer(
     return {"answer": answer, "stop_reason": "max_iterations"}
 
 
-def gathered(state: IRCoTState) -> nodes.Gathered:
+def gathered(state: State) -> nodes.Gathered:
     """For the ranked reader: the passage pool and plain RAG's passages; the reasoning
     sentences as the method's own text."""
     return nodes.Gathered([*state.evidence, *state.gate_passages], list(state.thoughts))

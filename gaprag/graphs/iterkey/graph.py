@@ -26,13 +26,15 @@ from gaprag.graphs.iterkey.nodes import (
     retrieve,
     validate_answer,
 )
-from gaprag.graphs.iterkey.state import InputState, IterKeyOutput, IterKeyState
+from gaprag.graphs.iterkey.state import InputState, OutputState, State
 from gaprag.nodes import add_nodes, add_router, add_short_answer, compile_graph
 
 
-def route_after_validation(
-    state: IterKeyState, runtime: Runtime[Context]
+def route_after_validate_answer(
+    state: State, runtime: Runtime[Context]
 ) -> Literal["finalize", "regenerate_keywords"]:
+    """Finish when the answer was accepted or the rounds are used up, else regenerate the
+    keywords for another round."""
     ctx = runtime.context
     if state.stop_validated:  # accepted at validation_threshold (never in calibration runs)
         return "finalize"
@@ -47,7 +49,7 @@ def build(
     checkpointer: BaseCheckpointSaver[Any] | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     builder = StateGraph(
-        IterKeyState, context_schema=context, input_schema=InputState, output_schema=IterKeyOutput
+        State, context_schema=context, input_schema=InputState, output_schema=OutputState
     )
     add_nodes(
         builder, deps, generate_keywords, retrieve, generate_answer, validate_answer,
@@ -57,7 +59,7 @@ def build(
     builder.add_edge("retrieve", "generate_answer")
     builder.add_edge("generate_answer", "validate_answer")
     add_router(
-        builder, "validate_answer", route_after_validation,
+        builder, "validate_answer", route_after_validate_answer,
         on_limit={"regenerate_keywords": "finalize"},
     )  # fmt: skip
     builder.add_edge("regenerate_keywords", "retrieve")

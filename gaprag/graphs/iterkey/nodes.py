@@ -14,14 +14,14 @@ from gaprag.accounting import record_decision
 from gaprag.deps import Deps
 from gaprag.graphs.iterkey.analysis import final_round
 from gaprag.graphs.iterkey.context import Context
-from gaprag.graphs.iterkey.parse import (
+from gaprag.graphs.iterkey.parsing import (
     VALIDATION_OPTIONS,
     cot_verdict,
     merge_keyword_lists,
     parse_keywords,
     retrieval_query,
 )
-from gaprag.graphs.iterkey.state import IterationRecord, IterKeyState, ParseFailure, VerdictScores
+from gaprag.graphs.iterkey.state import IterationRecord, ParseFailure, State, VerdictScores
 from gaprag.llm.client import LLM
 from gaprag.progress import emit
 from gaprag.prompts import Passages, load_prompts
@@ -45,15 +45,13 @@ async def validator_llm(ctx: Context, deps: Deps) -> LLM:
     )
 
 
-def documents(state: IterKeyState, ctx: Context) -> Passages:
+def documents(state: State, ctx: Context) -> Passages:
     return nodes.render_passages(
         state.evidence, FORMATS["documents"], max_words=ctx.max_passage_words
     )
 
 
-async def generate_keywords(
-    state: IterKeyState, runtime: Runtime[Context], deps: Deps
-) -> dict[str, Any]:
+async def generate_keywords(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     ctx = runtime.context
     llm = await keywords_llm(ctx, deps)
     raw = await llm.agenerate(
@@ -75,7 +73,7 @@ async def generate_keywords(
     return update
 
 
-async def retrieve(state: IterKeyState, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     ctx = runtime.context
     query = retrieval_query(state.question, state.keywords, ctx.query_joiner)
     hits = await nodes.retrieve(
@@ -93,9 +91,7 @@ async def retrieve(state: IterKeyState, runtime: Runtime[Context], deps: Deps) -
     }
 
 
-async def generate_answer(
-    state: IterKeyState, runtime: Runtime[Context], deps: Deps
-) -> dict[str, Any]:
+async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     ctx = runtime.context
     llm = await deps.achat(ctx)
     raw = await llm.agenerate(
@@ -108,7 +104,7 @@ async def generate_answer(
     }
 
 
-async def _verdict(state: IterKeyState, ctx: Context, deps: Deps) -> VerdictScores:
+async def _verdict(state: State, ctx: Context, deps: Deps) -> VerdictScores:
     """How the validator judged this round's answer: the option it picked, P(True) where the
     choice was decided on first-token logprobs, and the path that decided it."""
     if not state.answer:  # nothing to validate: no probability, so the loop goes on
@@ -178,9 +174,7 @@ def stops_here(scores: VerdictScores, verdict: bool, ctx: Context) -> bool:
     )  # fmt: skip
 
 
-async def validate_answer(
-    state: IterKeyState, runtime: Runtime[Context], deps: Deps
-) -> dict[str, Any]:
+async def validate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     ctx = runtime.context
     i = state.iterations
     scores = await _verdict(state, ctx, deps)
@@ -231,7 +225,7 @@ async def validate_answer(
 
 
 async def regenerate_keywords(
-    state: IterKeyState, runtime: Runtime[Context], deps: Deps
+    state: State, runtime: Runtime[Context], deps: Deps
 ) -> dict[str, Any]:
     ctx = runtime.context
     llm = await keywords_llm(ctx, deps)
@@ -285,7 +279,7 @@ async def regenerate_keywords(
     }
 
 
-def finalize(state: IterKeyState, runtime: Runtime[Context]) -> dict[str, Any]:
+def finalize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = runtime.context
     # the answer: the first accepted round's (also when the loop went on past it, in
     # continue_after_true or calibration runs), else the fallback policy's
@@ -309,7 +303,7 @@ def finalize(state: IterKeyState, runtime: Runtime[Context]) -> dict[str, Any]:
     return update
 
 
-def gathered(state: IterKeyState) -> nodes.Gathered:
+def gathered(state: State) -> nodes.Gathered:
     """For the ranked reader: every round's documents and plain RAG's passages; every round's
     keywords as the method's own text."""
     passages = [d for record in state.history for d in record["documents"]]

@@ -10,13 +10,15 @@ the trace and the paper's statistics and never reaches a prompt.
 from __future__ import annotations
 
 import operator
+import warnings
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
-from gaprag.state.base import BaseState, Evidence, InputState, OutputState
+from gaprag.state import base
+from gaprag.state.base import BaseState, Evidence, InputState
 
 
 class VerdictScores(TypedDict):
@@ -58,7 +60,7 @@ class ParseFailure(TypedDict):
 
 
 @dataclass(kw_only=True)
-class IterKeyOutput(OutputState):
+class OutputState(base.OutputState):
     """The common output plus IterKey's per-round record."""
 
     keywords: Annotated[list[str], Field(description="The last keyword set K_i.")] = field(
@@ -73,7 +75,7 @@ class IterKeyOutput(OutputState):
 
 
 @dataclass(kw_only=True)
-class IterKeyState(BaseState, IterKeyOutput):
+class State(BaseState, OutputState):
     """Internal state of one IterKey run."""
 
     retrieval_query: str = ""
@@ -87,4 +89,26 @@ class IterKeyState(BaseState, IterKeyOutput):
     seen_keywords: list[str] = field(default_factory=list)
 
 
-__all__ = ["InputState", "IterKeyOutput", "IterKeyState", "IterationRecord", "ParseFailure"]
+__all__ = [
+    "InputState",
+    "IterationRecord",
+    "OutputState",
+    "ParseFailure",
+    "State",
+    "VerdictScores",
+]
+
+_DEPRECATED = {"IterKeyState": "State", "IterKeyOutput": "OutputState"}
+
+
+def __getattr__(name: str) -> Any:
+    """The classes' old names, kept for one release with a warning."""
+    if name in _DEPRECATED:
+        new = _DEPRECATED[name]
+        warnings.warn(
+            f"{__name__}.{name} is deprecated: use {new} instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

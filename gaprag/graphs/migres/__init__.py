@@ -1,1 +1,7 @@
 """MIGRES: missing-information guided retrieve - extract - solve."""
+
+from gaprag.graphs.migres.context import Context
+from gaprag.graphs.migres.graph import build
+from gaprag.graphs.migres.state import OutputState, State
+
+__all__ = ["Context", "OutputState", "State", "build"]

@@ -31,25 +31,29 @@ from gaprag.graphs.migres.nodes import (
     update_evidence_pool,
     verify_nli,
 )
-from gaprag.graphs.migres.state import InputState, Output, State
+from gaprag.graphs.migres.state import InputState, OutputState, State
 from gaprag.nodes import add_nodes, add_router, add_short_answer, compile_graph
 
 
-def after_filter(
+def route_after_rerank_filter(
     state: State, runtime: Runtime[Context]
 ) -> Literal["extract", "llm_knowledge", "update_evidence_pool"]:
+    """Extract from the kept snippets; with none, ask the LLM's own knowledge when
+    ``llm_knowledge`` is on, else go on with the pool as it is."""
     if state.filtered_snippets:
         return "extract"
     return "llm_knowledge" if runtime.context.llm_knowledge else "update_evidence_pool"
 
 
-def after_update(
+def route_after_update_evidence_pool(
     state: State, runtime: Runtime[Context]
 ) -> Literal["judge_missing", "generate_answer"]:
+    """Judge again while judge rounds are left, else force the final answer."""
     return "generate_answer" if state.judge_rounds >= budget(runtime.context) else "judge_missing"
 
 
-def after_judge(state: State) -> Literal["finalize", "regenerate_keywords"]:
+def route_after_judge_missing(state: State) -> Literal["finalize", "regenerate_keywords"]:
+    """Finish when the judge answered, else generate new queries for what is missing."""
     return "finalize" if state.status == "answered" else "regenerate_keywords"
 
 
@@ -59,7 +63,7 @@ def build(
     checkpointer: BaseCheckpointSaver[Any] | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     builder = StateGraph(
-        State, context_schema=context, input_schema=InputState, output_schema=Output
+        State, context_schema=context, input_schema=InputState, output_schema=OutputState
     )
     add_nodes(
         builder, deps, init, retrieve, rerank_filter, llm_knowledge, extract, verify_nli,
@@ -68,16 +72,18 @@ def build(
     )  # fmt: skip
     builder.add_edge("init", "retrieve")
     builder.add_edge("retrieve", "rerank_filter")
-    add_router(builder, "rerank_filter", after_filter)
+    add_router(builder, "rerank_filter", route_after_rerank_filter)
     builder.add_edge("llm_knowledge", "extract")
     builder.add_edge("extract", "verify_nli")
     builder.add_edge("verify_nli", "update_evidence_pool")
     add_router(
-        builder, "update_evidence_pool", after_update, on_limit={"judge_missing": "generate_answer"}
-    )
+        builder, "update_evidence_pool", route_after_update_evidence_pool,
+        on_limit={"judge_missing": "generate_answer"},
+    )  # fmt: skip
     add_router(
-        builder, "judge_missing", after_judge, on_limit={"regenerate_keywords": "generate_answer"}
-    )
+        builder, "judge_missing", route_after_judge_missing,
+        on_limit={"regenerate_keywords": "generate_answer"},
+    )  # fmt: skip
     builder.add_edge("regenerate_keywords", "retrieve")
     builder.add_edge("generate_answer", "finalize")
     add_short_answer(builder, deps, after="finalize", reader=gathered)

@@ -9,13 +9,15 @@ field is per question: the first node resets it (see :mod:`gaprag.nodes.wiring`)
 from __future__ import annotations
 
 import operator
+import warnings
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
-from gaprag.state.base import BaseState, Evidence, InputState, OutputState
+from gaprag.state import base
+from gaprag.state.base import BaseState, Evidence, InputState
 
 SnippetSource = Literal["corpus", "llm"]
 Status = Literal["running", "answered", "forced", "failed"]
@@ -60,7 +62,7 @@ def add_counts(left: dict[str, int] | None, right: dict[str, int] | None) -> dic
 
 
 @dataclass(kw_only=True)
-class Output(OutputState):
+class OutputState(base.OutputState):
     """The common output fields plus what MIGRES reports (Tables 4 and 5 of the paper)."""
 
     known_info: list[str] = field(default_factory=list)
@@ -76,7 +78,7 @@ class Output(OutputState):
 
 
 @dataclass(kw_only=True)
-class State(BaseState, Output):
+class State(BaseState, OutputState):
     """Internal state. ``evidence`` (from the base) holds the passages that supported facts."""
 
     # queries and memory
@@ -107,9 +109,25 @@ __all__ = [
     "InfoItem",
     "InputState",
     "Judgement",
-    "Output",
+    "OutputState",
     "Snippet",
     "State",
     "Status",
     "add_counts",
 ]
+
+
+_DEPRECATED = {"Output": "OutputState"}
+
+
+def __getattr__(name: str) -> Any:
+    """The classes' old names, kept for one release with a warning."""
+    if name in _DEPRECATED:
+        new = _DEPRECATED[name]
+        warnings.warn(
+            f"{__name__}.{name} is deprecated: use {new} instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,8 +5,18 @@ Build it with ``build_graph("missing_knowledge", llm=..., retriever=..., kb_pair
 """
 
 from gaprag.graphs.missing_knowledge.context import Context
+from gaprag.graphs.missing_knowledge.graph import build
 from gaprag.graphs.missing_knowledge.judge import Judgement
 from gaprag.graphs.missing_knowledge.knowledge_base import KnowledgeBaseRetriever
 from gaprag.graphs.missing_knowledge.question import format_options
+from gaprag.graphs.missing_knowledge.state import OutputState, State
 
-__all__ = ["Context", "Judgement", "KnowledgeBaseRetriever", "format_options"]
+__all__ = [
+    "Context",
+    "Judgement",
+    "KnowledgeBaseRetriever",
+    "OutputState",
+    "State",
+    "build",
+    "format_options",
+]

@@ -10,6 +10,7 @@ the graph goes straight to generate_answer. See docs/methods/missing_knowledge.m
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -32,7 +33,7 @@ from gaprag.graphs.missing_knowledge.state import InputState, OutputState, State
 from gaprag.nodes import add_nodes, add_router, add_short_answer, compile_graph
 
 
-def route_after_judge(
+def route_after_judge_missing(
     state: State, runtime: Runtime[Context]
 ) -> Literal["retrieve_missing", "generate_answer"]:
     """Retrieve for the missing knowledge when the decision was to continue and there are
@@ -57,7 +58,7 @@ def build(
     builder.add_edge("retrieve", "generate_draft")
     builder.add_edge("generate_draft", "judge_missing")
     add_router(
-        builder, "judge_missing", route_after_judge,
+        builder, "judge_missing", route_after_judge_missing,
         on_limit={"retrieve_missing": "generate_answer"},
     )  # fmt: skip
     builder.add_edge("retrieve_missing", "update_evidence_pool")
@@ -66,4 +67,16 @@ def build(
     return compile_graph(builder, checkpointer, name="missing_knowledge")
 
 
-__all__ = ["Context", "build", "route_after_judge"]
+__all__ = ["Context", "build", "route_after_judge_missing"]
+
+
+def __getattr__(name: str) -> Any:
+    """``route_after_judge``, the router's old name, kept for one release with a warning."""
+    if name == "route_after_judge":
+        warnings.warn(
+            f"{__name__}.route_after_judge is deprecated: use route_after_judge_missing instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return route_after_judge_missing
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

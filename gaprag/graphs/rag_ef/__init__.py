@@ -5,3 +5,9 @@
 context blocks), ``feedback.py`` (stores, the expert's pause), ``synth.py`` (synthetic pairs), ``cli.py``
 (``gaprag feedback``). The S/E/O evaluation ladder is :mod:`gaprag.eval.ladder`.
 """
+
+from gaprag.graphs.rag_ef.context import Context
+from gaprag.graphs.rag_ef.graph import build
+from gaprag.graphs.rag_ef.state import OutputState, State
+
+__all__ = ["Context", "OutputState", "State", "build"]

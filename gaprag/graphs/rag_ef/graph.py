@@ -35,17 +35,27 @@ from gaprag.graphs.rag_ef.state import InputState, OutputState, State
 from gaprag.nodes import add_nodes, add_router, add_short_answer, compile_graph
 
 
-def after_retrieve(
+def route_after_retrieve(
     state: State, runtime: Runtime[Context]
 ) -> Literal["rerank_filter", "assemble_evidence"]:
+    """Apply the score gate when ``min_pair_score`` is set and pairs were found."""
     if runtime.context.min_pair_score is not None and state.retrieved_pairs:
         return "rerank_filter"
     return "assemble_evidence"
 
 
-def after_answer(
+def route_after_retrieve_again(
+    state: State, runtime: Runtime[Context]
+) -> Literal["rerank_filter", "assemble_evidence"]:
+    """As after the first retrieval: the score gate when set and pairs were found."""
+    return route_after_retrieve(state, runtime)
+
+
+def route_after_generate_answer(
     state: State, runtime: Runtime[Context]
 ) -> Literal["feedback_classifier", "short_answer"]:
+    """Judge the answer unless the feedback rounds are used up or neither a judge nor a
+    review is asked for."""
     ctx = runtime.context
     if state.feedback_rounds >= ctx.max_feedback_rounds:
         return "short_answer"
@@ -54,21 +64,25 @@ def after_answer(
     return "feedback_classifier"
 
 
-def after_judge(
+def route_after_feedback_classifier(
     state: State, runtime: Runtime[Context]
 ) -> Literal["collect_feedback", "short_answer"]:
+    """Ask the expert when every answer is reviewed or the judge found it incorrect."""
     if runtime.context.review or state.verdict == "incorrect":
         return "collect_feedback"
     return "short_answer"
 
 
-def after_feedback(state: State) -> Literal["update_evidence_pool", "short_answer"]:
+def route_after_collect_feedback(state: State) -> Literal["update_evidence_pool", "short_answer"]:
+    """Insert the expert's correction when one was given."""
     return "update_evidence_pool" if state.feedback is not None else "short_answer"
 
 
-def after_insert(
+def route_after_update_evidence_pool(
     state: State, runtime: Runtime[Context]
 ) -> Literal["retrieve_again", "short_answer"]:
+    """Answer once more from the updated store when ``reanswer_after_feedback`` is on and
+    the rounds allow it."""
     ctx = runtime.context
     if ctx.reanswer_after_feedback and state.feedback_rounds <= ctx.max_feedback_rounds:
         return "retrieve_again"
@@ -87,20 +101,23 @@ def build(
         builder, deps, retrieve, rerank_filter, assemble_evidence, generate_answer,
         feedback_classifier, collect_feedback, update_evidence_pool, retrieve_again,
     )  # fmt: skip
-    add_router(builder, "retrieve", after_retrieve)
-    add_router(builder, "retrieve_again", after_retrieve)
+    add_router(builder, "retrieve", route_after_retrieve)
+    add_router(builder, "retrieve_again", route_after_retrieve_again)
     builder.add_edge("rerank_filter", "assemble_evidence")
     builder.add_edge("assemble_evidence", "generate_answer")
     add_router(
-        builder, "generate_answer", after_answer, on_limit={"feedback_classifier": "short_answer"}
-    )
+        builder, "generate_answer", route_after_generate_answer,
+        on_limit={"feedback_classifier": "short_answer"},
+    )  # fmt: skip
     add_router(
-        builder, "feedback_classifier", after_judge, on_limit={"collect_feedback": "short_answer"}
-    )
-    add_router(builder, "collect_feedback", after_feedback)
+        builder, "feedback_classifier", route_after_feedback_classifier,
+        on_limit={"collect_feedback": "short_answer"},
+    )  # fmt: skip
+    add_router(builder, "collect_feedback", route_after_collect_feedback)
     add_router(
-        builder, "update_evidence_pool", after_insert, on_limit={"retrieve_again": "short_answer"}
-    )
+        builder, "update_evidence_pool", route_after_update_evidence_pool,
+        on_limit={"retrieve_again": "short_answer"},
+    )  # fmt: skip
     add_short_answer(builder, deps)
     # a feedback round: feedback_classifier, collect_feedback, update_evidence_pool,
     # retrieve_again, rerank_filter, assemble_evidence, generate_answer

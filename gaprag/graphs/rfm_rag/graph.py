@@ -33,7 +33,7 @@ from gaprag.graphs.rfm_rag.state import InputState, OutputState, State
 from gaprag.nodes import add_nodes, add_router, add_short_answer, compile_graph
 
 
-def after_pool(
+def route_after_update_evidence_pool(
     state: State, runtime: Runtime[Context]
 ) -> Literal["feedback_classifier", "generate_answer"]:
     """At the retrieval cap, answer (the judge's verdict could not change anything)."""
@@ -42,7 +42,8 @@ def after_pool(
     return "feedback_classifier"
 
 
-def after_feedback(state: State) -> Literal["judge_missing", "generate_answer"]:
+def route_after_feedback_classifier(state: State) -> Literal["judge_missing", "generate_answer"]:
+    """Answer when the evidence is judged sufficient, else look for the knowledge gaps."""
     return "generate_answer" if state.sufficient else "judge_missing"
 
 
@@ -63,13 +64,13 @@ def build(
     builder.add_edge("retrieve", "extract_evidence")
     builder.add_edge("extract_evidence", "update_evidence_pool")
     add_router(
-        builder, "update_evidence_pool", after_pool,
+        builder, "update_evidence_pool", route_after_update_evidence_pool,
         on_limit={"feedback_classifier": "generate_answer"},
     )  # fmt: skip
     add_router(
         builder,
         "feedback_classifier",
-        after_feedback,
+        route_after_feedback_classifier,
         on_limit={"judge_missing": "generate_answer"},
     )
     builder.add_edge("judge_missing", "regenerate_keywords")
