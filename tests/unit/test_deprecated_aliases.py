@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+FEEDBACK = "gaprag.graphs.rfm_rag.feedback_model"
+
 
 @pytest.mark.parametrize(
     ("old", "new", "name"),
@@ -14,6 +16,10 @@ import pytest
         ("gaprag.llm.accounting", "gaprag.accounting", "record_retrieval"),
         ("gaprag.eval.datasets", "gaprag.datasets", "load_dataset"),
         ("gaprag.eval.metrics", "gaprag.metrics", "normalize_answer"),
+        ("gaprag.graphs.rfm_rag.model", f"{FEEDBACK}.model", "RFeedbackMLP"),
+        ("gaprag.graphs.rfm_rag.features", f"{FEEDBACK}.features", "coverage_map"),
+        ("gaprag.graphs.rfm_rag.rescore", f"{FEEDBACK}.rescore", "rescore_rows"),
+        ("gaprag.graphs.rfm_rag.train", f"{FEEDBACK}.train", "run_training"),
     ],
 )
 def test_old_module_path_warns_and_gives_the_same_objects(old: str, new: str, name: str) -> None:
@@ -21,3 +27,24 @@ def test_old_module_path_warns_and_gives_the_same_objects(old: str, new: str, na
     with pytest.warns(DeprecationWarning, match=f"import {new} instead"):
         module = importlib.import_module(old)
     assert getattr(module, name) is getattr(importlib.import_module(new), name)
+
+
+@pytest.mark.parametrize(
+    ("old", "old_name", "new", "name"),
+    [
+        ("gaprag.graphs.rfm_rag.train", "Dataset", f"{FEEDBACK}.examples", "FeedbackSplits"),
+        ("gaprag.graphs.rfm_rag.train", "build_dataset", f"{FEEDBACK}.examples", "build_splits"),
+        ("gaprag.graphs.rfm_rag.train", "graph_pool_dataset", f"{FEEDBACK}.examples", "graph_pool_splits"),
+        ("gaprag.graphs.rfm_rag.train", "evaluate", f"{FEEDBACK}.train", "score_model"),
+        ("gaprag.graphs.rfm_rag.train", "load_records", f"{FEEDBACK}.examples", "load_records"),
+        ("gaprag.graphs.rfm_rag.train", "featurize", f"{FEEDBACK}.features", "featurize"),
+        ("gaprag.graphs.rfm_rag.features", "heuristic_entities", f"{FEEDBACK}.examples", "heuristic_entities"),
+    ],
+)  # fmt: skip
+def test_old_names_of_moved_or_renamed_objects(
+    old: str, old_name: str, new: str, name: str
+) -> None:
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match="is deprecated"):
+        module = importlib.import_module(old)
+    assert getattr(module, old_name) is getattr(importlib.import_module(new), name)

@@ -13,8 +13,9 @@ from gaprag.errors import InputError
 
 def cmd_rfm_train(args: argparse.Namespace) -> int:
     from gaprag.config import gaprag_home
-    from gaprag.graphs.rfm_rag.features import FEATURE_NAMES
-    from gaprag.graphs.rfm_rag.train import EVAL_RESERVED, run_training
+    from gaprag.graphs.rfm_rag.feedback_model.examples import EVAL_RESERVED
+    from gaprag.graphs.rfm_rag.feedback_model.features import FEATURE_NAMES
+    from gaprag.graphs.rfm_rag.feedback_model.train import run_training
     from gaprag.stores.embeddings import embedder_by_name
 
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
@@ -84,12 +85,11 @@ def cmd_rfm_train(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    from gaprag.graphs.rfm_rag.features import FEATURE_NAMES
-    from gaprag.graphs.rfm_rag.train import (
+    from gaprag.graphs.rfm_rag.feedback_model.examples import DEFAULT_DATASETS, DEFAULT_SKIP_FIRST
+    from gaprag.graphs.rfm_rag.feedback_model.features import FEATURE_NAMES
+    from gaprag.graphs.rfm_rag.feedback_model.train import (
         CV_FOLDS,
-        DEFAULT_DATASETS,
         DEFAULT_MONOTONE,
-        DEFAULT_SKIP_FIRST,
         MAX_EPOCHS,
         MIN_STEPS,
     )

@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from gaprag.graphs.rfm_rag.features import normalise
+from gaprag.graphs.rfm_rag.feedback_model.features import normalise
 from gaprag.graphs.rfm_rag.state import EvidenceItem
 from gaprag.state.base import Evidence
 

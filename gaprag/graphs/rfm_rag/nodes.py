@@ -26,7 +26,7 @@ from gaprag.graphs.rfm_rag.evidence_pool import (
     matching_ids,
     pool_as_evidence,
 )
-from gaprag.graphs.rfm_rag.features import coverage_map, syntactic_coverage
+from gaprag.graphs.rfm_rag.feedback_model.features import coverage_map, syntactic_coverage
 from gaprag.graphs.rfm_rag.judges import choose_judge, decision_path
 from gaprag.graphs.rfm_rag.parsing import (
     FillsReply,
