@@ -31,7 +31,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.messages.ai import UsageMetadata
 from pydantic import BaseModel
 
-from gaprag.accounting import record_decision, record_llm_call
+from gaprag.accounting import estimate_tokens, record_decision, record_llm_call
 from gaprag.aio import run_sync, sync_mode
 from gaprag.config import context_window as configured_context_window
 from gaprag.errors import EndpointError, one_line, redact
@@ -151,10 +151,6 @@ _CONSTRAINT_REFUSED = {400, 422, 500, 501}
 _REFUSAL_NAMES = {"BadRequestError", "InternalServerError", "UnprocessableEntityError"}
 
 
-def _estimate_tokens(text: str) -> int:
-    return max(1, math.ceil(len(text) / 4))
-
-
 Parts = tuple[int, int, int] | None
 
 
@@ -268,8 +264,8 @@ class LLM:
                 parts=parts,
             )
         else:
-            prompt = sum(_estimate_tokens(_text(m)) for m in messages)
-            record_llm_call(prompt, _estimate_tokens(_text(reply)), parts=parts)
+            prompt = sum(estimate_tokens(_text(m)) for m in messages)
+            record_llm_call(prompt, estimate_tokens(_text(reply)), parts=parts)
         if self.memo is not None and key:
             self.memo.put(run, key, reply)
         return reply

@@ -16,13 +16,13 @@ The LLM layer (:mod:`gaprag.llm.client`) calls these around every chat request:
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage
 
+from gaprag import accounting
 from gaprag.errors import EndpointError, one_line
 
 #: Characters per token assumed when checking a prompt against the context window. Real
@@ -147,7 +147,8 @@ def clean_text(text: object) -> str:
 
 
 def estimate_tokens(text: str) -> int:
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
+    """The shared estimate at :data:`CHARS_PER_TOKEN` (a prompt's size, erring high)."""
+    return accounting.estimate_tokens(text, chars_per_token=CHARS_PER_TOKEN, minimum=0)
 
 
 @dataclass
