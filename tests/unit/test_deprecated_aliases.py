@@ -48,3 +48,23 @@ def test_old_names_of_moved_or_renamed_objects(
     with pytest.warns(DeprecationWarning, match="is deprecated"):
         module = importlib.import_module(old)
     assert getattr(module, old_name) is getattr(importlib.import_module(new), name)
+
+
+@pytest.mark.parametrize(
+    ("name", "new"),
+    [
+        ("SEED_FACTS", "gaprag.graphs.migres.known_info"),
+        ("DEMOS", "gaprag.graphs.migres.prompting"),
+        ("FEW_SHOT", "gaprag.graphs.migres.prompting"),
+        ("WHOLE", "gaprag.graphs.migres.prompting"),
+        ("RETRY_PREFIX", "gaprag.graphs.migres.snippets"),
+    ],
+)
+def test_names_moved_out_of_migres_nodes(name: str, new: str) -> None:
+    from gaprag.graphs.migres import nodes
+
+    with pytest.warns(DeprecationWarning, match=f"import it from {new} instead"):
+        value = getattr(nodes, name)
+    assert value is getattr(importlib.import_module(new), name)
+    with pytest.raises(AttributeError):
+        _ = nodes.NOT_A_NAME
