@@ -444,9 +444,12 @@ def gate_replay(
     n = max(1, len(f1s))
     mean_f1, mean_calls = sum(f1s) / n, sum(calls) / n
     return Point(
-        threshold=threshold, f1=mean_f1, llm_calls=mean_calls, stop_rate=stopped / n,
+        threshold=threshold,
+        f1=mean_f1,
+        llm_calls=mean_calls,
+        stop_rate=stopped / n,
         objective=mean_f1 - cost_per_call * mean_calls,
-    )  # fmt: skip
+    )
 
 
 def gate_curves(

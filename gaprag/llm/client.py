@@ -211,9 +211,12 @@ class LLM:
         messages, cut = fit_to_window(messages, self.context_window, max_tokens)
         if cut is not None:
             record_decision(
-                event="prompt_cut", message=cut.message, removed_chars=cut.removed_chars,
-                estimated_tokens=cut.estimated_tokens, context_window=cut.window,
-            )  # fmt: skip
+                event="prompt_cut",
+                message=cut.message,
+                removed_chars=cut.removed_chars,
+                estimated_tokens=cut.estimated_tokens,
+                context_window=cut.window,
+            )
         reply: BaseMessage | None = None
         for attempt in range(2):  # one more try after a malformed reply; transport retries
             try:  # (connection errors, 429, 5xx) happen inside the client, with Retry-After
@@ -293,18 +296,28 @@ class LLM:
         )
 
     def structured(
-        self, messages: Messages, schema: type[M], *, default: M,
-        max_tokens: int = DEFAULT_MAX_TOKENS, call: str = "",
-    ) -> Structured[M]:  # fmt: skip
+        self,
+        messages: Messages,
+        schema: type[M],
+        *,
+        default: M,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        call: str = "",
+    ) -> Structured[M]:
         """A reply validated against ``schema``; ``default`` if nothing valid comes back."""
         return run_sync(
             self.astructured(messages, schema, default=default, max_tokens=max_tokens, call=call)
         )
 
     def choose(
-        self, messages: Messages, options: Sequence[str], *, default: str,
-        max_tokens: int = 8, call: str = "",
-    ) -> Choice:  # fmt: skip
+        self,
+        messages: Messages,
+        options: Sequence[str],
+        *,
+        default: str,
+        max_tokens: int = 8,
+        call: str = "",
+    ) -> Choice:
         """Pick one of ``options``; see :meth:`achoose`."""
         return run_sync(
             self.achoose(messages, options, default=default, max_tokens=max_tokens, call=call)

@@ -102,8 +102,13 @@ def endpoint_error(
         )
     if names & _TRANSPORT:
         cause = _root_cause(exc)
-        refused = _names(cause) & {"ConnectError", "ConnectionRefusedError", "ConnectTimeout",
-                                   "gaierror", "APIConnectionError"}  # fmt: skip
+        refused = _names(cause) & {
+            "ConnectError",
+            "ConnectionRefusedError",
+            "ConnectTimeout",
+            "gaierror",
+            "APIConnectionError",
+        }
         what = f"cannot reach {where}" if refused else f"the connection to {where} broke"
         return EndpointError(
             f"{what} ({type(cause).__name__}: {_detail(cause)})",

@@ -160,9 +160,11 @@ class CrossEncoderScorer:
                 from sentence_transformers import CrossEncoder
 
                 self._model = CrossEncoder(
-                    self.path, max_length=self.max_length, activation_fn=torch.nn.Identity(),
+                    self.path,
+                    max_length=self.max_length,
+                    activation_fn=torch.nn.Identity(),
                     local_files_only=True,
-                )  # fmt: skip
+                )
             return self._model
 
     def score(self, query: str, docs: Sequence[ScoreDoc]) -> list[float]:
@@ -281,10 +283,15 @@ def knowledge_filter(
                 text = " ".join(picked)
         snippets.append(
             Snippet(
-                id=cand["id"], title=cand["title"], text=text, origin_text=cand["text"],
-                score=best[i], query=query, source="corpus",
+                id=cand["id"],
+                title=cand["title"],
+                text=text,
+                origin_text=cand["text"],
+                score=best[i],
+                query=query,
+                source="corpus",
             )
-        )  # fmt: skip
+        )
     log = {
         "candidates": len(docs),
         "above_delta": sum(1 for s in best if s >= delta),

@@ -72,10 +72,12 @@ def init(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     q0 = state.question.strip()
     seeds = seeds_for(q0, runtime.context)
     return {
-        "pending_queries": [q0], "query_history": [q0], "known_info": seeds,
+        "pending_queries": [q0],
+        "query_history": [q0],
+        "known_info": seeds,
         "known_sources": [[] for _ in seeds],
         "missing_info": "",  # written now so that the output always carries it
-    }  # fmt: skip
+    }
 
 
 async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
@@ -86,11 +88,16 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
     found = await round_candidates(retriever, queries, ctx, round_)
     emit(round=round_, queries=queries, candidates=len(found))
     return {
-        "raw_candidates": found, "iterations": round_, "queries": queries,
+        "raw_candidates": found,
+        "iterations": round_,
+        "queries": queries,
         "known_info_len_at_round_start": len(state.known_info),
-        "filtered_snippets": [], "llm_knowledge_used": False, "leaf_passages": [],
-        "extracted_info": [], "verified_info": [],
-    }  # fmt: skip
+        "filtered_snippets": [],
+        "llm_knowledge_used": False,
+        "leaf_passages": [],
+        "extracted_info": [],
+        "verified_info": [],
+    }
 
 
 async def rerank_filter(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
@@ -98,10 +105,15 @@ async def rerank_filter(state: State, runtime: Runtime[Context], deps: Deps) -> 
     scorer = await to_thread(scorer_for, ctx, deps)
     cleaned = [Evidence(**{**c, "text": strip_markup(c["text"])}) for c in state.raw_candidates]
     snippets, log = await to_thread(
-        knowledge_filter, cleaned, state.pending_queries or [state.question], scorer,
-        delta=threshold(ctx, scorer), seen_counts=state.seen_counts,
-        sentence_filter=ctx.sentence_filter, max_shown=ctx.max_shown,
-    )  # fmt: skip
+        knowledge_filter,
+        cleaned,
+        state.pending_queries or [state.question],
+        scorer,
+        delta=threshold(ctx, scorer),
+        seen_counts=state.seen_counts,
+        sentence_filter=ctx.sentence_filter,
+        max_shown=ctx.max_shown,
+    )
     emit(round=state.iterations, kept=len(snippets))
     return {"filtered_snippets": snippets, "trace": [{"node": "rerank_filter", **log}]}
 
@@ -118,10 +130,15 @@ async def llm_knowledge(state: State, runtime: Runtime[Context], deps: Deps) -> 
         digest = hashlib.sha1(text.encode()).hexdigest()[:16]
         snippets.append(
             Snippet(
-                id=f"llm:{digest}", title="LLM knowledge", text=text, origin_text=text,
-                score=None, query=query, source="llm",
+                id=f"llm:{digest}",
+                title="LLM knowledge",
+                text=text,
+                origin_text=text,
+                score=None,
+                query=query,
+                source="llm",
             )
-        )  # fmt: skip
+        )
     return {
         "filtered_snippets": snippets,
         "llm_knowledge_used": True,
@@ -158,9 +175,12 @@ async def extract(state: State, runtime: Runtime[Context], deps: Deps) -> dict[s
     )
     llm = await deps.achat(ctx)
     reply = await llm.astructured(
-        prompt("leaf", ctx).render(passages=passages, question=question), LeafReply,
-        default=LeafReply(), max_tokens=ctx.leaf_max_tokens, call="leaf",
-    )  # fmt: skip
+        prompt("leaf", ctx).render(passages=passages, question=question),
+        LeafReply,
+        default=LeafReply(),
+        max_tokens=ctx.leaf_max_tokens,
+        call="leaf",
+    )
     facts = reply.value.useful_information if reply.path != "default" else None
     items = valid_facts(facts if facts is not None else salvage_leaf(reply.raw), len(shown))
     texts = [nodes.truncate_words(sn["text"], ctx.max_passage_words) for sn in shown]
@@ -227,20 +247,27 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
         seen[sn["origin_text"]] = seen.get(sn["origin_text"], 0) + 1
         new.append(
             Evidence(
-                id=sn["id"], title=sn["title"], text=sn["text"],
+                id=sn["id"],
+                title=sn["title"],
+                text=sn["text"],
                 source="llm" if sn["source"] == "llm" else runtime.context.retrieval_mode,
-                score=float(sn["score"] or 0.0), round=state.iterations,
+                score=float(sn["score"] or 0.0),
+                round=state.iterations,
             )
-        )  # fmt: skip
+        )
     evidence, _ = nodes.update_evidence_pool(
         state.evidence, new, key=lambda e: (e["id"], e["text"])
     )
     added = len(known) - state.known_info_len_at_round_start
     emit(round=state.iterations, added=added, known=len(known))
     return {
-        "known_info": known, "known_sources": sources, "seen_counts": seen, "evidence": evidence,
-        "new_info_this_round": added, "passages_per_round": [len(state.leaf_passages)],
-    }  # fmt: skip
+        "known_info": known,
+        "known_sources": sources,
+        "seen_counts": seen,
+        "evidence": evidence,
+        "new_info_this_round": added,
+        "passages_per_round": [len(state.leaf_passages)],
+    }
 
 
 async def _pool_answer(
@@ -264,8 +291,11 @@ async def _pool_answer(
     llm = await deps.achat(ctx)
     reply = await llm.astructured(
         prompt(name, ctx).render(**fields, question=state.question),
-        FinalReply, default=FinalReply(), max_tokens=ctx.judge_max_tokens, call=call,
-    )  # fmt: skip
+        FinalReply,
+        default=FinalReply(),
+        max_tokens=ctx.judge_max_tokens,
+        call=call,
+    )
     value: FinalReply | MainReply | None = reply.value
     if reply.path == "default":
         value = salvage_main(reply.raw)
@@ -289,9 +319,13 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
     t = ctx.sufficiency_threshold
     if ctx.skip_judge_if_no_new_info and rounds > 1 and state.new_info_this_round == 0:
         nodes.log_decision(
-            "sufficiency", rounds, "continue", path="rule", threshold=t,
+            "sufficiency",
+            rounds,
+            "continue",
+            path="rule",
+            threshold=t,
             answer=state.candidate_answer or None,
-        )  # fmt: skip
+        )
         return {
             "judge_rounds": rounds,
             "trace": [{"node": "judge_missing", "event": "skipped", "reason": "no new facts"}],
@@ -301,9 +335,12 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
         known_info=known_passages(state), question=state.question
     )
     reply = await llm.astructured(
-        messages, MainReply, default=MainReply(answer=AnswerField(text="unanswerable")),
-        max_tokens=ctx.judge_max_tokens, call="main",
-    )  # fmt: skip
+        messages,
+        MainReply,
+        default=MainReply(answer=AnswerField(text="unanswerable")),
+        max_tokens=ctx.judge_max_tokens,
+        call="main",
+    )
     if reply.path != "default":
         verdict = judgement(reply.value)
     else:  # the key-scan salvage of the raw reply
@@ -336,19 +373,38 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
         source = "final"
     stop = stop and bool(answer)
     nodes.log_decision(
-        "sufficiency", rounds, "stop" if stop else "continue", p=p, path=path, threshold=t,
+        "sufficiency",
+        rounds,
+        "stop" if stop else "continue",
+        p=p,
+        path=path,
+        threshold=t,
         answer=answer or None,
-    )  # fmt: skip
+    )
     update: dict[str, Any] = {
-        "judge_rounds": rounds, "llm_calls_by_kind": calls, "candidate_answer": answer,
-        "trace": [{"node": "judge_missing", "round": rounds, "answered": verdict["answered"],
-                   "p_sufficient": p, "path": path, "stop": stop, "answer_from": source}],
-    }  # fmt: skip
+        "judge_rounds": rounds,
+        "llm_calls_by_kind": calls,
+        "candidate_answer": answer,
+        "trace": [
+            {
+                "node": "judge_missing",
+                "round": rounds,
+                "answered": verdict["answered"],
+                "p_sufficient": p,
+                "path": path,
+                "stop": stop,
+                "answer_from": source,
+            }
+        ],
+    }
     if stop:
         update.update(
-            answer=answer, confidence=confidence, explanation=explanation, status="answered",
+            answer=answer,
+            confidence=confidence,
+            explanation=explanation,
+            status="answered",
             stop_reason="answered",
-        )  # fmt: skip
+        )
     else:
         missing = verdict["missing_information"]
         if missing.strip().lower() in ("", "none"):
@@ -366,11 +422,13 @@ async def regenerate_keywords(
     llm = await deps.achat(ctx)
     text = await llm.agenerate(
         prompt("query", ctx).render(
-            question=state.question, history=" ".join(history),
-            known_info=known_passages(state), missing_info=state.missing_info or state.question,
+            question=state.question,
+            history=" ".join(history),
+            known_info=known_passages(state),
+            missing_info=state.missing_info or state.question,
         ),
         max_tokens=ctx.query_max_tokens,
-    )  # fmt: skip
+    )
     queries = clean_queries(text, history=history, max_queries=ctx.max_queries)
     if not queries:  # an empty reply: search the missing information; all repeats: q0
         missing = state.missing_info.strip()
@@ -381,9 +439,10 @@ async def regenerate_keywords(
             new_history.append(q)
     emit(round=state.iterations, new_queries=queries)
     return {
-        "pending_queries": queries, "query_history": new_history,
+        "pending_queries": queries,
+        "query_history": new_history,
         "llm_calls_by_kind": {"query": 1},
-    }  # fmt: skip
+    }
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
@@ -406,12 +465,15 @@ def finalize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     return {
         "trace": [
             {
-                "node": "finalize", "stop_reason": state.stop_reason, "status": state.status,
-                "judge_rounds": state.judge_rounds, "retrieval_rounds": state.iterations,
+                "node": "finalize",
+                "stop_reason": state.stop_reason,
+                "status": state.status,
+                "judge_rounds": state.judge_rounds,
+                "retrieval_rounds": state.iterations,
                 "known_info": len(state.known_info),
             }
         ]
-    }  # fmt: skip
+    }
 
 
 def gathered(state: State) -> nodes.Gathered:
@@ -419,9 +481,16 @@ def gathered(state: State) -> nodes.Gathered:
     question was shown and plain RAG's passages; the known facts and queries as the method's
     own text."""
     snippets = [
-        Evidence(id=s["id"], title=s["title"], text=s["text"], source="corpus",
-                 score=float(s["score"] or 0.0), round=1)
-        for s in state.question_snippets if s["source"] != "llm"
-    ]  # fmt: skip
+        Evidence(
+            id=s["id"],
+            title=s["title"],
+            text=s["text"],
+            source="corpus",
+            score=float(s["score"] or 0.0),
+            round=1,
+        )
+        for s in state.question_snippets
+        if s["source"] != "llm"
+    ]
     notes = [*state.known_info, *state.query_history]
     return nodes.Gathered([*state.evidence, *snippets, *state.gate_passages], notes)

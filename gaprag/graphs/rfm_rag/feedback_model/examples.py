@@ -303,9 +303,11 @@ def build_splits(
         )
     rng.shuffle(materials)
     val_m, cal_m, test_m, train_m = split_by_question(
-        materials, val=val_fraction if n_val else 0.0, cal=cal_fraction if n_cal else 0.0,
+        materials,
+        val=val_fraction if n_val else 0.0,
+        cal=cal_fraction if n_cal else 0.0,
         test=test_fraction if n_test else 0.0,
-    )  # fmt: skip
+    )
     return FeedbackSplits(
         train=build_samples(train_m, n_train, rng),
         val=build_samples(val_m, n_val, rng),
@@ -354,16 +356,19 @@ def pool_snapshots(trace: dict[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for rec in trace.get("trace") or []:
         if isinstance(rec, dict) and rec.get("node") == "feedback_classifier" and "pool" in rec:
-            out.append({
-                "round": int(rec.get("round", 0)),
-                "sentences": [str(t) for t in rec["pool"]],
-                "passages": [str(i) for i in rec.get("pool_passages") or []],
-                "answer": answers_by_round.get(rec.get("round")),
-            })  # fmt: skip
+            out.append(
+                {
+                    "round": int(rec.get("round", 0)),
+                    "sentences": [str(t) for t in rec["pool"]],
+                    "passages": [str(i) for i in rec.get("pool_passages") or []],
+                    "answer": answers_by_round.get(rec.get("round")),
+                }
+            )
     pool = [
-        e for e in trace["extra"].get("evidence_pool") or []
+        e
+        for e in trace["extra"].get("evidence_pool") or []
         if isinstance(e, dict) and e.get("question", question) == question
-    ]  # fmt: skip
+    ]
     final = {
         "round": int(trace.get("iterations") or 0),
         "sentences": [str(e.get("text", "")) for e in pool],
@@ -398,8 +403,16 @@ def graph_pool_samples(
                 if snap["answer"] is None:
                     continue
                 y = int(f1_score(str(snap["answer"]), t.get("answers") or []) >= answer_f1)
-            samples.append(Sample(qid, str(t.get("input", "")), entities, snap["sentences"], y,
-                                  f"round{snap['round']}"))  # fmt: skip
+            samples.append(
+                Sample(
+                    qid,
+                    str(t.get("input", "")),
+                    entities,
+                    snap["sentences"],
+                    y,
+                    f"round{snap['round']}",
+                )
+            )
     return samples
 
 

@@ -104,9 +104,13 @@ class RFeedbackMLP:
             w = rng.normal(0.0, math.sqrt(2.0 / fan_in), size=(fan_in, fan_out))  # He init
             layers.append((w, np.zeros(fan_out)))
         model = cls(
-            layers=layers, mean=np.zeros(sizes[0]), std=np.ones(sizes[0]), embedder=embedder,
-            features=tuple(features), monotone=tuple(monotone),
-        )  # fmt: skip
+            layers=layers,
+            mean=np.zeros(sizes[0]),
+            std=np.ones(sizes[0]),
+            embedder=embedder,
+            features=tuple(features),
+            monotone=tuple(monotone),
+        )
         if model.monotone:
             for w, _ in model.layers[1:]:  # start inside the constraint set, not at its edge
                 np.abs(w, out=w)

@@ -90,8 +90,13 @@ def rescore_rows(
         pools = round_pools(trace) if isinstance(trace.get("extra"), dict) else {}
         judged = [d for d in row.get("decisions") or [] if d.get("node") == NODE]
         rounds = sorted({int(d["round"]) for d in judged if d.get("round") in pools})
-        probs = dict(zip(rounds, model.probs(featurize([pools[r] for r in rounds], embedder,
-                                                       progress=False)), strict=True))  # fmt: skip
+        probs = dict(
+            zip(
+                rounds,
+                model.probs(featurize([pools[r] for r in rounds], embedder, progress=False)),
+                strict=True,
+            )
+        )
         decisions = []
         for d in row.get("decisions") or []:
             d = dict(d)

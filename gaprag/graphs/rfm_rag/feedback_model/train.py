@@ -146,9 +146,13 @@ def train_mlp(
             float(np.mean((model.raw_logits(x_val) >= 0) == y_val)) if len(y_val) else float("nan")
         )
         history.append(
-            {"epoch": epoch, "train_loss": round(sum(losses) / len(y_train), 5),
-             "val_loss": round(val_loss, 5), "val_accuracy": round(val_acc, 4)}
-        )  # fmt: skip
+            {
+                "epoch": epoch,
+                "train_loss": round(sum(losses) / len(y_train), 5),
+                "val_loss": round(val_loss, 5),
+                "val_accuracy": round(val_acc, 4),
+            }
+        )
         if len(y_val) == 0 or val_loss < best[0] - 1e-5:
             best = (val_loss, epoch, [p.copy() for p in params])
         elif epoch - best[1] >= patience:
@@ -191,17 +195,21 @@ def cross_validate(
         if len(np.unique(y[test])) < 2:
             continue
         for name, mono in (("model", monotone), ("unconstrained", ())):
-            fit = train_mlp(x[train], y[train], x[val], y[val], epochs=epochs, seed=seed,
-                            monotone=mono).model  # fmt: skip
+            fit = train_mlp(
+                x[train], y[train], x[val], y[val], epochs=epochs, seed=seed, monotone=mono
+            ).model
             out[name].append(auc(fit.probs(x[test]), y[test]))
         out["s_f"].append(auc(x[test][:, 0], y[test]))
         out["g_f"].append(auc(x[test][:, 1], y[test]))
     return {
         "folds": folds,
         "grouped_by": "question",
-        **{f"auc_{k}": {"mean": _finite_mean(v), "per_fold": [round(a, 4) for a in v]}
-           for k, v in out.items() if v},
-    }  # fmt: skip
+        **{
+            f"auc_{k}": {"mean": _finite_mean(v), "per_fold": [round(a, 4) for a in v]}
+            for k, v in out.items()
+            if v
+        },
+    }
 
 
 def calibration_error(p: Array, y: Array, bins: int = 10) -> float:
@@ -318,9 +326,15 @@ def run_training(
     data_info["samples"] = {k: len(v) for k, v in splits.items()}
     xy = {k: _xy(v, embedder, progress) for k, v in splits.items()}
     result = train_mlp(
-        *xy["train"], *xy["val"], epochs=epochs, seed=seed, embedder=embedder.name,
-        monotone=monotone, x_cal=xy["cal"][0], y_cal=xy["cal"][1],
-    )  # fmt: skip
+        *xy["train"],
+        *xy["val"],
+        epochs=epochs,
+        seed=seed,
+        embedder=embedder.name,
+        monotone=monotone,
+        x_cal=xy["cal"][0],
+        y_cal=xy["cal"][1],
+    )
     model = result.model
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
