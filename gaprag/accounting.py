@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -69,6 +70,18 @@ class Meter:
 
 
 _meter: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("gaprag_meter", default=None)
+
+
+CHARS_PER_TOKEN = 4.0
+"""Characters per token of English text under the usual tokenizers."""
+
+
+def estimate_tokens(
+    text: str, *, chars_per_token: float = CHARS_PER_TOKEN, minimum: int = 1
+) -> int:
+    """The token estimate used wherever a count is not reported: characters / 4, rounded up,
+    at least ``minimum`` (a call's usage counts at least one token per message)."""
+    return max(minimum, math.ceil(len(text) / chars_per_token))
 
 
 def current_meter() -> Meter | None:

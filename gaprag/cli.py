@@ -246,8 +246,9 @@ def settings_in_use(
         if not out["model"]["value"]:
             local = "GAPRAG_LOCAL_MODEL" in os.environ
             out["model"] = {
-                "value": config.local_model(), "source": "environment" if local else "default"
-            }  # fmt: skip
+                "value": config.local_model(),
+                "source": "environment" if local else "default",
+            }
     if not out["model"]["value"] and url:
         out["model"] = {"value": endpoint_model(url), "source": "endpoint"}
     return out
@@ -502,9 +503,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--engine", choices=["llama-server", "llama-cpp-python", "xllamacpp"])
     q.add_argument("--n-ctx", type=int, default=4096, help="context per slot (default 4096)")
     q.add_argument(
-        "--slots", type=int, default=1,
+        "--slots",
+        type=int,
+        default=1,
         help="requests served at once, each with its own context (default 1)",
-    )  # fmt: skip
+    )
     q.set_defaults(func=cmd_llm_serve)
 
     p = sub.add_parser("graph", help="inspect a method graph")

@@ -35,7 +35,7 @@ from gaprag.stores.retriever import Retriever, as_retriever
 if TYPE_CHECKING:
     from gaprag.graphs.migres.filter import Scorer
     from gaprag.graphs.migres.verify import Verifier
-    from gaprag.graphs.rfm_rag.model import SufficiencyJudge
+    from gaprag.graphs.rfm_rag.feedback_model.model import SufficiencyJudge
     from gaprag.stores.pairs import PairStore
 
 T = TypeVar("T")

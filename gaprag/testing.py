@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,11 +19,9 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr
 
+from gaprag.accounting import estimate_tokens
+
 Reply = str | Callable[[list[BaseMessage]], str]
-
-
-def _tokens(text: str) -> int:
-    return max(1, math.ceil(len(text) / 4))
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -113,7 +110,7 @@ class ScriptedChatModel(BaseChatModel):
                 "reply": text,
             }
         )
-        prompt_tokens = sum(_tokens(str(m.content)) for m in messages)
+        prompt_tokens = sum(estimate_tokens(str(m.content)) for m in messages)
         meta: dict[str, Any] = {}
         if kwargs.get("logprobs") and text in self.reply_logprobs:
             meta["logprobs"] = {
@@ -138,8 +135,8 @@ class ScriptedChatModel(BaseChatModel):
             response_metadata=meta,
             usage_metadata={
                 "input_tokens": prompt_tokens,
-                "output_tokens": _tokens(text),
-                "total_tokens": prompt_tokens + _tokens(text),
+                "output_tokens": estimate_tokens(text),
+                "total_tokens": prompt_tokens + estimate_tokens(text),
             },
         )
         return ChatResult(generations=[ChatGeneration(message=msg)])

@@ -11,7 +11,7 @@
 # replay of the recorded stop decisions re-scored by its weights (curves.json, profile.toml):
 # the threshold each would get and the F1 and calls it gives there. Nothing shipped is
 # changed: adopting the new weights is copying retrained/weights.json and metrics.json into
-# gaprag/graphs/rfm_rag/ and rerunning the replay with --rf-weights pointing there.
+# gaprag/graphs/rfm_rag/feedback_model/ and rerunning the replay with --rf-weights pointing there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-docs/results/calibration/qwen2.5-coder-1.5b/rfm}
@@ -30,7 +30,7 @@ runs=$(IFS=,; echo "${sets[*]}")
 mkdir -p "$OUT/retrained" "$OUT/shipped"
 gaprag rfm train --source graph_pools --runs "$runs" --label answer --out "$OUT/retrained" --quiet \
   > "$OUT/retrained/train.json"
-cp gaprag/graphs/rfm_rag/weights.json "$OUT/shipped/weights.json"
+cp gaprag/graphs/rfm_rag/feedback_model/weights.json "$OUT/shipped/weights.json"
 python - "$OUT" <<'PY'
 import json, sys
 from pathlib import Path

@@ -283,8 +283,9 @@ def calibrate(
     JSONL paths; ``llm``/``embedder``: objects to use instead (tests); ``run=False``: replay the
     rows already under ``out`` (of an interrupted calibration, say) without running anything;
     ``rf_weights``: replay rfm_rag's R-Feedback decisions with these weights' probabilities
-    instead of the recorded ones (:mod:`gaprag.graphs.rfm_rag.rescore`: retrained weights get
-    their threshold from the same rows, on the questions they did not train on).
+    instead of the recorded ones (:mod:`gaprag.graphs.rfm_rag.feedback_model.rescore`:
+    retrained weights get their threshold from the same rows, on the questions they did not
+    train on).
     Returns the curves and the profile's path."""
     from gaprag.eval.results import read_results
     from gaprag.eval.runner import evaluate
@@ -443,9 +444,12 @@ def gate_replay(
     n = max(1, len(f1s))
     mean_f1, mean_calls = sum(f1s) / n, sum(calls) / n
     return Point(
-        threshold=threshold, f1=mean_f1, llm_calls=mean_calls, stop_rate=stopped / n,
+        threshold=threshold,
+        f1=mean_f1,
+        llm_calls=mean_calls,
+        stop_rate=stopped / n,
         objective=mean_f1 - cost_per_call * mean_calls,
-    )  # fmt: skip
+    )
 
 
 def gate_curves(

@@ -210,8 +210,14 @@ def build_expert(
                 meta: dict[str, Any] = {"origin_id": ex.id, "original_question": ex.question}
                 if rewrites > 0:
                     meta["rewrite_seed"] = para.seed
-                store.add(para.text, answer, chunk_text(gold), source="expert",
-                          chunk_id=gold["id"], meta=meta)  # fmt: skip
+                store.add(
+                    para.text,
+                    answer,
+                    chunk_text(gold),
+                    source="expert",
+                    chunk_id=gold["id"],
+                    meta=meta,
+                )
                 added += 1
             store.mark_processed(job, [ex.id])
             if bar is not None:
@@ -350,8 +356,14 @@ def evaluate_ladder(
                 for key, value in scores.items():
                     totals[key] += value
                 if fh is not None:
-                    row = {"tier": tier, "id": ex.id, "question": ex.question,
-                           "answers": ex.answers, "prediction": pred, **scores}  # fmt: skip
+                    row = {
+                        "tier": tier,
+                        "id": ex.id,
+                        "question": ex.question,
+                        "answers": ex.answers,
+                        "prediction": pred,
+                        **scores,
+                    }
                     fh.write(json.dumps(row, ensure_ascii=False) + "\n")
                     fh.flush()
             n = max(len(examples), 1)

@@ -29,9 +29,13 @@ def plot(summary: Mapping[str, Any], out: Path) -> dict[str, list[str]]:
                 continue
             lo, hi = stat["ci"]
             ax.errorbar(
-                [tokens], [stat["mean"]], yerr=[[stat["mean"] - lo], [hi - stat["mean"]]],
-                fmt="o", capsize=4, label=m,
-            )  # fmt: skip
+                [tokens],
+                [stat["mean"]],
+                yerr=[[stat["mean"] - lo], [hi - stat["mean"]]],
+                fmt="o",
+                capsize=4,
+                label=m,
+            )
             ax.annotate(
                 m, (tokens, stat["mean"]), textcoords="offset points", xytext=(6, 4), fontsize=8
             )

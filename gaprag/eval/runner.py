@@ -315,11 +315,26 @@ def plan_run(
     label = model_label(llm, base_url, model)
     chat, serving = run_model(llm, base_url, model, opts)
     return Run(
-        keys=keys, bases=bases, opts=opts, dataset=ds, selected=selected, limit=limit,
-        offset=offset, out_dir=Path(out), concurrency=concurrency, resume=resume,
-        max_errors=max_errors, chat=chat, serving=serving, label=label, store=store,
-        embedder=embedder, progress=progress, report=report, seed=seed,
-    )  # fmt: skip
+        keys=keys,
+        bases=bases,
+        opts=opts,
+        dataset=ds,
+        selected=selected,
+        limit=limit,
+        offset=offset,
+        out_dir=Path(out),
+        concurrency=concurrency,
+        resume=resume,
+        max_errors=max_errors,
+        chat=chat,
+        serving=serving,
+        label=label,
+        store=store,
+        embedder=embedder,
+        progress=progress,
+        report=report,
+        seed=seed,
+    )
 
 
 def _open_store(run: Run) -> Any:
@@ -426,9 +441,15 @@ async def run_questions(run: Run) -> dict[str, Any]:
             if stop.is_set():
                 return
             row = await run_one(
-                graphs[method], method, ds, example, run.opts[method], traces,
-                base_method=run.bases[method], titles=titles,
-            )  # fmt: skip
+                graphs[method],
+                method,
+                ds,
+                example,
+                run.opts[method],
+                traces,
+                base_method=run.bases[method],
+                titles=titles,
+            )
             writer.write(row)
             new_rows.append(row)
             means.add(row)
@@ -520,11 +541,26 @@ def evaluate(
     (``0``: no cap); rows written so far are kept.
     """
     kwargs = dict(
-        methods=methods, dataset=dataset, limit=limit, offset=offset, out=out,
-        concurrency=concurrency, resume=resume, max_errors=max_errors, sets=sets,
-        options=options, variants=variants, llm=llm, base_url=base_url, model=model, store=store,
-        embedder=embedder, progress=progress, report=report, seed=seed,
-    )  # fmt: skip
+        methods=methods,
+        dataset=dataset,
+        limit=limit,
+        offset=offset,
+        out=out,
+        concurrency=concurrency,
+        resume=resume,
+        max_errors=max_errors,
+        sets=sets,
+        options=options,
+        variants=variants,
+        llm=llm,
+        base_url=base_url,
+        model=model,
+        store=store,
+        embedder=embedder,
+        progress=progress,
+        report=report,
+        seed=seed,
+    )
 
     async def main() -> dict[str, Any]:
         # sync graph nodes run in the loop's default executor: size it to the concurrency

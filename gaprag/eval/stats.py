@@ -356,9 +356,12 @@ def _pooled_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def pooled(
-    rows: Sequence[Mapping[str, Any]], *, baseline: str = BASELINE, seed: int = 0,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    baseline: str = BASELINE,
+    seed: int = 0,
     n_boot: int = N_BOOT,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Every method over all the datasets of a report that are scored by F1 (multiple-choice
     sets are left out): each question weighs the same, the paired difference to ``baseline``
     is taken per (dataset, question), and the cost is the mean per question. Empty when the
@@ -379,8 +382,9 @@ def pooled(
             "datasets": sorted({str(r.get("dataset")) for r in ok}),
         }
         for key in POOLED_METRICS:
-            entry[key] = _stat([float(r[key]) for r in ok if isinstance(r.get(key), int | float)],
-                               seed, n_boot)  # fmt: skip
+            entry[key] = _stat(
+                [float(r[key]) for r in ok if isinstance(r.get(key), int | float)], seed, n_boot
+            )
         entry["cost"] = {
             key: (float(np.mean([_num(r, key) for r in ok])) if ok else None)
             for key in POOLED_COSTS
@@ -393,9 +397,12 @@ def pooled(
 
 
 def versus_before(
-    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]], *, seed: int = 0,
+    before: Sequence[Mapping[str, Any]],
+    after: Sequence[Mapping[str, Any]],
+    *,
+    seed: int = 0,
     n_boot: int = N_BOOT,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Each method of ``after`` against the same method in ``before`` (another code version
     on the same questions): per dataset and pooled, the paired difference after − before on
     the questions both answered, each side's mean F1 and LLM calls on those questions."""
@@ -448,10 +455,12 @@ def _paired(
         out[key] = stat
     # each side's means on the shared questions, and the cost of ``other`` relative to ``base``
     means = {
-        side: {key: (float(np.mean([_num(rs[i], key) for i in common])) if common else None)
-               for key in PAIRED_MEANS}
+        side: {
+            key: (float(np.mean([_num(rs[i], key) for i in common])) if common else None)
+            for key in PAIRED_MEANS
+        }
         for side, rs in (("base", b), ("other", o))
-    }  # fmt: skip
+    }
     out["means"] = means
     ratio: dict[str, float | None] = {}
     for key in ("tokens", "llm_calls", "wall_s"):

@@ -31,7 +31,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.messages.ai import UsageMetadata
 from pydantic import BaseModel
 
-from gaprag.accounting import record_decision, record_llm_call
+from gaprag.accounting import estimate_tokens, record_decision, record_llm_call
 from gaprag.aio import run_sync, sync_mode
 from gaprag.config import context_window as configured_context_window
 from gaprag.errors import EndpointError, one_line, redact
@@ -151,10 +151,6 @@ _CONSTRAINT_REFUSED = {400, 422, 500, 501}
 _REFUSAL_NAMES = {"BadRequestError", "InternalServerError", "UnprocessableEntityError"}
 
 
-def _estimate_tokens(text: str) -> int:
-    return max(1, math.ceil(len(text) / 4))
-
-
 Parts = tuple[int, int, int] | None
 
 
@@ -215,9 +211,12 @@ class LLM:
         messages, cut = fit_to_window(messages, self.context_window, max_tokens)
         if cut is not None:
             record_decision(
-                event="prompt_cut", message=cut.message, removed_chars=cut.removed_chars,
-                estimated_tokens=cut.estimated_tokens, context_window=cut.window,
-            )  # fmt: skip
+                event="prompt_cut",
+                message=cut.message,
+                removed_chars=cut.removed_chars,
+                estimated_tokens=cut.estimated_tokens,
+                context_window=cut.window,
+            )
         reply: BaseMessage | None = None
         for attempt in range(2):  # one more try after a malformed reply; transport retries
             try:  # (connection errors, 429, 5xx) happen inside the client, with Retry-After
@@ -268,8 +267,8 @@ class LLM:
                 parts=parts,
             )
         else:
-            prompt = sum(_estimate_tokens(_text(m)) for m in messages)
-            record_llm_call(prompt, _estimate_tokens(_text(reply)), parts=parts)
+            prompt = sum(estimate_tokens(_text(m)) for m in messages)
+            record_llm_call(prompt, estimate_tokens(_text(reply)), parts=parts)
         if self.memo is not None and key:
             self.memo.put(run, key, reply)
         return reply
@@ -297,18 +296,28 @@ class LLM:
         )
 
     def structured(
-        self, messages: Messages, schema: type[M], *, default: M,
-        max_tokens: int = DEFAULT_MAX_TOKENS, call: str = "",
-    ) -> Structured[M]:  # fmt: skip
+        self,
+        messages: Messages,
+        schema: type[M],
+        *,
+        default: M,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        call: str = "",
+    ) -> Structured[M]:
         """A reply validated against ``schema``; ``default`` if nothing valid comes back."""
         return run_sync(
             self.astructured(messages, schema, default=default, max_tokens=max_tokens, call=call)
         )
 
     def choose(
-        self, messages: Messages, options: Sequence[str], *, default: str,
-        max_tokens: int = 8, call: str = "",
-    ) -> Choice:  # fmt: skip
+        self,
+        messages: Messages,
+        options: Sequence[str],
+        *,
+        default: str,
+        max_tokens: int = 8,
+        call: str = "",
+    ) -> Choice:
         """Pick one of ``options``; see :meth:`achoose`."""
         return run_sync(
             self.achoose(messages, options, default=default, max_tokens=max_tokens, call=call)

@@ -42,8 +42,12 @@ def openai_llm(
         # honouring Retry-After (GAPRAG_MAX_RETRIES)
         max_retries=config.max_retries(),
     )
-    return LLM(chat, structured_mode=structured_mode, endpoint=base_url,  # type: ignore[arg-type]
-               context_window=context_window)  # fmt: skip
+    return LLM(
+        chat,
+        structured_mode=structured_mode,  # type: ignore[arg-type]
+        endpoint=base_url,
+        context_window=context_window,
+    )
 
 
 def default_llm(*, repeatable: bool = False) -> LLM:
@@ -72,9 +76,12 @@ def default_llm(*, repeatable: bool = False) -> LLM:
 
                 server = ensure_local_server(model, repeatable=repeatable)
                 llm = openai_llm(
-                    server.base_url, server.model, structured_mode=server.structured_mode,
-                    seed=seed, context_window=config.context_window() or server.n_ctx,
-                )  # fmt: skip
+                    server.base_url,
+                    server.model,
+                    structured_mode=server.structured_mode,
+                    seed=seed,
+                    context_window=config.context_window() or server.n_ctx,
+                )
             _defaults[key] = llm
         return llm
 

@@ -16,13 +16,13 @@ The LLM layer (:mod:`gaprag.llm.client`) calls these around every chat request:
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage
 
+from gaprag import accounting
 from gaprag.errors import EndpointError, one_line
 
 #: Characters per token assumed when checking a prompt against the context window. Real
@@ -102,8 +102,13 @@ def endpoint_error(
         )
     if names & _TRANSPORT:
         cause = _root_cause(exc)
-        refused = _names(cause) & {"ConnectError", "ConnectionRefusedError", "ConnectTimeout",
-                                   "gaierror", "APIConnectionError"}  # fmt: skip
+        refused = _names(cause) & {
+            "ConnectError",
+            "ConnectionRefusedError",
+            "ConnectTimeout",
+            "gaierror",
+            "APIConnectionError",
+        }
         what = f"cannot reach {where}" if refused else f"the connection to {where} broke"
         return EndpointError(
             f"{what} ({type(cause).__name__}: {_detail(cause)})",
@@ -147,7 +152,8 @@ def clean_text(text: object) -> str:
 
 
 def estimate_tokens(text: str) -> int:
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
+    """The shared estimate at :data:`CHARS_PER_TOKEN` (a prompt's size, erring high)."""
+    return accounting.estimate_tokens(text, chars_per_token=CHARS_PER_TOKEN, minimum=0)
 
 
 @dataclass

@@ -292,9 +292,19 @@ class EmbeddedServer:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "gaprag.llm._supervise", str(os.getpid()), "--", *self.command(model_file)], stdout=log, stderr=subprocess.STDOUT, env=env,
+                [
+                    sys.executable,
+                    "-m",
+                    "gaprag.llm._supervise",
+                    str(os.getpid()),
+                    "--",
+                    *self.command(model_file),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -145,18 +145,29 @@ async def gate(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[str, Any]:
     p = probability(signal, value)
     stop = should_stop(p, threshold, calibration=ctx.calibration)
     log_decision(
-        "gate", 0, "stop" if stop else "continue", p=p, path=path, threshold=threshold,
+        "gate",
+        0,
+        "stop" if stop else "continue",
+        p=p,
+        path=path,
+        threshold=threshold,
         answer=answer,
-    )  # fmt: skip
+    )
     record_decision(
-        call="gate", signal=signal, value=round(value, 6), threshold_setting=ctx.gate_threshold,
+        call="gate",
+        signal=signal,
+        value=round(value, 6),
+        threshold_setting=ctx.gate_threshold,
         **{k: round(v, 6) for k, v in signals.items() if k != signal},
-    )  # fmt: skip
+    )
     if stop:
         return {
-            "answer": answer, "evidence": hits, "queries": [question], "iterations": 1,
+            "answer": answer,
+            "evidence": hits,
+            "queries": [question],
+            "iterations": 1,
             "stop_reason": GATE_STOP,
-        }  # fmt: skip
+        }
     return {"gate_passages": hits}
 
 

@@ -126,8 +126,10 @@ async def llm_scores(
         shown = render_passages([item], fmt, max_words=max_words)
         choice = await llm.achoose(
             prompt.render(question=question, passage=shown),
-            ["Yes", "No"], default="No", call="reader_relevance",
-        )  # fmt: skip
+            ["Yes", "No"],
+            default="No",
+            call="reader_relevance",
+        )
         p = option_probability(choice, "Yes")
         if p is None:
             p = 0.5 if choice.path == "default" else float(choice.value == "Yes")
@@ -198,15 +200,24 @@ async def read(
 ) -> tuple[str, list[Item]]:
     """(answer, the items it was given in prompt order) for ``question`` over ``gathered``."""
     ranked = await rank(
-        gathered.passages, question, gathered.notes, ranker=ranker, llm=llm,
-        embedder=embedder, fmt=fmt, max_words=max_words,
-    )  # fmt: skip
+        gathered.passages,
+        question,
+        gathered.notes,
+        ranker=ranker,
+        llm=llm,
+        embedder=embedder,
+        fmt=fmt,
+        max_words=max_words,
+    )
     shown = pack(ranked, budget)
     scores = {_key(item): score for item, score in ranked}
     record_decision(
-        call="reader", ranker=ranker, ids=[_key(i) for i in shown],
-        scores=[round(scores[_key(i)], 4) for i in shown], gathered=len(ranked),
-    )  # fmt: skip
+        call="reader",
+        ranker=ranker,
+        ids=[_key(i) for i in shown],
+        scores=[round(scores[_key(i)], 4) for i in shown],
+        gathered=len(ranked),
+    )
     passages = render_passages(shown, fmt, max_words=max_words)
     raw = await llm.agenerate(
         SHARED_PROMPTS["reader"].render(question=question, passages=passages),
@@ -231,10 +242,15 @@ def reader_node(gather: Gather = gathered_evidence) -> Callable[..., Any]:
         ranker: Ranker = ctx.reader_ranker
         embedder = reader_embedder(deps, deps.search(ctx)) if ranker == "dense" else None
         answer, shown = await read(
-            deps.chat(ctx), state.question, gather(state), ranker=ranker,
-            budget=ctx.reader_budget, max_words=ctx.max_passage_words,
-            max_tokens=ctx.answer_max_tokens, embedder=embedder,
-        )  # fmt: skip
+            deps.chat(ctx),
+            state.question,
+            gather(state),
+            ranker=ranker,
+            budget=ctx.reader_budget,
+            max_words=ctx.max_passage_words,
+            max_tokens=ctx.answer_max_tokens,
+            embedder=embedder,
+        )
         return {"answer": answer or state.answer, "evidence": [dict(i) for i in shown]}
 
     return reader

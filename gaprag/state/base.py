@@ -72,9 +72,15 @@ class Decision(TypedDict):
 
 def empty_usage() -> Usage:
     return Usage(
-        llm_calls=0, prompt_tokens=0, completion_tokens=0, retrieval_calls=0, wall_s=0.0,
-        cached_tokens=0, instruction_tokens=0, passage_tokens=0,
-    )  # fmt: skip
+        llm_calls=0,
+        prompt_tokens=0,
+        completion_tokens=0,
+        retrieval_calls=0,
+        wall_s=0.0,
+        cached_tokens=0,
+        instruction_tokens=0,
+        passage_tokens=0,
+    )
 
 
 def add_usage(left: Usage | None, right: Usage | None) -> Usage:

@@ -33,9 +33,11 @@ def make_client(path: Path | None = None, url: str | None = None) -> Any:
         parsed = urlparse(url if "://" in url else f"http://{url}")
         try:
             return chromadb.HttpClient(
-                host=parsed.hostname or "127.0.0.1", port=parsed.port or 8000,
-                ssl=parsed.scheme == "https", settings=_settings(),
-            )  # fmt: skip
+                host=parsed.hostname or "127.0.0.1",
+                port=parsed.port or 8000,
+                ssl=parsed.scheme == "https",
+                settings=_settings(),
+            )
         except Exception as exc:
             raise StoreError(
                 f"cannot reach the Chroma server at {url}: {exc}", hint="start it with `chroma run`"

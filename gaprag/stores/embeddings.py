@@ -63,10 +63,12 @@ class MiniLMEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self._load()
         vectors = model.encode(
-            list(texts), batch_size=batch_size, normalize_embeddings=True,
+            list(texts),
+            batch_size=batch_size,
+            normalize_embeddings=True,
             show_progress_bar=progress and not quiet(),
             convert_to_numpy=True,
-        )  # fmt: skip
+        )
         return np.asarray(vectors, dtype=np.float32)
 
 

@@ -294,8 +294,9 @@ class PairStore:
         meta: dict[str, Any] | None = None,
     ) -> str:
         """Insert one pair (or update the source of an identical one); durable on return."""
-        return self._write([(question, answer, chunk)], source=source, chunk_ids=[chunk_id],
-                           meta=meta)[0]  # fmt: skip
+        return self._write(
+            [(question, answer, chunk)], source=source, chunk_ids=[chunk_id], meta=meta
+        )[0]
 
     def add_many(
         self,
@@ -477,8 +478,15 @@ class PairStore:
 
     @staticmethod
     def _pair(row: Sequence[Any]) -> QAPair:
-        return QAPair(id=row[0], question=row[1], answer=row[2], chunk=row[3], chunk_id=row[4],
-                      source=row[5], created=float(row[6]))  # fmt: skip
+        return QAPair(
+            id=row[0],
+            question=row[1],
+            answer=row[2],
+            chunk=row[3],
+            chunk_id=row[4],
+            source=row[5],
+            created=float(row[6]),
+        )
 
     def list(self, *, source: str | None = None) -> list[QAPair]:
         """Every pair (optionally of one source), oldest first."""
@@ -577,8 +585,10 @@ class PairStore:
             qi: Any = bm25s.BM25()
             qi.index([tokenize(qtext.get(i, "")) for i in cache.ids] or [[]], show_progress=False)
             ci: Any = bm25s.BM25()
-            ci.index([tokenize(ctext.get(h, "")) for h in cache.chunk_hashes] or [[]],
-                     show_progress=False)  # fmt: skip
+            ci.index(
+                [tokenize(ctext.get(h, "")) for h in cache.chunk_hashes] or [[]],
+                show_progress=False,
+            )
             cache.bm25 = (cache.version, qi, ci)
         return cache.bm25[1], cache.bm25[2]
 
@@ -727,8 +737,14 @@ class PairRetriever:
 
     records_retrievals = True
 
-    def __init__(self, store: PairStore, *, gamma: float = 0.5, source_label: str = "feedback",
-                 sources: Collection[str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: PairStore,
+        *,
+        gamma: float = 0.5,
+        source_label: str = "feedback",
+        sources: Collection[str] | None = None,
+    ) -> None:
         self.store = store
         self.gamma = gamma
         self.source_label = source_label
@@ -743,8 +759,9 @@ class PairRetriever:
         exclude: Collection[str] = (),
     ) -> list[Evidence]:
         pair_mode = "bm25" if mode == "bm25" else "dense"
-        hits = self.store.search(query, k + len(exclude), gamma=self.gamma, sources=self.sources,
-                                 mode=pair_mode)  # fmt: skip
+        hits = self.store.search(
+            query, k + len(exclude), gamma=self.gamma, sources=self.sources, mode=pair_mode
+        )
         out = [
             Evidence(
                 id=p["id"],

@@ -32,7 +32,8 @@ from gaprag.graphs.migres.filter import (
     knowledge_filter,
     split_sentences,
 )
-from gaprag.graphs.migres.nodes import SEED_FACTS, extract, judge_missing, verify_nli
+from gaprag.graphs.migres.known_info import SEED_FACTS
+from gaprag.graphs.migres.nodes import extract, judge_missing, verify_nli
 from gaprag.graphs.migres.parsing import (
     LeafReply,
     MainReply,
@@ -1211,7 +1212,7 @@ def test_the_judge_writes_what_is_missing_before_the_answer() -> None:
     assert list(MainReply.model_json_schema()["properties"]) == [
         "missing_information", "explanation", "answer",
     ]  # fmt: skip
-    from gaprag.graphs.migres.nodes import PROMPTS
+    from gaprag.graphs.migres.prompting import PROMPTS
 
     form = PROMPTS["main"].user
     assert (
@@ -1362,7 +1363,7 @@ def test_llm_knowledge_switch_decides_whether_model_facts_enter_the_pool(
 
 # -- MIGRES* few-shot demonstrations ---------------------------------------------------------
 def test_few_shot_demos_are_user_assistant_turns(levity: Store) -> None:
-    from gaprag.graphs.migres.nodes import DEMOS, PROMPTS
+    from gaprag.graphs.migres.prompting import DEMOS, PROMPTS
 
     assert set(DEMOS) == {"leaf", "main", "main_yesno", "query", "knowledge", "final",
                           "final_yesno"}  # fmt: skip
@@ -1397,7 +1398,7 @@ def test_few_shot_demos_are_user_assistant_turns(levity: Store) -> None:
 
 def test_few_shot_demos_do_not_name_evaluation_entities() -> None:
     """The demos are invented: none of their names occurs in a bundled evaluation file."""
-    from gaprag.graphs.migres.nodes import DEMOS
+    from gaprag.graphs.migres.prompting import DEMOS
 
     names = ["Salt Road", "Ilse Varga", "Northern Lanterns", "Aki Toivonen", "Kestrel Records",
              "Tomas Brandt"]  # fmt: skip

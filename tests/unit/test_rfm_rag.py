@@ -22,14 +22,23 @@ from gaprag.deps import Deps
 from gaprag.errors import GapragError, InputError
 from gaprag.graphs.rfm_rag import evidence_pool, nodes, parsing
 from gaprag.graphs.rfm_rag.context import Context
-from gaprag.graphs.rfm_rag.features import (
+from gaprag.graphs.rfm_rag.feedback_model.examples import (
+    EVAL_RESERVED,
+    build_splits,
+    graph_pool_samples,
+    graph_pool_splits,
+    heuristic_entities,
+    load_records,
+    question_material,
+    refuse_evaluation_questions,
+)
+from gaprag.graphs.rfm_rag.feedback_model.features import (
     FeatureExtractor,
     coverage_map,
     entity_coverage,
-    heuristic_entities,
     syntactic_coverage,
 )
-from gaprag.graphs.rfm_rag.model import (
+from gaprag.graphs.rfm_rag.feedback_model.model import (
     FeedbackResult,
     RFeedbackMLP,
     expected_embedder,
@@ -37,21 +46,14 @@ from gaprag.graphs.rfm_rag.model import (
     monotonicity_violations,
     shipped_weights_path,
 )
-from gaprag.graphs.rfm_rag.state import EvidenceItem, State
-from gaprag.graphs.rfm_rag.train import (
-    EVAL_RESERVED,
+from gaprag.graphs.rfm_rag.feedback_model.train import (
     auc,
-    build_dataset,
     epoch_budget,
-    graph_pool_dataset,
-    graph_pool_samples,
-    load_records,
-    question_material,
-    refuse_evaluation_questions,
     run_training,
     train_mlp,
     training_warnings,
 )
+from gaprag.graphs.rfm_rag.state import EvidenceItem, State
 from gaprag.llm.client import LLM
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.documents import Document
@@ -569,7 +571,7 @@ def _fixture_records(n: int = 20) -> list[dict[str, Any]]:
 
 def test_dataset_builder() -> None:
     records = _fixture_records()
-    data = build_dataset(records, n_train=200, n_val=40, n_test=40, n_cal=40, seed=3)
+    data = build_splits(records, n_train=200, n_val=40, n_test=40, n_cal=40, seed=3)
     assert (len(data.train), len(data.val), len(data.test), len(data.cal)) == (200, 40, 40, 40)
     support = {r["id"]: question_material(r) for r in records}
     for split in (data.train, data.val, data.test, data.cal):
@@ -591,7 +593,7 @@ def test_dataset_builder() -> None:
     for i in range(4):
         for j in range(i + 1, 4):
             assert not qids[i] & qids[j]
-    defaults = build_dataset.__kwdefaults__
+    defaults = build_splits.__kwdefaults__
     assert defaults["n_train"] == 10_000 and defaults["n_val"] == 800
 
 
@@ -654,7 +656,7 @@ def test_training_skips_the_evaluated_questions() -> None:
     kept = load_records("2wikimultihopqa")
     assert kept[0]["id"] == all_records[60]["id"] and len(kept) == len(all_records) - 60
     first_ids = {r["id"] for r in all_records[:60]}
-    data = build_dataset(kept, n_train=100, n_val=20, n_test=20)
+    data = build_splits(kept, n_train=100, n_val=20, n_test=20)
     assert not first_ids & {s.qid for s in data.train + data.val + data.test}
 
 
@@ -1055,7 +1057,7 @@ def test_graph_pools_refuse_evaluation_questions(store: Store, tmp_path: Path) -
 
 def test_train_from_graph_pools(store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     runs = _write_runs(tmp_path, store, n=8)
-    data = graph_pool_dataset(graph_pool_samples([runs]))
+    data = graph_pool_splits(graph_pool_samples([runs]))
     qids = [{s.qid for s in part} for part in (data.train, data.val, data.cal, data.test)]
     assert all(qids) and sum(len(q) for q in qids) == len(set().union(*qids)) == 8
     out = tmp_path / "w"
@@ -1080,7 +1082,7 @@ def test_train_from_graph_pools(store: Store, tmp_path: Path, capsys: pytest.Cap
     )
     assert RFeedbackMLP.load(out / "weights.json", expect_embedder="hashing-256").satisfies_constraints()  # fmt: skip
     with pytest.raises(GapragError, match="traced questions"):
-        graph_pool_dataset(graph_pool_samples([runs])[:2])
+        graph_pool_splits(graph_pool_samples([runs])[:2])
     # every pool answered right: one class, no AUC anywhere; the metrics stay strict JSON
     assert main([*args[:-1], "--label", "answer", "--quiet"]) == 0
     strict = json.loads((out / "metrics.json").read_text(), parse_constant=pytest.fail)

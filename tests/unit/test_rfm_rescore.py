@@ -14,9 +14,9 @@ import pytest
 from gaprag.datasets import load_dataset
 from gaprag.errors import InputError
 from gaprag.eval.calibrate import calibrate
-from gaprag.graphs.rfm_rag.features import FEATURE_NAMES
-from gaprag.graphs.rfm_rag.model import RFeedbackMLP
-from gaprag.graphs.rfm_rag.rescore import rescore_rows, round_pools
+from gaprag.graphs.rfm_rag.feedback_model.features import FEATURE_NAMES
+from gaprag.graphs.rfm_rag.feedback_model.model import RFeedbackMLP
+from gaprag.graphs.rfm_rag.feedback_model.rescore import rescore_rows, round_pools
 from gaprag.profiles import load_profile
 
 GOLD = "William Shakespeare"
@@ -144,7 +144,7 @@ def test_retrain_script_compares_on_the_same_heldout_questions(tmp_path: Path) -
         shutil.copy(source / ds / "traces" / "rfm_rag.jsonl.xz", runs / ds / "traces")
         shutil.copy(source / ds / "run.json", runs / ds / "run.json")
     (runs / "curves.json").write_text('{"recorded": true}')
-    shipped = (root / "gaprag/graphs/rfm_rag/weights.json").read_bytes()
+    shipped = (root / "gaprag/graphs/rfm_rag/feedback_model/weights.json").read_bytes()
     out = tmp_path / "out"
     done = subprocess.run(["bash", str(root / "scripts/rfm_retrain.sh"), str(runs), str(out)],
                           capture_output=True, text=True, cwd=root)  # fmt: skip
@@ -162,4 +162,4 @@ def test_retrain_script_compares_on_the_same_heldout_questions(tmp_path: Path) -
         assert curve["questions"] == len(held) == curve["rescored"]["questions_replayed"]
         assert f"{w}: rf_threshold" in done.stdout
     assert json.loads((runs / "curves.json").read_text()) == {"recorded": True}
-    assert (root / "gaprag/graphs/rfm_rag/weights.json").read_bytes() == shipped
+    assert (root / "gaprag/graphs/rfm_rag/feedback_model/weights.json").read_bytes() == shipped

@@ -11,20 +11,24 @@ from gaprag.stores.store import RetrievalMode
 @dataclass(kw_only=True)
 class Context(BaseContext):
     top_k: int = describe(
-        4, "K: passages retrieved per step, for the question and for each thought (paper: 2-8).",
+        4,
+        "K: passages retrieved per step, for the question and for each thought (paper: 2-8).",
         minimum=1,
-    )  # fmt: skip
+    )
     retrieval_mode: RetrievalMode = describe(
         "bm25", "bm25 (the paper's retriever), dense or hybrid (RRF of both)."
     )
     max_steps: int = describe(
-        5, "Most reasoning steps (one sentence each); each step but the last retrieves once more.",
-        minimum=1, maximum=25,
-    )  # fmt: skip
-    max_passages: int = describe(
-        15, "Most passages in a reasoning prompt; the earliest retrieved are kept (paper: 15).",
+        5,
+        "Most reasoning steps (one sentence each); each step but the last retrieves once more.",
         minimum=1,
-    )  # fmt: skip
+        maximum=25,
+    )
+    max_passages: int = describe(
+        15,
+        "Most passages in a reasoning prompt; the earliest retrieved are kept (paper: 15).",
+        minimum=1,
+    )
     max_passage_words: int = describe(
         100, "Passages are cut to this many words in prompts.", minimum=1
     )

@@ -39,9 +39,13 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
     query = state.thoughts[-1] if state.thoughts else state.question
     round_ = state.iterations + 1
     hits = await nodes.retrieve(
-        await deps.aretriever(ctx), [query], k=ctx.top_k, mode=ctx.retrieval_mode, round=round_,
+        await deps.aretriever(ctx),
+        [query],
+        k=ctx.top_k,
+        mode=ctx.retrieval_mode,
+        round=round_,
         exclude={e["id"] for e in state.evidence},
-    )  # fmt: skip
+    )
     pool, added = nodes.update_evidence_pool(state.evidence, hits)
     emit(round=round_, query=query, added=len(added))
     return {"evidence": pool, "queries": [query], "iterations": round_}
@@ -79,11 +83,15 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
     if nodes.reader_answers(ctx):  # the shared reader answers after this step
         return {"stop_reason": "max_iterations"}
     answer, _ = await nodes.generate_answer(
-        await deps.achat(ctx), PROMPTS["answer"], question=state.question,
-        evidence=state.evidence[: ctx.max_passages], fmt=FORMATS["passages"],
-        max_words=ctx.max_passage_words, max_tokens=ctx.answer_max_tokens,
+        await deps.achat(ctx),
+        PROMPTS["answer"],
+        question=state.question,
+        evidence=state.evidence[: ctx.max_passages],
+        fmt=FORMATS["passages"],
+        max_words=ctx.max_passage_words,
+        max_tokens=ctx.answer_max_tokens,
         thoughts=" ".join(state.thoughts),
-    )  # fmt: skip
+    )
     return {"answer": answer, "stop_reason": "max_iterations"}
 
 

@@ -77,9 +77,12 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
     ctx = runtime.context
     query = retrieval_query(state.question, state.keywords, ctx.query_joiner)
     hits = await nodes.retrieve(
-        await deps.aretriever(ctx), [query], k=max(ctx.top_k, ctx.recall_k), mode=ctx.retrieval_mode,
+        await deps.aretriever(ctx),
+        [query],
+        k=max(ctx.top_k, ctx.recall_k),
+        mode=ctx.retrieval_mode,
         round=state.iterations,
-    )  # fmt: skip
+    )
     docs = hits[: ctx.top_k]
     seen = set(state.seen_doc_ids)
     emit(round=state.iterations, query=query, added=sum(d["id"] not in seen for d in docs))
@@ -125,9 +128,13 @@ async def _verdict(state: State, ctx: Context, deps: Deps) -> VerdictScores:
         method = "parsed" if decided is not None else "default"
         record_decision(call="validate_answer", path=method, mode="cot", value=bool(decided))
         return VerdictScores(
-            prob_true=None, prob_false=None, p=None, choice=str(bool(decided)), method=method,
+            prob_true=None,
+            prob_false=None,
+            p=None,
+            choice=str(bool(decided)),
+            method=method,
             raw=raw,
-        )  # fmt: skip
+        )
     choice = await validator.achoose(
         PROMPTS["validate"].render(documents=shown, question=state.question, answer=state.answer),
         VALIDATION_OPTIONS,
@@ -137,9 +144,13 @@ async def _verdict(state: State, ctx: Context, deps: Deps) -> VerdictScores:
     )
     reading = nodes.read_choice(choice, "True")
     return VerdictScores(
-        prob_true=choice.probs.get("True"), prob_false=choice.probs.get("False"),
-        p=reading.p, choice=choice.value, method=reading.path, raw=choice.raw,
-    )  # fmt: skip
+        prob_true=choice.probs.get("True"),
+        prob_false=choice.probs.get("False"),
+        p=reading.p,
+        choice=choice.value,
+        method=reading.path,
+        raw=choice.raw,
+    )
 
 
 def _says_true(scores: VerdictScores) -> bool | None:
@@ -155,9 +166,11 @@ def accepted(scores: VerdictScores, ctx: Context) -> bool:
     if ctx.cot:
         return scores["method"] == "parsed" and scores["choice"] == "True"
     return nodes.should_stop(
-        scores["p"], ctx.validation_threshold, says_stop=_says_true(scores),
+        scores["p"],
+        ctx.validation_threshold,
+        says_stop=_says_true(scores),
         no_logprobs=ctx.no_logprobs,
-    )  # fmt: skip
+    )
 
 
 def stops_here(scores: VerdictScores, verdict: bool, ctx: Context) -> bool:
@@ -169,9 +182,12 @@ def stops_here(scores: VerdictScores, verdict: bool, ctx: Context) -> bool:
     if ctx.cot:
         return verdict and not ctx.calibration
     return nodes.should_stop(
-        scores["p"], ctx.validation_threshold, calibration=ctx.calibration,
-        says_stop=_says_true(scores), no_logprobs=ctx.no_logprobs,
-    )  # fmt: skip
+        scores["p"],
+        ctx.validation_threshold,
+        calibration=ctx.calibration,
+        says_stop=_says_true(scores),
+        no_logprobs=ctx.no_logprobs,
+    )
 
 
 async def validate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
@@ -181,10 +197,14 @@ async def validate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
     verdict = accepted(scores, ctx)
     stop = stops_here(scores, verdict, ctx)
     nodes.log_decision(
-        "validate_answer", i, "accept" if verdict else "reject", p=scores["p"],
-        path=scores["method"], threshold=None if ctx.cot else ctx.validation_threshold,
+        "validate_answer",
+        i,
+        "accept" if verdict else "reject",
+        p=scores["p"],
+        path=scores["method"],
+        threshold=None if ctx.cot else ctx.validation_threshold,
         answer=state.answer,
-    )  # fmt: skip
+    )
     failures: list[ParseFailure] = []
     if scores["method"] == "default" and state.answer:
         failures.append(
@@ -198,14 +218,22 @@ async def validate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
     doc_ids = [d["id"] for d in state.evidence]
     new_doc_ids = [d for d in doc_ids if d not in seen_docs]
     record = IterationRecord(
-        iteration=i, keywords=list(state.keywords), retrieval_query=state.retrieval_query,
-        doc_ids=doc_ids, doc_scores=[d["score"] for d in state.evidence],
-        logged_doc_ids=list(state.logged_doc_ids), documents=list(state.evidence),
-        answer=state.answer, verdict=verdict, verdict_scores=scores, new_keywords=new_keywords,
-        new_doc_ids=new_doc_ids, raw_keyword_output=state.current_raw.get("keywords", ""),
+        iteration=i,
+        keywords=list(state.keywords),
+        retrieval_query=state.retrieval_query,
+        doc_ids=doc_ids,
+        doc_scores=[d["score"] for d in state.evidence],
+        logged_doc_ids=list(state.logged_doc_ids),
+        documents=list(state.evidence),
+        answer=state.answer,
+        verdict=verdict,
+        verdict_scores=scores,
+        new_keywords=new_keywords,
+        new_doc_ids=new_doc_ids,
+        raw_keyword_output=state.current_raw.get("keywords", ""),
         raw_answer_output=state.current_raw.get("answer", ""),
         raw_validation_output=scores["raw"],
-    )  # fmt: skip
+    )
     first_true = state.first_true_iteration
     if first_true is None and verdict:
         first_true = i
@@ -265,10 +293,12 @@ async def regenerate_keywords(
         record_decision(call="regenerate_keywords", path="default", fallback="previous_keywords")
         update["parse_failures"] = [
             ParseFailure(
-                node="regenerate_keywords", iteration=i, raw=raw[:300],
+                node="regenerate_keywords",
+                iteration=i,
+                raw=raw[:300],
                 fallback_used="previous_keywords",
             )
-        ]  # fmt: skip
+        ]
     emit(round=i, keywords=keywords)
     return {
         **update,

@@ -17,14 +17,19 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
 from gaprag.graphs.migres.state import Snippet
 from gaprag.state.base import Evidence
-from gaprag.stores.embeddings import Embedder, Vectors
+from gaprag.stores.embeddings import Embedder, Vectors, default_embedder
+from gaprag.stores.store import Store
+
+if TYPE_CHECKING:  # the settings import this module (the default delta)
+    from gaprag.deps import Deps
+    from gaprag.graphs.migres.context import Context
 
 # Default threshold delta of the embedding scorer (cosine similarity, packaged MiniLM).
 # Calibrated with `nice -n 19 python benchmarks/calibrate_migres_filter.py --limit 40` on
@@ -155,9 +160,11 @@ class CrossEncoderScorer:
                 from sentence_transformers import CrossEncoder
 
                 self._model = CrossEncoder(
-                    self.path, max_length=self.max_length, activation_fn=torch.nn.Identity(),
+                    self.path,
+                    max_length=self.max_length,
+                    activation_fn=torch.nn.Identity(),
                     local_files_only=True,
-                )  # fmt: skip
+                )
             return self._model
 
     def score(self, query: str, docs: Sequence[ScoreDoc]) -> list[float]:
@@ -174,6 +181,24 @@ _ABBREV = re.compile(
     r"Rev|Hon|Mt|Ft|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)|\b[A-Z])\.$"
 )
 _SPLIT = re.compile(r"(?<=[.!?])[\"')\]]?\s+")
+
+
+def scorer_for(ctx: Context, deps: Deps) -> Scorer:
+    """The knowledge filter's scorer: injected, a cross-encoder at ``ctx.reranker``, or cosine
+    similarity with the store's own embedder (the packaged one for other retrievers)."""
+    if deps.scorer is not None:
+        return deps.scorer
+    if ctx.reranker:
+        path = ctx.reranker
+        return deps.cached(("migres.cross_encoder", path), lambda: CrossEncoderScorer(path))
+    retriever = deps.search(ctx)
+
+    def make() -> Scorer:
+        if isinstance(retriever, Store):
+            return EmbeddingScorer(retriever.embedder, store=retriever)
+        return EmbeddingScorer(default_embedder())
+
+    return deps.cached(("migres.embedding_scorer", id(retriever)), make)
 
 
 def split_sentences(text: str) -> list[str]:
@@ -258,10 +283,15 @@ def knowledge_filter(
                 text = " ".join(picked)
         snippets.append(
             Snippet(
-                id=cand["id"], title=cand["title"], text=text, origin_text=cand["text"],
-                score=best[i], query=query, source="corpus",
+                id=cand["id"],
+                title=cand["title"],
+                text=text,
+                origin_text=cand["text"],
+                score=best[i],
+                query=query,
+                source="corpus",
             )
-        )  # fmt: skip
+        )
     log = {
         "candidates": len(docs),
         "above_delta": sum(1 for s in best if s >= delta),

@@ -10,27 +10,20 @@ filter, the LLM writes background from its own knowledge instead.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import math
-import re
-import sys
-import tomllib
-from importlib import resources
+import importlib
+import warnings
 from typing import Any
 
 from langgraph.runtime import Runtime
 
 from gaprag import nodes
+from gaprag.accounting import estimate_tokens
 from gaprag.aio import to_thread
 from gaprag.deps import Deps
 from gaprag.graphs.migres.context import Context, threshold
-from gaprag.graphs.migres.filter import (
-    CrossEncoderScorer,
-    EmbeddingScorer,
-    Scorer,
-    knowledge_filter,
-)
+from gaprag.graphs.migres.filter import knowledge_filter, scorer_for
+from gaprag.graphs.migres.known_info import known_passages, retrieved_facts, seeds_for
 from gaprag.graphs.migres.parsing import (
     AnswerField,
     FinalReply,
@@ -45,135 +38,33 @@ from gaprag.graphs.migres.parsing import (
     usable_knowledge,
     valid_facts,
 )
+from gaprag.graphs.migres.prompting import FORMATS, PROMPTS, prompt
+from gaprag.graphs.migres.snippets import round_candidates, snippet_item, strip_markup
 from gaprag.graphs.migres.state import InfoItem, Snippet, State
-from gaprag.graphs.migres.verify import LLMVerifier, Verifier
+from gaprag.graphs.migres.verify import LLMVerifier, Verifier, entailed
 from gaprag.progress import emit
-from gaprag.prompts import Passages, Prompt, RenderedPrompt, load_prompts
+from gaprag.prompts import RenderedPrompt
 from gaprag.state.base import Evidence
-from gaprag.stores.embeddings import default_embedder
-from gaprag.stores.retriever import Retriever
-from gaprag.stores.store import Store
 
-PROMPTS = load_prompts(__package__)
-FORMATS = nodes.load_formats(__package__)
-RETRY_PREFIX = "Find information about "
-SEED_FACTS: dict[str, str] = {  # the released code's 2Wiki "inference" helpers (seed_facts)
-    "maternal grandmother": "The maternal grandmother of a person is the mother of that person's mother.",
-    "maternal grandfather": "The maternal grandfather of a person is the father of that person's mother.",
-    "paternal grandmother": "The paternal grandmother of a person is the mother of that person's father.",
-    "paternal grandfather": "The paternal grandfather of a person is the father of that person's father.",
-}
-WHOLE = sys.maxsize  # facts and verifier premises are shown whole, never cut
-_HTML = re.compile(r"</?b>|<br\s*/?>", re.I)
-
-
-def _load_demos() -> dict[str, tuple[tuple[str, str], ...]]:
-    """MIGRES* demonstrations, ``[[demos.<prompt>]]`` in prompts.toml: each demo holds the
-    prompt's variables and the ``reply``; its user turn is the prompt's own user text filled
-    with those variables, so a demo looks exactly like the live turn that follows it."""
-    data = tomllib.loads((resources.files(__package__) / "prompts.toml").read_text("utf-8"))
-    out: dict[str, tuple[tuple[str, str], ...]] = {}
-    for name, demos in data.get("demos", {}).items():
-        template = PROMPTS[name].user.strip()
-        out[name] = tuple(
-            (
-                template.format(**{k: str(v).strip() for k, v in demo.items() if k != "reply"}),
-                str(demo["reply"]).strip(),
-            )
-            for demo in demos
-        )
-    return out
-
-
-DEMOS = _load_demos()
-FEW_SHOT: dict[str, Prompt] = {
-    name: dataclasses.replace(PROMPTS[name], examples=demos) for name, demos in DEMOS.items()
+#: names that moved out of this module: where they are now (deprecated aliases, one release)
+_MOVED = {
+    "SEED_FACTS": "gaprag.graphs.migres.known_info",
+    "DEMOS": "gaprag.graphs.migres.prompting",
+    "FEW_SHOT": "gaprag.graphs.migres.prompting",
+    "WHOLE": "gaprag.graphs.migres.prompting",
+    "RETRY_PREFIX": "gaprag.graphs.migres.snippets",
 }
 
 
-def prompt(name: str, ctx: Context) -> Prompt:
-    """Prompt ``name``, with its MIGRES* demonstrations as user/assistant turns when
-    ``few_shot`` is on."""
-    return FEW_SHOT[name] if ctx.few_shot and name in FEW_SHOT else PROMPTS[name]
-
-
-def seeds_for(question: str, ctx: Context) -> list[str]:
-    """The seeded definition facts for ``question`` (``seed_facts``; the released code's 2Wiki
-    helpers): one per grandparent relation the question names."""
-    if not ctx.seed_facts:
-        return []
-    low = question.lower()
-    return [fact for phrase, fact in SEED_FACTS.items() if phrase in low]
-
-
-# -- helpers ---------------------------------------------------------------------------------
-def scorer_for(ctx: Context, deps: Deps) -> Scorer:
-    """The knowledge filter's scorer: injected, a cross-encoder at ``ctx.reranker``, or cosine
-    similarity with the store's own embedder (the packaged one for other retrievers)."""
-    if deps.scorer is not None:
-        return deps.scorer
-    if ctx.reranker:
-        path = ctx.reranker
-        return deps.cached(("migres.cross_encoder", path), lambda: CrossEncoderScorer(path))
-    retriever = deps.search(ctx)
-
-    def make() -> Scorer:
-        if isinstance(retriever, Store):
-            return EmbeddingScorer(retriever.embedder, store=retriever)
-        return EmbeddingScorer(default_embedder())
-
-    return deps.cached(("migres.embedding_scorer", id(retriever)), make)
-
-
-def known_passages(state: State) -> Passages:
-    """The known information as prompt text; each fact counts for the passages behind it."""
-    sources = state.known_sources
-    facts = [
-        {"id": "", "text": fact, "source_ids": sources[i] if i < len(sources) else []}
-        for i, fact in enumerate(state.known_info)
-    ]
-    return nodes.render_passages(facts, FORMATS["known"], max_words=WHOLE)
-
-
-def _snippet_item(sn: Snippet) -> dict[str, Any]:
-    """A snippet as a render item: LLM knowledge shows no passage."""
-    corpus = sn["source"] != "llm"
-    return {
-        "id": sn["id"] if corpus else "", "title": sn["title"], "text": sn["text"],
-        "source_ids": [sn["id"]] if corpus else [],
-    }  # fmt: skip
-
-
-async def _candidates(
-    retriever: Retriever, query: str, ctx: Context, round_: int
-) -> list[Evidence]:
-    """Every hit of one query, in rank order (de-duplicated by text by the caller)."""
-    return await nodes.retrieve(
-        retriever, [query], k=ctx.n_retrieve, mode=ctx.retrieval_mode, round=round_, dedupe=False
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"gaprag.graphs.migres.nodes.{name} is deprecated: import it from {_MOVED[name]} instead",
+        DeprecationWarning,
+        stacklevel=2,
     )
-
-
-def _tokens(text: str) -> int:
-    return max(1, math.ceil(len(text) / 4))
-
-
-async def _entails(check: Verifier, sn: Snippet, statement: str, round_: int) -> bool:
-    """One verification of ``statement`` against snippet ``sn``, recorded as a decision."""
-    fmt = FORMATS["premise_llm" if sn["source"] == "llm" else "premise"]
-    premise = nodes.render_passages([_snippet_item(sn)], fmt, max_words=WHOLE)
-    p: float | None = None
-    path: str
-    if isinstance(check, LLMVerifier):
-        choice = await check.acheck(premise, statement)
-        ok = choice.value == "Yes"
-        p, path, _ = nodes.read_choice(choice, "Yes")  # P(entailed); ties accept, so p >= 0.5
-    else:
-        ok, path = await to_thread(check.entails, str(premise), statement), "model"
-    nodes.log_decision(
-        "verify_nli", round_, "accept" if ok else "reject", p=p, path=path,
-        threshold=None if p is None else 0.5,
-    )  # fmt: skip
-    return ok
+    return getattr(importlib.import_module(_MOVED[name]), name)
 
 
 # -- nodes -----------------------------------------------------------------------------------
@@ -181,48 +72,48 @@ def init(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     q0 = state.question.strip()
     seeds = seeds_for(q0, runtime.context)
     return {
-        "pending_queries": [q0], "query_history": [q0], "known_info": seeds,
+        "pending_queries": [q0],
+        "query_history": [q0],
+        "known_info": seeds,
         "known_sources": [[] for _ in seeds],
         "missing_info": "",  # written now so that the output always carries it
-    }  # fmt: skip
+    }
 
 
 async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     ctx = runtime.context
     retriever = await deps.aretriever(ctx)
     queries = [q for q in state.pending_queries if q.strip()] or [state.question]
-    total = len(retriever) if isinstance(retriever, Store) else None
     round_ = state.iterations + 1
-    seen: set[str] = set()
-    candidates: list[Evidence] = []
-    for query in queries:
-        hits = await _candidates(retriever, query, ctx, round_)
-        if ctx.retry_prefix and len(hits) < ctx.n_retrieve and (total is None or total > len(hits)):
-            hits += await _candidates(retriever, RETRY_PREFIX + query, ctx, round_)
-        for hit in hits:
-            if hit["text"] not in seen:
-                seen.add(hit["text"])
-                candidates.append(hit)
-    emit(round=round_, queries=queries, candidates=len(candidates))
+    found = await round_candidates(retriever, queries, ctx, round_)
+    emit(round=round_, queries=queries, candidates=len(found))
     return {
-        "raw_candidates": candidates, "iterations": round_, "queries": queries,
+        "raw_candidates": found,
+        "iterations": round_,
+        "queries": queries,
         "known_info_len_at_round_start": len(state.known_info),
-        "filtered_snippets": [], "llm_knowledge_used": False, "leaf_passages": [],
-        "extracted_info": [], "verified_info": [],
-    }  # fmt: skip
+        "filtered_snippets": [],
+        "llm_knowledge_used": False,
+        "leaf_passages": [],
+        "extracted_info": [],
+        "verified_info": [],
+    }
 
 
 async def rerank_filter(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     ctx = runtime.context
     scorer = await to_thread(scorer_for, ctx, deps)
-    candidates = [
-        Evidence(**{**c, "text": _HTML.sub(" ", c["text"]).strip()}) for c in state.raw_candidates
-    ]
+    cleaned = [Evidence(**{**c, "text": strip_markup(c["text"])}) for c in state.raw_candidates]
     snippets, log = await to_thread(
-        knowledge_filter, candidates, state.pending_queries or [state.question], scorer,
-        delta=threshold(ctx, scorer), seen_counts=state.seen_counts,
-        sentence_filter=ctx.sentence_filter, max_shown=ctx.max_shown,
-    )  # fmt: skip
+        knowledge_filter,
+        cleaned,
+        state.pending_queries or [state.question],
+        scorer,
+        delta=threshold(ctx, scorer),
+        seen_counts=state.seen_counts,
+        sentence_filter=ctx.sentence_filter,
+        max_shown=ctx.max_shown,
+    )
     emit(round=state.iterations, kept=len(snippets))
     return {"filtered_snippets": snippets, "trace": [{"node": "rerank_filter", **log}]}
 
@@ -239,10 +130,15 @@ async def llm_knowledge(state: State, runtime: Runtime[Context], deps: Deps) -> 
         digest = hashlib.sha1(text.encode()).hexdigest()[:16]
         snippets.append(
             Snippet(
-                id=f"llm:{digest}", title="LLM knowledge", text=text, origin_text=text,
-                score=None, query=query, source="llm",
+                id=f"llm:{digest}",
+                title="LLM knowledge",
+                text=text,
+                origin_text=text,
+                score=None,
+                query=query,
+                source="llm",
             )
-        )  # fmt: skip
+        )
     return {
         "filtered_snippets": snippets,
         "llm_knowledge_used": True,
@@ -275,19 +171,22 @@ async def extract(state: State, runtime: Runtime[Context], deps: Deps) -> dict[s
     if not shown:
         return update
     passages = nodes.render_passages(
-        [_snippet_item(sn) for sn in shown], FORMATS["leaf"], max_words=ctx.max_passage_words
+        [snippet_item(sn) for sn in shown], FORMATS["leaf"], max_words=ctx.max_passage_words
     )
     llm = await deps.achat(ctx)
     reply = await llm.astructured(
-        prompt("leaf", ctx).render(passages=passages, question=question), LeafReply,
-        default=LeafReply(), max_tokens=ctx.leaf_max_tokens, call="leaf",
-    )  # fmt: skip
+        prompt("leaf", ctx).render(passages=passages, question=question),
+        LeafReply,
+        default=LeafReply(),
+        max_tokens=ctx.leaf_max_tokens,
+        call="leaf",
+    )
     facts = reply.value.useful_information if reply.path != "default" else None
     items = valid_facts(facts if facts is not None else salvage_leaf(reply.raw), len(shown))
     texts = [nodes.truncate_words(sn["text"], ctx.max_passage_words) for sn in shown]
     update.update(
         extracted_info=items,
-        knowledge_tokens=sum(_tokens(t) for t in texts),
+        knowledge_tokens=sum(estimate_tokens(t) for t in texts),
         llm_calls_by_kind={"leaf": 1},
     )
     return update
@@ -310,7 +209,7 @@ async def verify_nli(state: State, runtime: Runtime[Context], deps: Deps) -> dic
         if check is not None:  # accepted at the first cited snippet that entails it
             for idx in item["support_passages"]:
                 checks += 1
-                if await _entails(check, state.leaf_passages[idx], item["info"], state.iterations):
+                if await entailed(check, state.leaf_passages[idx], item["info"], state.iterations):
                     ok = True
                     break
         if ok:
@@ -348,26 +247,27 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
         seen[sn["origin_text"]] = seen.get(sn["origin_text"], 0) + 1
         new.append(
             Evidence(
-                id=sn["id"], title=sn["title"], text=sn["text"],
+                id=sn["id"],
+                title=sn["title"],
+                text=sn["text"],
                 source="llm" if sn["source"] == "llm" else runtime.context.retrieval_mode,
-                score=float(sn["score"] or 0.0), round=state.iterations,
+                score=float(sn["score"] or 0.0),
+                round=state.iterations,
             )
-        )  # fmt: skip
+        )
     evidence, _ = nodes.update_evidence_pool(
         state.evidence, new, key=lambda e: (e["id"], e["text"])
     )
     added = len(known) - state.known_info_len_at_round_start
     emit(round=state.iterations, added=added, known=len(known))
     return {
-        "known_info": known, "known_sources": sources, "seen_counts": seen, "evidence": evidence,
-        "new_info_this_round": added, "passages_per_round": [len(state.leaf_passages)],
-    }  # fmt: skip
-
-
-def _retrieved_facts(state: State, ctx: Context) -> bool:
-    """Whether the pool holds a fact beyond the seeded definitions."""
-    seeds = set(seeds_for(state.question, ctx))
-    return any(fact not in seeds for fact in state.known_info)
+        "known_info": known,
+        "known_sources": sources,
+        "seen_counts": seen,
+        "evidence": evidence,
+        "new_info_this_round": added,
+        "passages_per_round": [len(state.leaf_passages)],
+    }
 
 
 async def _pool_answer(
@@ -382,8 +282,8 @@ async def _pool_answer(
     """
     if ctx.task_type == "strategyqa":
         name, fields = "final_yesno", {"known_info": known_passages(state)}
-    elif not ctx.llm_knowledge and state.question_snippets and not _retrieved_facts(state, ctx):
-        items = [_snippet_item(sn) for sn in state.question_snippets]
+    elif not ctx.llm_knowledge and state.question_snippets and not retrieved_facts(state, ctx):
+        items = [snippet_item(sn) for sn in state.question_snippets]
         passages = nodes.render_passages(items, FORMATS["answer"], max_words=ctx.max_passage_words)
         name, fields = "final_passages", {"passages": passages}
     else:
@@ -391,8 +291,11 @@ async def _pool_answer(
     llm = await deps.achat(ctx)
     reply = await llm.astructured(
         prompt(name, ctx).render(**fields, question=state.question),
-        FinalReply, default=FinalReply(), max_tokens=ctx.judge_max_tokens, call=call,
-    )  # fmt: skip
+        FinalReply,
+        default=FinalReply(),
+        max_tokens=ctx.judge_max_tokens,
+        call=call,
+    )
     value: FinalReply | MainReply | None = reply.value
     if reply.path == "default":
         value = salvage_main(reply.raw)
@@ -416,9 +319,13 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
     t = ctx.sufficiency_threshold
     if ctx.skip_judge_if_no_new_info and rounds > 1 and state.new_info_this_round == 0:
         nodes.log_decision(
-            "sufficiency", rounds, "continue", path="rule", threshold=t,
+            "sufficiency",
+            rounds,
+            "continue",
+            path="rule",
+            threshold=t,
             answer=state.candidate_answer or None,
-        )  # fmt: skip
+        )
         return {
             "judge_rounds": rounds,
             "trace": [{"node": "judge_missing", "event": "skipped", "reason": "no new facts"}],
@@ -428,9 +335,12 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
         known_info=known_passages(state), question=state.question
     )
     reply = await llm.astructured(
-        messages, MainReply, default=MainReply(answer=AnswerField(text="unanswerable")),
-        max_tokens=ctx.judge_max_tokens, call="main",
-    )  # fmt: skip
+        messages,
+        MainReply,
+        default=MainReply(answer=AnswerField(text="unanswerable")),
+        max_tokens=ctx.judge_max_tokens,
+        call="main",
+    )
     if reply.path != "default":
         verdict = judgement(reply.value)
     else:  # the key-scan salvage of the raw reply
@@ -442,7 +352,7 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
     path: str = "rule"  # nothing retrieved yet: never a model stop
     if not verdict["parsed_ok"]:  # a judge reply nothing could read: keep retrieving
         path = "default"
-    elif _retrieved_facts(state, ctx):
+    elif retrieved_facts(state, ctx):
         said, ask = reply.raw.strip() or "{}", PROMPTS["sufficiency"].render()
         follow = RenderedPrompt([*messages, ("assistant", said), *ask])
         fixed, passages, total = messages.parts
@@ -463,19 +373,38 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
         source = "final"
     stop = stop and bool(answer)
     nodes.log_decision(
-        "sufficiency", rounds, "stop" if stop else "continue", p=p, path=path, threshold=t,
+        "sufficiency",
+        rounds,
+        "stop" if stop else "continue",
+        p=p,
+        path=path,
+        threshold=t,
         answer=answer or None,
-    )  # fmt: skip
+    )
     update: dict[str, Any] = {
-        "judge_rounds": rounds, "llm_calls_by_kind": calls, "candidate_answer": answer,
-        "trace": [{"node": "judge_missing", "round": rounds, "answered": verdict["answered"],
-                   "p_sufficient": p, "path": path, "stop": stop, "answer_from": source}],
-    }  # fmt: skip
+        "judge_rounds": rounds,
+        "llm_calls_by_kind": calls,
+        "candidate_answer": answer,
+        "trace": [
+            {
+                "node": "judge_missing",
+                "round": rounds,
+                "answered": verdict["answered"],
+                "p_sufficient": p,
+                "path": path,
+                "stop": stop,
+                "answer_from": source,
+            }
+        ],
+    }
     if stop:
         update.update(
-            answer=answer, confidence=confidence, explanation=explanation, status="answered",
+            answer=answer,
+            confidence=confidence,
+            explanation=explanation,
+            status="answered",
             stop_reason="answered",
-        )  # fmt: skip
+        )
     else:
         missing = verdict["missing_information"]
         if missing.strip().lower() in ("", "none"):
@@ -493,11 +422,13 @@ async def regenerate_keywords(
     llm = await deps.achat(ctx)
     text = await llm.agenerate(
         prompt("query", ctx).render(
-            question=state.question, history=" ".join(history),
-            known_info=known_passages(state), missing_info=state.missing_info or state.question,
+            question=state.question,
+            history=" ".join(history),
+            known_info=known_passages(state),
+            missing_info=state.missing_info or state.question,
         ),
         max_tokens=ctx.query_max_tokens,
-    )  # fmt: skip
+    )
     queries = clean_queries(text, history=history, max_queries=ctx.max_queries)
     if not queries:  # an empty reply: search the missing information; all repeats: q0
         missing = state.missing_info.strip()
@@ -508,9 +439,10 @@ async def regenerate_keywords(
             new_history.append(q)
     emit(round=state.iterations, new_queries=queries)
     return {
-        "pending_queries": queries, "query_history": new_history,
+        "pending_queries": queries,
+        "query_history": new_history,
         "llm_calls_by_kind": {"query": 1},
-    }  # fmt: skip
+    }
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
@@ -533,12 +465,15 @@ def finalize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     return {
         "trace": [
             {
-                "node": "finalize", "stop_reason": state.stop_reason, "status": state.status,
-                "judge_rounds": state.judge_rounds, "retrieval_rounds": state.iterations,
+                "node": "finalize",
+                "stop_reason": state.stop_reason,
+                "status": state.status,
+                "judge_rounds": state.judge_rounds,
+                "retrieval_rounds": state.iterations,
                 "known_info": len(state.known_info),
             }
         ]
-    }  # fmt: skip
+    }
 
 
 def gathered(state: State) -> nodes.Gathered:
@@ -546,9 +481,16 @@ def gathered(state: State) -> nodes.Gathered:
     question was shown and plain RAG's passages; the known facts and queries as the method's
     own text."""
     snippets = [
-        Evidence(id=s["id"], title=s["title"], text=s["text"], source="corpus",
-                 score=float(s["score"] or 0.0), round=1)
-        for s in state.question_snippets if s["source"] != "llm"
-    ]  # fmt: skip
+        Evidence(
+            id=s["id"],
+            title=s["title"],
+            text=s["text"],
+            source="corpus",
+            score=float(s["score"] or 0.0),
+            round=1,
+        )
+        for s in state.question_snippets
+        if s["source"] != "llm"
+    ]
     notes = [*state.known_info, *state.query_history]
     return nodes.Gathered([*state.evidence, *snippets, *state.gate_passages], notes)

@@ -173,10 +173,13 @@ def judgement(reply: MainReply, *, parsed_ok: bool = True) -> Judgement:
     if not answered and len(missing) < 10 and reply.explanation.strip():
         missing = reply.explanation.strip()  # a too-short summary: use the explanation
     return Judgement(
-        answer_text=text, confidence=reply.answer.confidence,
-        explanation=reply.explanation.strip(), missing_information=missing,
-        parsed_ok=parsed_ok, answered=answered,
-    )  # fmt: skip
+        answer_text=text,
+        confidence=reply.answer.confidence,
+        explanation=reply.explanation.strip(),
+        missing_information=missing,
+        parsed_ok=parsed_ok,
+        answered=answered,
+    )
 
 
 _ENUM = re.compile(r"^\s*(?:(?:query|q)\s*\d*\s*[:.)-]|\d+\s*[.):-]|[-*•])\s*", re.I)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gaprag.aio import run_sync
+from gaprag import nodes
+from gaprag.aio import run_sync, to_thread
+from gaprag.graphs.migres.prompting import PROMPTS
+from gaprag.graphs.migres.snippets import premise
+from gaprag.graphs.migres.state import Snippet
 from gaprag.llm.client import LLM, Choice
-from gaprag.prompts import Prompt, load_prompts
-
-PROMPTS = load_prompts("gaprag.graphs.migres")
+from gaprag.prompts import Prompt
 
 
 class Verifier(Protocol):
@@ -35,3 +37,25 @@ class LLMVerifier:
 
     def entails(self, premise: str, statement: str) -> bool:
         return run_sync(self.acheck(premise, statement)).value == "Yes"
+
+
+async def entailed(check: Verifier, sn: Snippet, statement: str, round_: int) -> bool:
+    """One verification of ``statement`` against snippet ``sn``, recorded as a decision."""
+    shown = premise(sn)
+    p: float | None = None
+    path: str
+    if isinstance(check, LLMVerifier):
+        choice = await check.acheck(shown, statement)
+        ok = choice.value == "Yes"
+        p, path, _ = nodes.read_choice(choice, "Yes")  # P(entailed); ties accept, so p >= 0.5
+    else:
+        ok, path = await to_thread(check.entails, str(shown), statement), "model"
+    nodes.log_decision(
+        "verify_nli",
+        round_,
+        "accept" if ok else "reject",
+        p=p,
+        path=path,
+        threshold=None if p is None else 0.5,
+    )
+    return ok

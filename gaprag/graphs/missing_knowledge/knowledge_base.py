@@ -204,9 +204,13 @@ def open_pair_store(path: str) -> Any:
 
 def to_evidence(chunk: Chunk, round: int) -> Evidence:
     return Evidence(
-        id=chunk["id"], title=chunk["title"], text=chunk["text"], source=chunk["source"],
-        score=chunk["score"], round=round,
-    )  # fmt: skip
+        id=chunk["id"],
+        title=chunk["title"],
+        text=chunk["text"],
+        source=chunk["source"],
+        score=chunk["score"],
+        round=round,
+    )
 
 
 def merge_round_robin(

@@ -115,7 +115,7 @@ async def generate_draft(state: State, runtime: Runtime[Context], deps: Deps) ->
         f"draft_{lang}",
         context=format_chunks(state.initial_contexts, max_words=ctx.max_passage_words, lang=lang),
         question=question_block(state.question, ctx.options_text, lang),
-    )  # fmt: skip
+    )
     llm = await deps.achat(ctx)
     reply = await llm.agenerate(messages, max_tokens=ctx.answer_max_tokens)
     return {"draft_answer": nodes.clean_answer(reply)}
@@ -132,18 +132,24 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
         question=question_block(state.question, ctx.options_text, lang),
         context=format_chunks(state.initial_contexts, max_words=ctx.max_passage_words, lang=lang),
         draft=state.draft_answer or "(empty)",
-    )  # fmt: skip
+    )
     llm = await deps.achat(ctx)
     judged = await llm.astructured(
-        messages, Judgement, default=NOTHING_MISSING, max_tokens=ctx.judge_max_tokens,
+        messages,
+        Judgement,
+        default=NOTHING_MISSING,
+        max_tokens=ctx.judge_max_tokens,
         call="judge_missing",
-    )  # fmt: skip
+    )
     verdict = judged.value
     p, path, says = await enough_probability(llm, messages, verdict.thought, lang, ctx)
     stop = nodes.should_stop(
-        p, ctx.judge_threshold, calibration=ctx.calibration, says_stop=says,
+        p,
+        ctx.judge_threshold,
+        calibration=ctx.calibration,
+        says_stop=says,
         no_logprobs=ctx.no_logprobs,
-    )  # fmt: skip
+    )
     stem, _ = split_question(state.question)
     queries = [] if stop else search_queries(verdict, stem, ctx.max_mk_queries)
     answer: str | None = None  # the answer had it stopped here, when known (always in calibration)
@@ -155,11 +161,21 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
     elif ctx.final_when_not_missing == "reuse_draft":
         answer = state.draft_answer
     nodes.log_decision(
-        "judge_missing", 1, "stop" if stop else "continue", p=p, path=path,
-        threshold=ctx.judge_threshold, answer=answer,
-    )  # fmt: skip
-    emit(judge=verdict.judge, p_enough=p, stop=stop, queries=queries,
-         parse_ok=judged.path != "default")  # fmt: skip
+        "judge_missing",
+        1,
+        "stop" if stop else "continue",
+        p=p,
+        path=path,
+        threshold=ctx.judge_threshold,
+        answer=answer,
+    )
+    emit(
+        judge=verdict.judge,
+        p_enough=p,
+        stop=stop,
+        queries=queries,
+        parse_ok=judged.path != "default",
+    )
     return {
         "missing": not stop,
         "judge_verdict": verdict.judge,
@@ -271,7 +287,7 @@ def final_messages(state: State, ctx: Context, lang: str) -> RenderedPrompt:
         thought=thought or NONE[lang],
         mk_context=mk_context,
         question=question_block(state.question, ctx.options_text, lang),
-    )  # fmt: skip
+    )
 
 
 def gathered(state: State) -> nodes.Gathered:

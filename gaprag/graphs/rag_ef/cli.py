@@ -138,9 +138,14 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     store = _store(args)
     llm = Deps().chat(BaseContext(base_url=args.base_url or "", model=args.model or ""))
     report = synthesize(
-        store, docs, llm, source=args.source, limit=args.limit, progress=not args.quiet,
+        store,
+        docs,
+        llm,
+        source=args.source,
+        limit=args.limit,
+        progress=not args.quiet,
         concurrency=args.concurrency,
-    )  # fmt: skip
+    )
     print(
         f"synthesized {report.pairs} pairs from {report.processed} chunk(s) "
         f"({report.empty} without pairs, {report.skipped} done before); "
@@ -199,10 +204,12 @@ def register(subparsers: Any) -> None:
     q.add_argument("--base-url", help="OpenAI-compatible endpoint (default: configured/embedded)")
     q.add_argument("--model", help="model name at the endpoint")
     q.add_argument(
-        "--concurrency", type=int, default=1,
+        "--concurrency",
+        type=int,
+        default=1,
         help="LLM calls in flight at once (default 1; more for an endpoint that serves several "
         "requests together: vLLM, or the embedded server with GAPRAG_LOCAL_SLOTS)",
-    )  # fmt: skip
+    )
     q.add_argument("--store", help=STORE_HELP)
     q.add_argument("--quiet", action="store_true", help="no progress bar")
     q.set_defaults(func=cmd_synthesize)

@@ -60,16 +60,27 @@ async def _retrieval_pass(
             store.search_chunks, question, ctx.top_k, sources=sources, mode=ctx.similarity
         )
         passages = [
-            Evidence(id=c["chunk_id"], title="", text=c["text"], source="feedback",
-                     score=round(c["score"], 6), round=rnd)
+            Evidence(
+                id=c["chunk_id"],
+                title="",
+                text=c["text"],
+                source="feedback",
+                score=round(c["score"], 6),
+                round=rnd,
+            )
             for c in chunks
-        ]  # fmt: skip
+        ]
         record_retrieval(question, [p["id"] for p in passages], mode=ctx.similarity)
     else:
         pairs = await to_thread(
-            store.rank, question, ctx.top_k, gamma=ctx.gamma, sources=sources,
-            mode=ctx.similarity, scoring=ctx.scoring,
-        )  # fmt: skip
+            store.rank,
+            question,
+            ctx.top_k,
+            gamma=ctx.gamma,
+            sources=sources,
+            mode=ctx.similarity,
+            scoring=ctx.scoring,
+        )
         ids = [*(p["id"] for p in pairs), *(p["chunk_id"] for p in pairs)]
         record_retrieval(question, ids, mode=ctx.similarity)
     if not pairs and not passages and ctx.empty_store_fallback:
@@ -183,9 +194,12 @@ async def feedback_classifier(
         )
         llm = await deps.achat(ctx)
         choice = await llm.achoose(
-            messages, ["correct", "incorrect"], default="correct",
-            max_tokens=ctx.judge_max_tokens, call="feedback_classifier",
-        )  # fmt: skip
+            messages,
+            ["correct", "incorrect"],
+            default="correct",
+            max_tokens=ctx.judge_max_tokens,
+            call="feedback_classifier",
+        )
         verdict = "unknown" if choice.path == "default" else choice.value
         info = {"path": choice.path, "probs": choice.probs}
         p, path, _ = nodes.read_choice(choice, choice.value)  # the verdict decides
@@ -235,9 +249,13 @@ async def update_evidence_pool(
     assert fb is not None
     store = await to_thread(pair_store, runtime.context, deps)
     pid = await to_thread(
-        store.add, fb["question"], fb["answer"], fb["chunk"], source=fb["source"],
+        store.add,
+        fb["question"],
+        fb["answer"],
+        fb["chunk"],
+        source=fb["source"],
         chunk_id=fb["chunk_id"],
-    )  # fmt: skip
+    )
     emit(round=state.iterations, added=1, pair_id=pid)
     return {
         "inserted_pair_id": pid,

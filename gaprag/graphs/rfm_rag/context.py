@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gaprag.context import BaseContext, Calibration, describe
-from gaprag.graphs.rfm_rag.features import LengthUnit
+from gaprag.graphs.rfm_rag.feedback_model.features import LengthUnit
 from gaprag.stores.store import RetrievalMode
 
 FeedbackMode = Literal["mlp", "llm_judge", "heuristic", "never_sufficient", "always_sufficient"]
@@ -98,8 +98,8 @@ def rescore(
     rows: Iterable[Mapping[str, Any]], run_dirs: Mapping[str, Path], weights: str | Path
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """R-Feedback's recorded decisions re-scored by other weights
-    (:func:`gaprag.graphs.rfm_rag.rescore.rescore_rows`)."""
-    from gaprag.graphs.rfm_rag.rescore import rescore_rows
+    (:func:`~gaprag.graphs.rfm_rag.feedback_model.rescore.rescore_rows`)."""
+    from gaprag.graphs.rfm_rag.feedback_model.rescore import rescore_rows
 
     return rescore_rows(rows, run_dirs, weights)
 

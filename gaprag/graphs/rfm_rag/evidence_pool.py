@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from gaprag.graphs.rfm_rag.features import normalise
+from gaprag.graphs.rfm_rag.feedback_model.features import normalise
 from gaprag.graphs.rfm_rag.state import EvidenceItem
 from gaprag.state.base import Evidence
 
@@ -39,9 +39,13 @@ def add_to_pool(
         if not norm:
             continue
         item = EvidenceItem(
-            id=fact_id(sentence), text=sentence.strip(), round=round, query=query,
-            question=question, source_passage_ids=list(source_passage_ids),
-        )  # fmt: skip
+            id=fact_id(sentence),
+            text=sentence.strip(),
+            round=round,
+            query=query,
+            question=question,
+            source_passage_ids=list(source_passage_ids),
+        )
         norms = [_norm_fact(e["text"]) for e in out]
         if any(norm == n or norm in n for n in norms):
             continue

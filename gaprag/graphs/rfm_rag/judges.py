@@ -1,15 +1,16 @@
 """rfm_rag's sufficiency judges: which one a run uses, and the optional LLM judge.
 
 The R-Feedback MLP (the paper's judge) and the rule judges live in
-:mod:`gaprag.graphs.rfm_rag.model`; an injected ``Deps.sufficiency_model`` replaces them all.
+:mod:`gaprag.graphs.rfm_rag.feedback_model.model`; an injected ``Deps.sufficiency_model``
+replaces them all.
 """
 
 from __future__ import annotations
 
 from gaprag.deps import Deps
 from gaprag.graphs.rfm_rag.context import Context
-from gaprag.graphs.rfm_rag.features import FeatureExtractor
-from gaprag.graphs.rfm_rag.model import (
+from gaprag.graphs.rfm_rag.feedback_model.features import FeatureExtractor
+from gaprag.graphs.rfm_rag.feedback_model.model import (
     FeedbackResult,
     FixedJudge,
     HeuristicJudge,

@@ -26,7 +26,7 @@ from gaprag.graphs.rfm_rag.evidence_pool import (
     matching_ids,
     pool_as_evidence,
 )
-from gaprag.graphs.rfm_rag.features import coverage_map, syntactic_coverage
+from gaprag.graphs.rfm_rag.feedback_model.features import coverage_map, syntactic_coverage
 from gaprag.graphs.rfm_rag.judges import choose_judge, decision_path
 from gaprag.graphs.rfm_rag.parsing import (
     FillsReply,
@@ -57,15 +57,19 @@ async def extract_question_structure(
     ctx = runtime.context
     llm = await deps.achat(ctx)
     reply = await llm.astructured(
-        PROMPTS["structure"].render(question=state.question), QuestionStructure,
-        default=QuestionStructure(), max_tokens=ctx.structure_max_tokens, call="structure",
-    )  # fmt: skip
+        PROMPTS["structure"].render(question=state.question),
+        QuestionStructure,
+        default=QuestionStructure(),
+        max_tokens=ctx.structure_max_tokens,
+        call="structure",
+    )
     parsed = parse_structure_text(reply.raw) if reply.path == "default" else reply.value
     entities, triples = finalize_structure(parsed)
     keep = ctx.pool_scope == "thread"
     # a trace record after the structured call's own (the run trace keeps the call order)
-    record_decision(entities=entities, triples=len(triples),
-                    pool_kept=len(state.evidence_pool) if keep else 0)  # fmt: skip
+    record_decision(
+        entities=entities, triples=len(triples), pool_kept=len(state.evidence_pool) if keep else 0
+    )
     update: dict[str, Any] = {
         "entities": entities,
         "triples": triples,
@@ -83,9 +87,13 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
     round_no = state.iterations + 1
     query = state.current_query or state.question
     hits = await nodes.retrieve(
-        await deps.aretriever(ctx), [query], k=ctx.top_k, mode=ctx.retrieval_mode, round=round_no,
+        await deps.aretriever(ctx),
+        [query],
+        k=ctx.top_k,
+        mode=ctx.retrieval_mode,
+        round=round_no,
         exclude=[p["id"] for p in state.retrieved_passages],
-    )  # fmt: skip
+    )
     emit(method="rfm_rag", round=round_no, query=query, retrieved=len(hits))
     return {
         "retrieved": hits,
@@ -120,15 +128,23 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
     """Add the round's facts to the pool (with provenance) and recompute entity coverage."""
     ctx = runtime.context
     pool, added = add_to_pool(
-        state.evidence_pool, state.round_evidence, round=state.iterations,
-        query=state.current_query or state.question, question=state.question,
+        state.evidence_pool,
+        state.round_evidence,
+        round=state.iterations,
+        query=state.current_query or state.question,
+        question=state.question,
         source_passage_ids=[p["id"] for p in state.retrieved],
-    )  # fmt: skip
+    )
     coverage = coverage_map(state.entities, [e["text"] for e in pool], ctx.coverage_length_unit)
     s_f = syntactic_coverage(coverage)
     found = [*state.found_fact_ids, *matching_ids(pool, state.round_evidence)]
-    emit(method="rfm_rag", round=state.iterations, added=added, pool=len(pool),
-         coverage=round(s_f, 3))  # fmt: skip
+    emit(
+        method="rfm_rag",
+        round=state.iterations,
+        added=added,
+        pool=len(pool),
+        coverage=round(s_f, 3),
+    )
     return {
         "evidence_pool": pool,
         "found_fact_ids": found,
@@ -153,11 +169,19 @@ async def feedback_classifier(
     if judge is None:  # the optional LLM judge: a Yes/No choice, P(Yes) from logprobs
         llm = await deps.achat(ctx)
         choice = await llm.achoose(
-            PROMPTS["judge"].render(question=state.question, pool=nodes.render_passages(
-                facts_for_prompt(state.evidence_pool), FORMATS["pool_judge"], max_words=FACT_WORDS,
-            )),
-            ["Yes", "No"], default="No", max_tokens=ctx.judge_max_tokens, call="judge",
-        )  # fmt: skip
+            PROMPTS["judge"].render(
+                question=state.question,
+                pool=nodes.render_passages(
+                    facts_for_prompt(state.evidence_pool),
+                    FORMATS["pool_judge"],
+                    max_words=FACT_WORDS,
+                ),
+            ),
+            ["Yes", "No"],
+            default="No",
+            max_tokens=ctx.judge_max_tokens,
+            call="judge",
+        )
         p, path, says = nodes.read_choice(choice, "Yes")
         threshold = ctx.llm_judge_threshold
         stop = nodes.should_stop(
@@ -179,22 +203,37 @@ async def feedback_classifier(
     if ctx.calibration:  # what the method would answer had it stopped here (an extra call)
         answer = (await answer_from_pool(state, ctx, deps))[1]
     nodes.log_decision(
-        "feedback_classifier", state.iterations, "stop" if stop else "continue",
-        p=p, path=path, threshold=threshold, answer=answer,
-    )  # fmt: skip
+        "feedback_classifier",
+        state.iterations,
+        "stop" if stop else "continue",
+        p=p,
+        path=path,
+        threshold=threshold,
+        answer=answer,
+    )
     emit(method="rfm_rag", round=state.iterations, sufficient=stop, prob=p)
     mode = ctx.feedback_mode if deps.sufficiency_model is None else type(judge).__name__
     return {
         "sufficient": stop,
         "feedback_prob": p,
-        "trace": [{"node": "feedback_classifier", "mode": mode, "round": state.iterations,
-                   "s_f": state.syntactic_coverage, "g_f": g_f, "prob": p, "sufficient": stop,
-                   # the pool judged, for retraining on graph pools (`gaprag rfm train
-                   # --source graph_pools`)
-                   "pool": sentences,
-                   "pool_passages": sorted({i for e in state.evidence_pool
-                                            for i in e["source_passage_ids"]})}],
-    }  # fmt: skip
+        "trace": [
+            {
+                "node": "feedback_classifier",
+                "mode": mode,
+                "round": state.iterations,
+                "s_f": state.syntactic_coverage,
+                "g_f": g_f,
+                "prob": p,
+                "sufficient": stop,
+                # the pool judged, for retraining on graph pools (`gaprag rfm train
+                # --source graph_pools`)
+                "pool": sentences,
+                "pool_passages": sorted(
+                    {i for e in state.evidence_pool for i in e["source_passage_ids"]}
+                ),
+            }
+        ],
+    }
 
 
 def judge_missing(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -221,9 +260,12 @@ async def regenerate_keywords(
         )
         llm = await deps.achat(ctx)
         reply = await llm.astructured(
-            PROMPTS["fills"].render(pool=pool, triples=listing), FillsReply,
-            default=FillsReply(), max_tokens=ctx.fills_max_tokens, call="fills",
-        )  # fmt: skip
+            PROMPTS["fills"].render(pool=pool, triples=listing),
+            FillsReply,
+            default=FillsReply(),
+            max_tokens=ctx.fills_max_tokens,
+            call="fills",
+        )
         fills = clean_fills(
             reply.value.fills if reply.path != "default" else parse_fills_text(reply.raw)
         )
@@ -256,9 +298,15 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
         "answer": answer,
         "stop_reason": stop,
         "evidence": pool_as_evidence(facts_of(state.evidence_pool, state.found_fact_ids)),
-        "trace": [{"node": "generate_answer", "stop_reason": stop,
-                   "retrievals": state.iterations, "pool": len(state.evidence_pool)}],
-    }  # fmt: skip
+        "trace": [
+            {
+                "node": "generate_answer",
+                "stop_reason": stop,
+                "retrievals": state.iterations,
+                "pool": len(state.evidence_pool),
+            }
+        ],
+    }
 
 
 def gathered(state: State) -> nodes.Gathered:

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from gaprag.graphs.rfm_rag.features import normalise
+from gaprag.graphs.rfm_rag.feedback_model.features import normalise
 from gaprag.graphs.rfm_rag.state import Triple
 from gaprag.nodes.short_answer import yes_no_question
 

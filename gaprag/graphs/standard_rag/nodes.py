@@ -29,7 +29,12 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
     if nodes.reader_answers(ctx):  # the shared reader answers over the same passages
         return {"stop_reason": "answered"}
     answer, _ = await nodes.generate_answer(
-        await deps.achat(ctx), PROMPTS["answer"], question=state.question, evidence=state.evidence,
-        fmt=FORMATS["passages"], max_words=ctx.max_passage_words, max_tokens=ctx.answer_max_tokens,
-    )  # fmt: skip
+        await deps.achat(ctx),
+        PROMPTS["answer"],
+        question=state.question,
+        evidence=state.evidence,
+        fmt=FORMATS["passages"],
+        max_words=ctx.max_passage_words,
+        max_tokens=ctx.answer_max_tokens,
+    )
     return {"answer": answer, "stop_reason": "answered"}
