@@ -176,6 +176,34 @@ def pack(ranked: Sequence[tuple[Item, float]], budget: int) -> list[Item]:
     return [item for item, _ in reversed(ranked[:budget])]
 
 
+async def choose(
+    question: str,
+    gathered: Gathered,
+    *,
+    ranker: Ranker = "bm25",
+    budget: int = 5,
+    llm: LLM | None = None,
+    embedder: Embedder | None = None,
+    fmt: PassageFormat = DEFAULT_FORMAT,
+    max_words: int = 150,
+) -> tuple[list[Item], list[tuple[Item, float]]]:
+    """What the reader shows for ``question`` over ``gathered``, without answering: the
+    ``budget`` items in prompt order (strongest last), and the whole ranking (strongest
+    first, with scores). ``llm`` is needed by the ``llm`` ranker only, ``embedder`` by
+    ``dense``."""
+    ranked = await rank(
+        gathered.passages,
+        question,
+        gathered.notes,
+        ranker=ranker,
+        llm=llm,
+        embedder=embedder,
+        fmt=fmt,
+        max_words=max_words,
+    )
+    return pack(ranked, budget), ranked
+
+
 def reader_embedder(deps: Deps, retriever: Any) -> Embedder:
     """The store's embedder where the retriever is a gaprag store, else the shipped MiniLM."""
     embedder = getattr(retriever, "embedder", None)
@@ -199,17 +227,16 @@ async def read(
     fmt: PassageFormat = DEFAULT_FORMAT,
 ) -> tuple[str, list[Item]]:
     """(answer, the items it was given in prompt order) for ``question`` over ``gathered``."""
-    ranked = await rank(
-        gathered.passages,
+    shown, ranked = await choose(
         question,
-        gathered.notes,
+        gathered,
         ranker=ranker,
+        budget=budget,
         llm=llm,
         embedder=embedder,
         fmt=fmt,
         max_words=max_words,
     )
-    shown = pack(ranked, budget)
     scores = {_key(item): score for item, score in ranked}
     record_decision(
         call="reader",

@@ -14,7 +14,7 @@ from gaprag import build_graph
 from gaprag.deps import Deps
 from gaprag.graphs import ITERATIVE
 from gaprag.llm.client import LLM
-from gaprag.nodes.reader import Gathered, gathered_evidence, pack, rank, read, unique
+from gaprag.nodes.reader import Gathered, choose, gathered_evidence, pack, rank, read, unique
 from gaprag.stores.embeddings import HashingEmbedder
 from gaprag.stores.store import Store
 from gaprag.testing import ScriptedChatModel
@@ -99,6 +99,16 @@ def test_read_shows_the_budget_in_order_before_the_question() -> None:
     prompt = chat.prompts()[0]
     assert prompt.index("[2] Eiffel Tower") < prompt.index("Question: Who built")
     assert "[1] " in prompt and "[3] " not in prompt
+
+
+def test_choose_gives_what_read_shows_without_a_call() -> None:
+    question = "Who built the Eiffel Tower?"
+    shown, ranked = asyncio.run(choose(question, Gathered(POOL), budget=2))
+    assert len(shown) == 2 and shown[-1]["id"] == ids(i for i, _ in ranked)[0] == "eiffel"
+    assert len(ranked) == len(POOL)
+    chat = ScriptedChatModel(default="x")
+    _, read_shown = asyncio.run(read(LLM(chat), question, Gathered(POOL), budget=2))
+    assert ids(read_shown) == ids(shown)
 
 
 def test_read_cuts_passages_to_the_word_budget() -> None:
