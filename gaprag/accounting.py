@@ -71,10 +71,6 @@ class Meter:
 _meter: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("gaprag_meter", default=None)
 
 
-def current_meter() -> Meter | None:
-    return _meter.get()
-
-
 def record_llm_call(
     prompt_tokens: int,
     completion_tokens: int,

@@ -59,7 +59,7 @@ JUDGE_MARK = "Verdict (correct or incorrect)"
 
 
 def copy_mode(messages: list[BaseMessage]) -> str:
-    """Spec §11's fake generator: copy the answer of the first Q&A line whose question holds
+    """A fake generator: copy the answer of the first Q&A line whose question holds
     >= 50% of the target's content words; else the first context's first words."""
     lines = str(messages[-1].content).splitlines()
     want = set(tokenize(lines[-1].removeprefix("Question: ")))

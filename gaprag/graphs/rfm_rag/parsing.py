@@ -237,9 +237,3 @@ def extract_answer(text: str, task_type: str = "short_answer") -> str:
         return yn.group(1).lower() if yn else span
     return span
 
-
-class JudgeReply(BaseModel):
-    """The optional LLM judge's reply (``feedback_mode="llm_judge"``, not in the paper)."""
-
-    sufficient: bool = False
-    missing: list[str] = Field(default_factory=list)
