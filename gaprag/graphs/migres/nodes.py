@@ -48,7 +48,7 @@ from gaprag.graphs.migres.parsing import (
 from gaprag.graphs.migres.state import InfoItem, Snippet, State
 from gaprag.graphs.migres.verify import LLMVerifier, Verifier
 from gaprag.progress import emit
-from gaprag.prompts import Passages, Prompt, RenderedPrompt, load_prompts
+from gaprag.prompts import Passages, Prompt, follow_up, load_prompts
 from gaprag.state.base import Evidence
 from gaprag.stores.embeddings import default_embedder
 from gaprag.stores.retriever import Retriever
@@ -443,10 +443,7 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
     if not verdict["parsed_ok"]:  # a judge reply nothing could read: keep retrieving
         path = "default"
     elif _retrieved_facts(state, ctx):
-        said, ask = reply.raw.strip() or "{}", PROMPTS["sufficiency"].render()
-        follow = RenderedPrompt([*messages, ("assistant", said), *ask])
-        fixed, passages, total = messages.parts
-        follow.parts = (fixed + ask.parts[0], passages, total + len(said) + ask.parts[2])
+        follow = follow_up(messages, reply.raw.strip() or "{}", PROMPTS["sufficiency"].render())
         choice = await llm.achoose(follow, ["Yes", "No"], default="No", call="sufficiency")
         calls["sufficiency"] = 1
         p, path, says = nodes.read_choice(choice, "Yes")
