@@ -55,6 +55,17 @@ def test_langgraph_json_lists_every_method_in_studio_module() -> None:
     assert list(studio.GRAPH_NAMES) == AVAILABLE
 
 
+def test_served_config_serves_the_chosen_graphs_from_any_folder(tmp_path: Path) -> None:
+    from gaprag.testing import served_config
+
+    path = served_config(ROOT / "langgraph.json", ["ircot", "migres"], tmp_path)
+    config = json.loads(path.read_text())
+    assert path == tmp_path / "langgraph.json" and list(config["graphs"]) == ["ircot", "migres"]
+    assert config["dependencies"] == [str(ROOT)]
+    assert config["graphs"]["ircot"]["path"] == f"{ROOT / 'gaprag' / 'studio.py'}:ircot"
+    assert config["http"] == json.loads((ROOT / "langgraph.json").read_text())["http"]
+
+
 def test_langgraph_api_dir_is_git_ignored() -> None:
     ignored = (ROOT / ".gitignore").read_text().split()
     assert ".langgraph_api/" in ignored
