@@ -192,7 +192,7 @@ def run(
 
 
 # -- loop control --------------------------------------------------------------------------
-def test_1_stops_on_first_true(store: Store) -> None:
+def test_stops_at_the_first_true_verdict(store: Store) -> None:
     fake = role_fake(verdicts=["True"])
     out = run(store, fake)
     assert kinds(fake) == ["keywords", "answer", "validate"]
@@ -201,7 +201,7 @@ def test_1_stops_on_first_true(store: Store) -> None:
     assert len(out["history"]) == 1 and out["iterations"] == 1 and out["verdicts"] == [True]
 
 
-def test_2_stops_mid_loop(store: Store) -> None:
+def test_regenerates_keywords_until_a_round_is_validated(store: Store) -> None:
     fake = role_fake(verdicts=["False", "False", "True"])
     out = run(store, fake)
     assert Counter(kinds(fake)) == {"keywords": 1, "answer": 3, "validate": 3, "regenerate": 2}
@@ -218,7 +218,7 @@ def test_2_stops_mid_loop(store: Store) -> None:
         ("majority", ["x", "y", "x", "y", "z"], "y"),
     ],
 )
-def test_3_max_iterations_and_fallback_policy(
+def test_after_the_last_round_the_fallback_policy_picks_the_answer(
     store: Store, policy: str, answers: list[str], expected: str
 ) -> None:
     fake = role_fake(answers=answers, verdicts=["False"])
@@ -233,7 +233,7 @@ def test_3_max_iterations_and_fallback_policy(
     )
 
 
-def test_3_confident_fallback_answers_with_the_most_probable_round(store: Store) -> None:
+def test_confident_fallback_answers_with_the_most_probable_round(store: Store) -> None:
     # P(True) per round, none at the threshold: round 4 ties round 2 and is the later one
     fake = role_fake(verdicts=[0.3, 0.45, 0.2, 0.45, 0.1])
     out = run(store, fake, fallback_policy="confident", validation_threshold=0.9)
@@ -249,14 +249,14 @@ def test_3_confident_fallback_answers_with_the_most_probable_round(store: Store)
     assert out["answer"] == "a3"
 
 
-def test_3_fallback_evidence_is_the_chosen_rounds(store: Store) -> None:
+def test_fallback_evidence_is_the_chosen_rounds(store: Store) -> None:
     fake = role_fake(keywords=['["Paris"]'], regen=['["Shakespeare"]'], verdicts=["False"])
     out = run(store, fake, Q_NO_HITS, fallback_policy="first", max_iterations=2)
     assert out["answer"] == "a1"
     assert {e["id"] for e in out["evidence"]} == {"fr", "eiffel"}  # D_1, not D_2
 
 
-def test_4_n_is_respected(store: Store) -> None:
+def test_max_iterations_bounds_the_rounds(store: Store) -> None:
     fake = role_fake(verdicts=["False"])
     out = run(store, fake, max_iterations=1)
     assert kinds(fake) == ["keywords", "answer", "validate"]
@@ -270,14 +270,14 @@ def test_4_n_is_respected(store: Store) -> None:
     "verdicts",
     [["True"], ["False", "True"], ["False", "False", "False", "True"], ["False"]],
 )
-def test_5_no_regeneration_after_the_last_round(store: Store, verdicts: list[str]) -> None:
+def test_no_regeneration_after_the_last_round(store: Store, verdicts: list[str]) -> None:
     fake = role_fake(verdicts=verdicts)
     out = run(store, fake)
     assert kinds(fake).count("regenerate") == out["iterations"] - 1
     assert kinds(fake)[-1] == "validate"
 
 
-def test_6_analysis_mode_runs_all_rounds_and_keeps_first_true(store: Store) -> None:
+def test_analysis_mode_runs_all_rounds_and_keeps_the_first_true(store: Store) -> None:
     fake = role_fake(
         answers=["wrong", "Eagle", "nope", "The Eagle.", "Columbia"],
         verdicts=["False", "True", "False", "True", "False"],
@@ -300,7 +300,7 @@ def test_6_analysis_mode_runs_all_rounds_and_keeps_first_true(store: Store) -> N
 
 
 # -- prompt contents -----------------------------------------------------------------------
-def test_7_keyword_prompt_has_the_question_and_no_documents(store: Store) -> None:
+def test_keyword_prompt_has_the_question_and_no_documents(store: Store) -> None:
     fake = role_fake(verdicts=["True"])
     run(store, fake)
     (p1,) = prompts_of(fake, "keywords")
@@ -308,7 +308,7 @@ def test_7_keyword_prompt_has_the_question_and_no_documents(store: Store) -> Non
     assert not any(text in p1 for text in TEXT.values())
 
 
-def test_8_regeneration_prompt_sees_only_question_and_previous_keywords(store: Store) -> None:
+def test_regeneration_prompt_sees_only_the_question_and_previous_keywords(store: Store) -> None:
     fake = role_fake(
         keywords=['["zeta1", "Paris"]'],
         regen=['["zeta2", "Berlin"]', '["zeta3", "Hamlet"]'],
@@ -328,7 +328,7 @@ def test_8_regeneration_prompt_sees_only_question_and_previous_keywords(store: S
     assert "zeta1" not in p4[1] and "zeta2" in p4[1]  # no list older than K_i
 
 
-def test_9_answer_prompt_has_the_question_and_only_this_rounds_passages(store: Store) -> None:
+def test_answer_prompt_has_the_question_and_only_this_rounds_passages(store: Store) -> None:
     fake = role_fake(
         keywords=['["Paris", "France", "Berlin"]'],
         regen=['["Shakespeare", "Hamlet", "Stratford"]'],
@@ -350,7 +350,7 @@ def test_9_answer_prompt_has_the_question_and_only_this_rounds_passages(store: S
         assert not any(TEXT[d] in prompt for d in other)
 
 
-def test_10_validation_prompt_has_question_answer_and_the_same_passages(store: Store) -> None:
+def test_validation_prompt_has_question_answer_and_the_same_passages(store: Store) -> None:
     fake = role_fake(keywords=['["Paris", "France"]'], answers=["Paris"], verdicts=["True"])
     out = run(store, fake, Q_NO_HITS)
     (p2,) = prompts_of(fake, "answer")
@@ -392,7 +392,7 @@ def test_answer_and_validation_prompts_follow_the_papers_order(store: Store) -> 
     )
 
 
-def test_11_retrieval_query_is_question_plus_keywords(store: Store) -> None:
+def test_retrieval_query_is_the_question_plus_keywords(store: Store) -> None:
     fake = role_fake(
         keywords=['["Moon", "landing"]'], regen=['["Apollo 11"]'], verdicts=["False", "True"]
     )
@@ -402,7 +402,7 @@ def test_11_retrieval_query_is_question_plus_keywords(store: Store) -> None:
     assert retrieval_query("q?", []) == "q?" and retrieval_query("q?", ["a b", "c"]) == "q? a b c"
 
 
-def test_11_unparseable_keywords_mean_the_question_alone(store: Store) -> None:
+def test_unparseable_keywords_mean_the_question_alone(store: Store) -> None:
     fake = role_fake(keywords=[""], verdicts=["True"])
     out = run(store, fake)
     assert out["queries"] == [Q] and out["keywords"] == []
@@ -410,7 +410,7 @@ def test_11_unparseable_keywords_mean_the_question_alone(store: Store) -> None:
     assert any(t.get("fallback") == "question_only" for t in out["trace"])
 
 
-def test_12_regenerated_keywords_replace_the_previous_ones(store: Store) -> None:
+def test_regenerated_keywords_replace_the_previous_ones(store: Store) -> None:
     fake = role_fake(
         keywords=['["Moon", "landing"]'],
         regen=['["Apollo 11", "Eagle"]'],
@@ -422,7 +422,7 @@ def test_12_regenerated_keywords_replace_the_previous_ones(store: Store) -> None
 
 
 # -- retrieval -----------------------------------------------------------------------------
-def test_13_keyword_expansion_finds_the_gold_passage(store: Store) -> None:
+def test_keyword_expansion_finds_the_gold_passage(store: Store) -> None:
     fake = role_fake(
         keywords=['["Moon", "landing"]'],
         regen=['["Apollo 11", "lunar module"]'],
@@ -436,7 +436,7 @@ def test_13_keyword_expansion_finds_the_gold_passage(store: Store) -> None:
     assert out["stop_reason"] == "validated" and out["evidence"][0]["id"] == "apollo"
 
 
-def test_14_retrieve_is_top_k_sorted_and_deterministic(store: Store) -> None:
+def test_retrieval_is_top_k_sorted_and_deterministic(store: Store) -> None:
     outs = [
         run(store, role_fake(keywords=['["Moon", "Paris"]'], verdicts=["True"])) for _ in range(2)
     ]
@@ -454,7 +454,7 @@ def test_14_retrieve_is_top_k_sorted_and_deterministic(store: Store) -> None:
 
 
 @pytest.mark.parametrize("mode", ["dense", "hybrid"])
-def test_15_dense_and_hybrid_variants_use_the_same_query(store: Store, mode: str) -> None:
+def test_dense_and_hybrid_variants_use_the_same_query(store: Store, mode: str) -> None:
     script: dict[str, Any] = {"regen": ['["Apollo 11"]'], "verdicts": ["False", "True"]}
     bm25 = run(store, role_fake(**script))
     other = run(store, role_fake(**script), retrieval_mode=mode)
@@ -463,7 +463,7 @@ def test_15_dense_and_hybrid_variants_use_the_same_query(store: Store, mode: str
     assert len(other["evidence"]) == 3
 
 
-def test_15_hybrid_at_the_baselines_budget_shows_k_passages(store: Store) -> None:
+def test_hybrid_at_the_baselines_budget_shows_k_passages(store: Store) -> None:
     """``top_k`` alone sets what the prompts show: with top_k=5 and hybrid retrieval IterKey
     sees the same 5 passages as standard_rag (its default); recall_k only deepens the logged
     retrieval, and recall_k=0 retrieves exactly what is shown."""
@@ -499,7 +499,7 @@ def test_15_hybrid_at_the_baselines_budget_shows_k_passages(store: Store) -> Non
         ({" True": -0.3, "False": -1.0}, "False", True),
     ],
 )
-def test_16_17_logprobs_decide_the_verdict(
+def test_logprobs_decide_the_verdict(
     store: Store, logprobs: dict[str, float], text: str, expected: bool
 ) -> None:
     fake = role_fake(verdicts=[text], logprobs=logprobs)
@@ -543,7 +543,7 @@ class TwoPositionModel(ScriptedChatModel):
         return result
 
 
-def test_17_leading_whitespace_token_is_skipped(store: Store) -> None:
+def test_a_leading_whitespace_token_is_skipped_in_the_logprobs(store: Store) -> None:
     fake = TwoPositionModel(
         rules=[(needle, "x") for name, needle in KINDS if name != "validate"],
         default="False",
@@ -563,7 +563,7 @@ def test_17_leading_whitespace_token_is_skipped(store: Store) -> None:
     ],
 )
 @pytest.mark.parametrize("endpoint_logprobs", [True, False])
-def test_18_text_replies_are_read_but_never_accept(
+def test_text_verdicts_are_read_but_never_accept(
     store: Store, text: str, choice: str, path: str, endpoint_logprobs: bool
 ) -> None:
     """A reply decided without logprobs (parsed text, or malformed: the default) has no
@@ -587,7 +587,7 @@ def test_18_text_replies_are_read_but_never_accept(
     assert all(c["kwargs"]["max_tokens"] <= 30 for c in fake.calls if kind_of(c) == "validate")
 
 
-def test_18_logprobs_without_the_options_fall_back_to_text(store: Store) -> None:
+def test_logprobs_without_true_or_false_fall_back_to_the_text(store: Store) -> None:
     fake = role_fake(verdicts=["True"], logprobs={"Maybe": -0.1})
     out = run(store, fake, max_iterations=1)
     scores = out["history"][0]["verdict_scores"]
@@ -697,17 +697,17 @@ def test_cot_variant_is_decided_on_its_conclusion_but_never_stops_a_calibration_
         (f'["{"x" * 101}", "ok"]', ["ok"]),
     ],
 )
-def test_19_keyword_parser(raw: str, expected: list[str]) -> None:
+def test_keyword_parser(raw: str, expected: list[str]) -> None:
     assert parse_keywords(raw) == expected
 
 
-def test_19_last_list_for_cot_replies() -> None:
+def test_keyword_parser_takes_the_last_list_of_cot_replies() -> None:
     raw = 'The old ["Moon"] is too general.\nRefined Keywords: ["Apollo 11", "Eagle"]'
     assert parse_keywords(raw, last=True) == ["Apollo 11", "Eagle"]
     assert parse_keywords(raw) == ["Moon"]
 
 
-def test_19_unparseable_regeneration_keeps_the_previous_keywords(store: Store) -> None:
+def test_unparseable_regeneration_keeps_the_previous_keywords(store: Store) -> None:
     fake = role_fake(keywords=['["Moon", "landing"]'], regen=["   "], verdicts=["False", "True"])
     out = run(store, fake)
     assert [r["keywords"] for r in out["history"]] == [["Moon", "landing"], ["Moon", "landing"]]
@@ -716,7 +716,7 @@ def test_19_unparseable_regeneration_keeps_the_previous_keywords(store: Store) -
     assert failure["fallback_used"] == "previous_keywords"
 
 
-def test_20_answer_is_cleaned_and_the_raw_text_kept(store: Store) -> None:
+def test_answer_is_cleaned_and_the_raw_text_kept(store: Store) -> None:
     fake = role_fake(answers=["Answer: Eagle"], verdicts=["True"])
     out = run(store, fake)
     assert out["answer"] == "Eagle"
@@ -725,7 +725,7 @@ def test_20_answer_is_cleaned_and_the_raw_text_kept(store: Store) -> None:
     assert "Answer: Answer:" not in prompts_of(fake, "validate")[0]
 
 
-def test_21_empty_answer_skips_the_validator(store: Store) -> None:
+def test_an_empty_answer_skips_the_validator(store: Store) -> None:
     fake = role_fake(answers=["", "Eagle"], verdicts=["True"])
     out = run(store, fake)
     assert kinds(fake) == ["keywords", "answer", "regenerate", "answer", "validate"]
@@ -736,7 +736,7 @@ def test_21_empty_answer_skips_the_validator(store: Store) -> None:
 
 
 # -- limits and config ---------------------------------------------------------------------
-def test_22_token_caps(store: Store) -> None:
+def test_each_call_kind_has_its_token_cap_at_temperature_0(store: Store) -> None:
     fake = role_fake(verdicts=["False", "True"])
     run(store, fake, endpoint_logprobs=False)
     caps = {kind_of(c): c["kwargs"]["max_tokens"] for c in fake.calls}
@@ -749,7 +749,7 @@ def test_22_token_caps(store: Store) -> None:
     assert openai_llm("http://127.0.0.1:9/v1", "m").chat.temperature == 0.0  # type: ignore[attr-defined]
 
 
-def test_23_per_role_llms(store: Store) -> None:
+def test_keyword_and_validator_roles_use_their_own_llms(store: Store) -> None:
     main = role_fake()
     keyword_llm = role_fake(keywords=['["Moon"]'], regen=['["Apollo 11"]'])
     validator = role_fake(verdicts=["False", "True"])
@@ -764,7 +764,7 @@ def test_23_per_role_llms(store: Store) -> None:
     assert out["queries"] == [f"{Q} Moon", f"{Q} Apollo 11"] and out["stop_reason"] == "validated"
 
 
-def test_23_only_the_validator_swapped(store: Store) -> None:
+def test_only_the_validator_llm_swapped(store: Store) -> None:
     main = role_fake()
     validator = role_fake(verdicts=["True"])
     build_graph("iterkey", llm=main, retriever=store, validator_llm=served(validator)).invoke(
@@ -773,7 +773,7 @@ def test_23_only_the_validator_swapped(store: Store) -> None:
     assert kinds(main) == ["keywords", "answer"] and kinds(validator) == ["validate"]
 
 
-def test_24_doc_by_doc_regeneration(store: Store) -> None:
+def test_doc_by_doc_regeneration_asks_once_per_passage_and_merges(store: Store) -> None:
     per_doc = ['["Apollo 11", "Moon"]', '["moon", "Eagle"]', '["Aldrin"]']
     fake = role_fake(keywords=['["Moon"]'], regen=per_doc, verdicts=["False", "True"])
     out = run(store, fake, regeneration_mode="doc_by_doc")
@@ -786,7 +786,7 @@ def test_24_doc_by_doc_regeneration(store: Store) -> None:
     assert out["history"][1]["keywords"] == ["Apollo 11", "Moon", "Eagle", "Aldrin"]
 
 
-def test_25_cot_variant(store: Store) -> None:
+def test_cot_variant_validates_and_regenerates_with_reasoning(store: Store) -> None:
     fake = role_fake(
         cot_verdicts=[
             "Chain of thought: the passage names Saturn V, which is True of the rocket.\nConclusion: False",
@@ -812,7 +812,7 @@ def test_25_cot_variant(store: Store) -> None:
     assert cot_verdict("no conclusion here") is None
 
 
-def test_26_no_recursion_limit_at_n5_or_with_run_time_overrides(store: Store) -> None:
+def test_no_recursion_limit_at_the_default_bound_or_with_run_time_overrides(store: Store) -> None:
     graph = build_graph("iterkey", llm=role_fake(verdicts=["False"]), retriever=store)
     assert graph.invoke({"question": Q})["iterations"] == 5
     graph = build_graph("iterkey", llm=role_fake(verdicts=["False"]), retriever=store)
@@ -827,7 +827,7 @@ def test_26_no_recursion_limit_at_n5_or_with_run_time_overrides(store: Store) ->
 
 
 # -- trace ---------------------------------------------------------------------------------
-def test_27_history_records_every_round(store: Store) -> None:
+def test_history_records_every_round(store: Store) -> None:
     fake = role_fake(
         keywords=['["Moon", "landing"]'],
         regen=['["moon", "Apollo 11"]', '["Apollo 11", "Saturn"]'],
@@ -850,7 +850,7 @@ def test_27_history_records_every_round(store: Store) -> None:
         assert not any(TEXT[d] in prompt for d in seen - set(history[2]["doc_ids"]))
 
 
-def test_28_deterministic(store: Store) -> None:
+def test_the_same_replies_give_the_same_history(store: Store) -> None:
     def once() -> list[Any]:
         return list(run(store, role_fake(verdicts=["False", "False", "True"]))["history"])
 
