@@ -24,8 +24,7 @@ from gaprag import build_graph
 from gaprag.errors import EndpointError
 from gaprag.persistence import checkpointer_from_url, postgres_checkpointer, thread_config
 from gaprag.state.base import Evidence
-from gaprag.stores import HashingEmbedder, Store
-from gaprag.stores.documents import Document
+from gaprag.stores import Store
 from gaprag.stores.store import RetrievalMode
 from gaprag.testing import ScriptedChatModel
 from tests.integration.conftest import free_port
@@ -135,11 +134,6 @@ class CountingRetriever:
     ) -> list[Evidence]:
         self.queries.append(query)
         return self.store.search(query, k, mode=mode, exclude=exclude)
-
-
-@pytest.fixture
-def store(tmp_path: Path, tiny_docs: list[Document]) -> Store:
-    return Store.build(tmp_path / "store", tiny_docs, embedder=HashingEmbedder(), progress=False)
 
 
 def test_setup_creates_the_tables_and_is_idempotent(pg_url: str) -> None:

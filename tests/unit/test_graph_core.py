@@ -16,14 +16,8 @@ from gaprag.deps import Deps
 from gaprag.errors import InputError
 from gaprag.graphs import METHODS, context_class
 from gaprag.graphs.standard_rag.context import Context
-from gaprag.stores.embeddings import HashingEmbedder
 from gaprag.stores.store import Store
 from gaprag.testing import ScriptedChatModel
-
-
-@pytest.fixture
-def store(tmp_path: Path, tiny_docs: list[dict[str, str]]) -> Store:
-    return Store.build(tmp_path / "s", tiny_docs, embedder=HashingEmbedder(), progress=False)
 
 
 def rag(store: Store, model: ScriptedChatModel, **options: object) -> object:
