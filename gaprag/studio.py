@@ -49,4 +49,3 @@ def server_graph(method: str) -> Graph:
 #: Every method's served graph, by method name.
 GRAPHS: dict[str, Graph] = {name: server_graph(name) for name in list_methods()}
 globals().update(GRAPHS)
-
