@@ -54,6 +54,8 @@ from typing import Any
 
 import httpx
 
+from gaprag.testing import served_config
+
 ROOT = Path(__file__).resolve().parent.parent
 LANGGRAPH = Path(sys.executable).with_name("langgraph")
 STARTUP_S = 180.0
@@ -101,22 +103,6 @@ def process(cmd: list[str], *, env: dict[str, str], cwd: Path, logfile: Path) ->
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
-
-
-def served_config(tmp: Path, methods: list[str]) -> Path:
-    """The repository's langgraph.json limited to ``methods``, with absolute paths."""
-    config = json.loads((ROOT / "langgraph.json").read_text())
-    graphs = {}
-    for name in methods:
-        spec = dict(config["graphs"][name])
-        rel, _, attr = spec["path"].partition(":")
-        spec["path"] = f"{(ROOT / rel).resolve()}:{attr}"
-        graphs[name] = spec
-    config["graphs"] = graphs
-    config["dependencies"] = [str(ROOT)]
-    path = tmp / "langgraph.json"
-    path.write_text(json.dumps(config, indent=2))
-    return path
 
 
 def questions(n: int) -> list[str]:
@@ -322,10 +308,11 @@ def main(argv: list[str] | None = None) -> int:
         wait_ok(f"http://127.0.0.1:{fake_port}/v1/models", fake, 30, fake_log)
         env["GAPRAG_BASE_URL"] = f"http://127.0.0.1:{fake_port}/v1"
         server_log = tmp / "langgraph-dev.log"
+        config = served_config(ROOT / "langgraph.json", args.methods, tmp)
         t0 = time.perf_counter()
         server = stack.enter_context(process(
             [str(LANGGRAPH), "dev", "--no-browser", "--no-reload", "--port", str(port),
-             "--config", str(served_config(tmp, args.methods)), "--n-jobs-per-worker", str(jobs)],
+             "--config", str(config), "--n-jobs-per-worker", str(jobs)],
             env=env, cwd=tmp, logfile=server_log,
         ))  # fmt: skip
         url = f"http://127.0.0.1:{port}"

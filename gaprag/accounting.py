@@ -84,10 +84,6 @@ def estimate_tokens(
     return max(minimum, math.ceil(len(text) / chars_per_token))
 
 
-def current_meter() -> Meter | None:
-    return _meter.get()
-
-
 def record_llm_call(
     prompt_tokens: int,
     completion_tokens: int,

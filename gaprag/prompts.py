@@ -46,6 +46,23 @@ def prompt_parts(messages: Any) -> tuple[int, int, int] | None:
     return messages.parts if isinstance(messages, RenderedPrompt) else None
 
 
+def follow_up(
+    rendered: RenderedPrompt, reply: str, ask: RenderedPrompt, *, reply_fixed_chars: int = 0
+) -> RenderedPrompt:
+    """A follow-up turn: ``rendered``, then ``reply`` as the assistant's turn, then the messages
+    of ``ask``. In the token split, ``ask``'s parts add to ``rendered``'s; ``reply`` counts as
+    other variable text, except ``reply_fixed_chars`` of its characters that come from a fixed
+    template, which count as instructions."""
+    out = RenderedPrompt([*rendered, ("assistant", reply), *ask])
+    instructions, passages, total = rendered.parts
+    out.parts = (
+        instructions + reply_fixed_chars + ask.parts[0],
+        passages + ask.parts[1],
+        total + len(reply) + ask.parts[2],
+    )
+    return out
+
+
 def _fields(template: str) -> list[str]:
     return [f for _, f, _, _ in string.Formatter().parse(template) if f]
 

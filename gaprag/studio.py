@@ -1,23 +1,25 @@
 """The graphs ``langgraph dev`` and LangGraph Studio serve (``langgraph.json`` points here).
 
-Every method is exposed as a module attribute of the same name (``gaprag.studio.migres``),
-compiled with :func:`gaprag.build_graph` and **no checkpointer**: the server brings its own
-persistence and refuses graphs that carry one. Building is instant because the LLM and the
-retriever are resolved on first use, from the server's environment (the operator's):
+Importing the module builds every registered method's graph (:func:`gaprag.graphs.list_methods`)
+with :func:`gaprag.build_graph`: no injected model or retriever, and **no checkpointer** (the
+server brings its own persistence and refuses graphs that carry one). :data:`GRAPHS` maps each
+method name to its graph, and each graph is also a module global of that name
+(``gaprag.studio.migres``), since the server looks graphs up in the module's ``__dict__``. A
+method whose graph fails to build makes the import fail.
 
-- LLM: ``GAPRAG_BASE_URL``/``GAPRAG_MODEL``, else the embedded local server (started on the
-  first call, not at import).
+Building contacts no model and opens no store: a run resolves them on first use
+(:mod:`gaprag.deps`), from the server's environment (the operator's):
+
+- LLM: ``GAPRAG_BASE_URL`` (or ``OPENAI_BASE_URL``) with ``GAPRAG_MODEL``, else the embedded
+  local server of ``GAPRAG_LOCAL_MODEL`` (started on the first call, not at import).
 - Retriever: ``GAPRAG_STORE`` (a directory made by ``gaprag index``), else the bundled demo
   corpus (built into ``GAPRAG_HOME`` on first use).
 
-Whoever can start a run sets only run settings; endpoints, models, paths and the calibration
-switch stay the operator's unless the environment allows a change
-(:class:`gaprag.operator.OperatorPolicy`, read here once with ``served=True``: RAG-EF's resumed
-reviews write to the feedback store only with ``GAPRAG_FEEDBACK_WRITES=1``).
-
-The langgraph server looks attributes up in the module's ``__dict__``, so the graphs are real
-module globals. A method whose module does not import yet is left out of the globals; asking
-for it raises a :class:`~gaprag.errors.GapragError` that says so.
+Each graph carries the operator policy read from the environment at import
+(:meth:`gaprag.operator.OperatorPolicy.from_env` with ``served=True``): a run sets only run
+settings; endpoints, models, paths and the calibration switch stay the operator's unless the
+environment allows a change, and RAG-EF's resumed reviews write to the feedback store only with
+``GAPRAG_FEEDBACK_WRITES=1``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from gaprag.operator import OperatorPolicy
 
 Graph = CompiledStateGraph[Any, Any, Any, Any]
 
-#: Every method the project defines, in ``langgraph.json`` order.
+#: Every registered method, in the registry's order (``langgraph.json`` lists them alike).
 GRAPH_NAMES: tuple[str, ...] = tuple(METHODS)
 
 
@@ -47,12 +49,3 @@ def server_graph(method: str) -> Graph:
 #: Every method's served graph, by method name.
 GRAPHS: dict[str, Graph] = {name: server_graph(name) for name in list_methods()}
 globals().update(GRAPHS)
-
-
-def __getattr__(name: str) -> Graph:
-    """Only reached for names not in the globals."""
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *GRAPHS})

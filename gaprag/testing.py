@@ -1,16 +1,21 @@
-"""Test helpers shipped with the package: a scripted fake chat model.
+"""Test helpers shipped with the package: a scripted fake chat model, and a served config.
 
 ``ScriptedChatModel`` answers from a list of replies in order, or from rules
 ``(substring_of_last_user_message, reply)``, and records every prompt it saw. Replies carry
 ``usage_metadata`` (characters / 4) so usage accounting is exercised.
+
+:func:`served_config` writes a copy of a ``langgraph.json`` that serves only some of its graphs,
+for ``langgraph dev --config`` started from another folder (tests and load benchmarks).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -146,3 +151,22 @@ def scripted(
     *replies: Reply, rules: Sequence[tuple[str, Reply]] = (), default: Reply = ""
 ) -> ScriptedChatModel:
     return ScriptedChatModel(replies=list(replies), rules=list(rules), default=default)
+
+
+def served_config(source: str | Path, methods: Sequence[str], out_dir: str | Path) -> Path:
+    """A copy of the ``langgraph.json`` at ``source`` that serves only ``methods``, written to
+    ``out_dir/langgraph.json``, with every graph path and dependency made absolute (relative to
+    ``source``'s folder) so the copy works from any folder. Returns the copy's path."""
+    root = Path(source).resolve().parent
+    config = json.loads(Path(source).read_text(encoding="utf-8"))
+    graphs = {}
+    for name in methods:
+        spec = dict(config["graphs"][name])
+        rel, _, attr = spec["path"].partition(":")
+        spec["path"] = f"{(root / rel).resolve()}:{attr}"
+        graphs[name] = spec
+    config["graphs"] = graphs
+    config["dependencies"] = [str((root / d).resolve()) for d in config.get("dependencies", ["."])]
+    path = Path(out_dir) / "langgraph.json"
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return path

@@ -3,8 +3,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from gaprag.stores.store import Store
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -60,3 +64,20 @@ def tiny_docs() -> list[dict[str, str]]:
             "text": "William Shakespeare was an English playwright born in Stratford-upon-Avon.",
         },
     ]
+
+
+@pytest.fixture
+def store_docs(tiny_docs: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The documents of the ``store`` fixture: ``tiny_docs``; a test module whose tests search
+    other documents overrides this fixture."""
+    return tiny_docs
+
+
+@pytest.fixture
+def store(tmp_path: Path, store_docs: list[dict[str, str]]) -> Store:
+    """A store of ``store_docs`` at ``tmp_path / "store"``, embedded with the hashing embedder
+    (no model to load)."""
+    from gaprag.stores.embeddings import HashingEmbedder
+    from gaprag.stores.store import Store
+
+    return Store.build(tmp_path / "store", store_docs, embedder=HashingEmbedder(), progress=False)

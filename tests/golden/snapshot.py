@@ -1,25 +1,31 @@
-"""Golden outputs: every method on fixed questions with a deterministic scripted model.
+"""Golden outputs: every registered method on fixed questions with a deterministic scripted model.
 
-``python -m tests.golden.snapshot OUT.json`` runs the six methods through the public API
-(``build_graph``) over a tiny HashingEmbedder store, with a scripted chat model whose reply to
-each call is picked by a hash of the prompt. Any change to a prompt, a parser, a route or a
-state update changes the recorded prompts or outputs, so comparing two snapshots shows whether
-a refactoring kept behaviour. Wall times are dropped; everything else is kept.
+Each method runs through the public API (``build_graph``) over a tiny HashingEmbedder store,
+with a scripted chat model whose reply to each call is picked by a hash of the prompt. Any
+change to a prompt, a parser, a route or a state update changes the recorded prompts or
+outputs, so comparing two snapshots shows whether a refactoring kept behaviour. Wall times are
+dropped; everything else is kept. ``tests/unit/test_golden.py`` compares each method with
+``tests/golden/outputs.json``.
+
+``python -m tests.golden.snapshot OUT.json`` writes every method's runs to ``OUT.json``;
+``python -m tests.golden.snapshot OUT.json --method NAME [--method NAME ...]`` runs only those
+methods and replaces their runs in ``OUT.json``, keeping the others (how a new method's
+snapshot is made, or a deliberate change of one method's behaviour is recorded).
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
-import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-METHODS = ["standard_rag", "missing_knowledge", "iterkey", "rag_ef", "migres", "rfm_rag"]
 QUESTIONS = [
     "Who wrote Hamlet?",
     "What is the capital of France?",
@@ -60,8 +66,8 @@ REPLIES = [
 ]
 
 
-# wall times and creation stamps differ between runs; the contract fields added by the
-# restructuring (issue 17) are not part of the old outputs and are compared by their own tests
+# wall times and creation stamps differ between runs; the retrieval, shown-id, decision and
+# token-split records are compared by their own tests
 DROPPED = {
     "wall_s", "elapsed_s", "created", "retrieved_ids", "shown_ids", "decisions",
     "cached_tokens", "instruction_tokens", "passage_tokens",
@@ -88,40 +94,86 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def run(out: Path) -> None:
-    from gaprag import build_graph
+GOLDEN = Path(__file__).parent / "outputs.json"
+COMMAND = "python -m tests.golden.snapshot tests/golden/outputs.json --method {method}"
+
+
+def build_store(root: Path) -> Any:
+    """The tiny store every method searches, at ``root/store``, and RAG-EF's feedback pairs in
+    the runs' ``GAPRAG_HOME``, ``root/home`` (which this sets)."""
     from gaprag.stores.embeddings import HashingEmbedder
     from gaprag.stores.pairs import PairStore
     from gaprag.stores.store import Store
-    from gaprag.testing import ScriptedChatModel
 
-    tmp = Path(tempfile.mkdtemp(prefix="gaprag-golden-"))
-    os.environ["GAPRAG_HOME"] = str(tmp / "home")
-    store = Store.build(tmp / "store", DOCS, embedder=HashingEmbedder(), progress=False)
-    pairs = PairStore.open(tmp / "home" / "feedback.sqlite")
+    os.environ["GAPRAG_HOME"] = str(root / "home")
+    store = Store.build(root / "store", DOCS, embedder=HashingEmbedder(), progress=False)
+    pairs = PairStore.open(root / "home" / "feedback.sqlite")
     for doc in DOCS[:4]:
         pairs.add(f"What does the passage about {doc['title']} say?", doc["title"], doc["text"])
+    return store
+
+
+def run_method(method: str, store: Any) -> dict[str, Any]:
+    """``method``'s runs on every question, by ``"method|question"`` (unstable runs left out)."""
+    from gaprag import build_graph
+    from gaprag.testing import ScriptedChatModel
+
     result: dict[str, Any] = {}
+    for question in QUESTIONS:
+        llm = ScriptedChatModel(default=pick)
+        graph = build_graph(method, llm=llm, retriever=store)
+        output = graph.invoke({"question": question})
+        prompts = ["\n".join(f"{r}:{t}" for r, t in c["messages"]) for c in llm.calls]
+        key = f"{method}|{question}"
+        if key in UNSTABLE:
+            continue
+        result[key] = _clean(
+            {
+                "output": dict(output),
+                "prompts": prompts,
+                "replies": [c["reply"] for c in llm.calls],
+            }
+        )
+    return result
+
+
+def of_method(runs: dict[str, Any], method: str) -> dict[str, Any]:
+    """The runs of ``method`` among ``runs``."""
+    return {k: v for k, v in runs.items() if k.split("|", 1)[0] == method}
+
+
+def run(out: Path, methods: Sequence[str] | None = None) -> None:
+    """Write the runs of ``methods`` (default: every registered method) to ``out``; with
+    ``methods`` given, the runs of other methods already in ``out`` are kept."""
+    from gaprag import list_methods
+
+    chosen = list(methods) if methods else list_methods()
+    kept: dict[str, Any] = {}
+    if methods and out.exists():
+        kept = json.loads(out.read_text(encoding="utf-8"))
+        kept = {k: v for k, v in kept.items() if k.split("|", 1)[0] not in chosen}
+    store = build_store(Path(tempfile.mkdtemp(prefix="gaprag-golden-")))
     # the snapshot is compared as data: keys that vary between identical runs are skipped
-    for method in METHODS:
-        for question in QUESTIONS:
-            llm = ScriptedChatModel(default=pick)
-            graph = build_graph(method, llm=llm, retriever=store)
-            output = graph.invoke({"question": question})
-            prompts = ["\n".join(f"{r}:{t}" for r, t in c["messages"]) for c in llm.calls]
-            key = f"{method}|{question}"
-            if key in UNSTABLE:
-                continue
-            result[key] = _clean(
-                {
-                    "output": dict(output),
-                    "prompts": prompts,
-                    "replies": [c["reply"] for c in llm.calls],
-                }
-            )
+    result = dict(kept)
+    for method in chosen:
+        result.update(run_method(method, store))
     out.write_text(json.dumps(result, indent=1, sort_keys=True, default=str), encoding="utf-8")
-    print(f"wrote {out}: {len(result)} runs")
+    print(f"wrote {out}: {len(result)} runs ({', '.join(chosen)} run now)")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.golden.snapshot", description=__doc__)
+    parser.add_argument("out", type=Path, help="the snapshot file to write")
+    parser.add_argument(
+        "--method",
+        action="append",
+        default=[],
+        help="run only this method (repeatable); its runs replace those in OUT, the other "
+        "methods' runs are kept",
+    )
+    args = parser.parse_args(argv)
+    run(args.out, args.method or None)
 
 
 if __name__ == "__main__":
-    run(Path(sys.argv[1]))
+    main()

@@ -4,7 +4,6 @@ and ``langgraph dev`` serving every method (``served``)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -22,6 +21,7 @@ import pytest
 import gaprag
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.documents import Document
+from gaprag.testing import served_config
 from tests.conftest import OPERATOR_VARS
 from tests.fake_openai import FakeOpenAI
 
@@ -89,22 +89,6 @@ class Served:
     home: Path
 
 
-def served_config(tmp: Path, methods: list[str]) -> Path:
-    """The repository's langgraph.json, limited to ``methods``, with absolute paths."""
-    config = json.loads((ROOT / "langgraph.json").read_text())
-    graphs = {}
-    for name in methods:
-        spec = dict(config["graphs"][name])
-        rel, _, attr = spec["path"].partition(":")
-        spec["path"] = f"{(ROOT / rel).resolve()}:{attr}"
-        graphs[name] = spec
-    config["graphs"] = graphs
-    config["dependencies"] = [str(ROOT)]
-    path = tmp / "langgraph.json"
-    path.write_text(json.dumps(config, indent=2))
-    return path
-
-
 @contextlib.contextmanager
 def serve(tmp: Path, operator: dict[str, str]) -> Iterator[Served]:
     """``langgraph dev`` serving every method from ``tmp``, with the fake endpoint answering
@@ -116,7 +100,7 @@ def serve(tmp: Path, operator: dict[str, str]) -> Iterator[Served]:
     store = tmp / "store"
     Store.build(store, DOCS, embedder=HashingEmbedder(), progress=False)  # type: ignore[arg-type]
     methods = gaprag.list_methods()
-    config = served_config(tmp, methods)
+    config = served_config(ROOT / "langgraph.json", methods, tmp)
     port = free_port()
     log = tmp / "langgraph-dev.log"
     with FakeOpenAI(reply=CANNED) as llm:

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,12 +23,10 @@ import pytest
 from gaprag import build_graph
 from gaprag.errors import EndpointError
 from gaprag.persistence import checkpointer_from_url, postgres_checkpointer, thread_config
-from gaprag.state.base import Evidence
-from gaprag.stores import HashingEmbedder, Store
-from gaprag.stores.documents import Document
-from gaprag.stores.store import RetrievalMode
+from gaprag.stores import Store
 from gaprag.testing import ScriptedChatModel
 from tests.integration.conftest import free_port
+from tests.unit.test_persistence import CountingRetriever
 
 pytestmark = pytest.mark.integration
 
@@ -118,28 +116,6 @@ def pg_url() -> Iterator[str]:
                 proc.wait(timeout=10)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-
-
-class CountingRetriever:
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.queries: list[str] = []
-
-    def search(
-        self,
-        query: str,
-        k: int = 5,
-        *,
-        mode: RetrievalMode | None = None,
-        exclude: Collection[str] = (),
-    ) -> list[Evidence]:
-        self.queries.append(query)
-        return self.store.search(query, k, mode=mode, exclude=exclude)
-
-
-@pytest.fixture
-def store(tmp_path: Path, tiny_docs: list[Document]) -> Store:
-    return Store.build(tmp_path / "store", tiny_docs, embedder=HashingEmbedder(), progress=False)
 
 
 def test_setup_creates_the_tables_and_is_idempotent(pg_url: str) -> None:

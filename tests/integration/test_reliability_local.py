@@ -1,4 +1,4 @@
-"""Issue 18 with the real servers and models: the embedded LLM server listens on loopback
+"""Reliability with the real servers and models: the embedded LLM server listens on loopback
 only, with an owner-only log; `gaprag index` killed with SIGKILL over an existing store
 leaves the store opening and answering."""
 

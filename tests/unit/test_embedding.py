@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
@@ -16,18 +15,12 @@ from pydantic import BaseModel
 
 import gaprag
 from gaprag import as_tool, build_graph
-from gaprag.stores import HashingEmbedder, Store
-from gaprag.stores.documents import Document
+from gaprag.stores import Store
 from gaprag.testing import ScriptedChatModel
 from gaprag.tool import compact_result, format_result, method_description
 
 AVAILABLE = gaprag.list_methods()
 ITERATIVE = [m for m in AVAILABLE if m != "standard_rag"]
-
-
-@pytest.fixture
-def store(tmp_path: Path, tiny_docs: list[Document]) -> Store:
-    return Store.build(tmp_path / "store", tiny_docs, embedder=HashingEmbedder(), progress=False)
 
 
 def rag(store: Store, model: ScriptedChatModel) -> Any:

@@ -23,7 +23,6 @@ from gaprag.nodes.gate import (
     probability,
     threshold_setting,
 )
-from gaprag.stores.embeddings import HashingEmbedder
 from gaprag.stores.store import Store
 from gaprag.testing import ScriptedChatModel
 
@@ -31,11 +30,6 @@ Q = "What is the capital of France?"
 PLAIN = "Use the passages below to answer the question."  # plain RAG's answer prompt
 SURE = [[("Paris", -0.05), ("Lyon", -3.2)]]
 UNSURE = [[("Paris", -1.6), ("Lyon", -1.7)], [("ian", -2.4), (" city", -2.5)]]
-
-
-@pytest.fixture
-def store(tmp_path: Path, tiny_docs: list[dict[str, str]]) -> Store:
-    return Store.build(tmp_path / "s", tiny_docs, embedder=HashingEmbedder(), progress=False)
 
 
 def plain_model(

@@ -12,7 +12,7 @@ from langchain_core.outputs import ChatResult
 from gaprag.datasets import Dataset, Example
 from gaprag.errors import InputError
 from gaprag.llm.client import LLM
-from gaprag.stores import HashingEmbedder, Store
+from gaprag.stores import Store
 from gaprag.stores.documents import Document
 from gaprag.testing import ScriptedChatModel
 from tests.scripts import load_script
@@ -64,11 +64,6 @@ def _bench_maker(store: Store, chat: ScriptedChatModel) -> tuple[Any, Any]:
         return gs.Bench.build(ds, llm, recorder, store)
 
     return make, recorder
-
-
-@pytest.fixture
-def store(tmp_path: Path, tiny_docs: list[Document]) -> Store:
-    return Store.build(tmp_path / "s", tiny_docs, embedder=HashingEmbedder(), progress=False)
 
 
 def test_answer_confidence_skips_whitespace_and_takes_first_token_margin() -> None:

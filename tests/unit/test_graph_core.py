@@ -16,14 +16,8 @@ from gaprag.deps import Deps
 from gaprag.errors import InputError
 from gaprag.graphs import METHODS, context_class
 from gaprag.graphs.standard_rag.context import Context
-from gaprag.stores.embeddings import HashingEmbedder
 from gaprag.stores.store import Store
 from gaprag.testing import ScriptedChatModel
-
-
-@pytest.fixture
-def store(tmp_path: Path, tiny_docs: list[dict[str, str]]) -> Store:
-    return Store.build(tmp_path / "s", tiny_docs, embedder=HashingEmbedder(), progress=False)
 
 
 def rag(store: Store, model: ScriptedChatModel, **options: object) -> object:
@@ -99,6 +93,23 @@ def test_shown_and_retrieved_ids_and_tokens_by_part(store: Store) -> None:
     assert 0 < usage["passage_tokens"] < usage["prompt_tokens"]
     assert 0 < usage["instruction_tokens"] < usage["prompt_tokens"]
     assert usage["instruction_tokens"] + usage["passage_tokens"] <= usage["prompt_tokens"]
+
+
+def test_a_follow_up_turn_adds_its_parts_to_the_token_split() -> None:
+    from gaprag.prompts import Passages, Prompt, follow_up
+
+    first = Prompt("first", system="Answer.", user="{passages}\nQ: {question}")
+    rendered = first.render(passages=Passages("P1 P2", ["a"]), question="Q?")
+    ask = Prompt("ask", system="", user="Enough? Yes or No.").render()
+    follow = follow_up(rendered, '{"thought": "T"}', ask, reply_fixed_chars=len('{"thought": }'))
+    assert follow == [*rendered, ("assistant", '{"thought": "T"}'), ("user", "Enough? Yes or No.")]
+    instructions, passages, total = rendered.parts
+    assert follow.parts == (
+        instructions + len('{"thought": }') + len("Enough? Yes or No."),
+        passages,
+        total + len('{"thought": "T"}') + len("Enough? Yes or No."),
+    )
+    assert follow_up(rendered, "raw", ask).parts[0] == instructions + len("Enough? Yes or No.")
 
 
 CONCURRENCY_PROBE = """

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
-import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
 
@@ -15,16 +13,10 @@ from gaprag.deps import Deps
 from gaprag.graphs.ircot.context import Context
 from gaprag.graphs.ircot.nodes import final_answer, first_sentence, reason
 from gaprag.graphs.ircot.state import State
-from gaprag.stores.embeddings import HashingEmbedder
 from gaprag.stores.store import Store
 from gaprag.testing import ScriptedChatModel
 
 Q = "Who built the tower in the capital of France?"
-
-
-@pytest.fixture
-def store(tmp_path: Path, tiny_docs: list[dict[str, str]]) -> Store:
-    return Store.build(tmp_path / "s", tiny_docs, embedder=HashingEmbedder(), progress=False)
 
 
 def run(store: Store, *replies: str, **options: Any) -> tuple[dict[str, Any], ScriptedChatModel]:

@@ -166,7 +166,8 @@ def role_fake(
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+def module_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    """A store of ``CORPUS``, built once and shared by the module (no test writes to it)."""
     root = tmp_path_factory.mktemp("iterkey-store") / "s"
     return Store.build(root, CORPUS, embedder=HashingEmbedder(), progress=False)
 
@@ -192,18 +193,18 @@ def run(
 
 
 # -- loop control --------------------------------------------------------------------------
-def test_1_stops_on_first_true(store: Store) -> None:
+def test_stops_at_the_first_true_verdict(module_store: Store) -> None:
     fake = role_fake(verdicts=["True"])
-    out = run(store, fake)
+    out = run(module_store, fake)
     assert kinds(fake) == ["keywords", "answer", "validate"]
     assert out["usage"]["llm_calls"] == 3 and out["usage"]["retrieval_calls"] == 1
     assert out["answer"] == "a1" and out["stop_reason"] == "validated"
     assert len(out["history"]) == 1 and out["iterations"] == 1 and out["verdicts"] == [True]
 
 
-def test_2_stops_mid_loop(store: Store) -> None:
+def test_regenerates_keywords_until_a_round_is_validated(module_store: Store) -> None:
     fake = role_fake(verdicts=["False", "False", "True"])
-    out = run(store, fake)
+    out = run(module_store, fake)
     assert Counter(kinds(fake)) == {"keywords": 1, "answer": 3, "validate": 3, "regenerate": 2}
     assert out["usage"]["llm_calls"] == 9 and out["usage"]["retrieval_calls"] == 3
     assert out["answer"] == "a3" and out["iterations"] == 3 and out["stop_reason"] == "validated"
@@ -218,11 +219,11 @@ def test_2_stops_mid_loop(store: Store) -> None:
         ("majority", ["x", "y", "x", "y", "z"], "y"),
     ],
 )
-def test_3_max_iterations_and_fallback_policy(
-    store: Store, policy: str, answers: list[str], expected: str
+def test_after_the_last_round_the_fallback_policy_picks_the_answer(
+    module_store: Store, policy: str, answers: list[str], expected: str
 ) -> None:
     fake = role_fake(answers=answers, verdicts=["False"])
-    out = run(store, fake, fallback_policy=policy)
+    out = run(module_store, fake, fallback_policy=policy)
     assert Counter(kinds(fake)) == {"keywords": 1, "answer": 5, "validate": 5, "regenerate": 4}
     assert out["usage"]["llm_calls"] == 15 and out["usage"]["retrieval_calls"] == 5
     assert out["stop_reason"] == "max_iterations" and out["iterations"] == 5
@@ -233,10 +234,10 @@ def test_3_max_iterations_and_fallback_policy(
     )
 
 
-def test_3_confident_fallback_answers_with_the_most_probable_round(store: Store) -> None:
+def test_confident_fallback_answers_with_the_most_probable_round(module_store: Store) -> None:
     # P(True) per round, none at the threshold: round 4 ties round 2 and is the later one
     fake = role_fake(verdicts=[0.3, 0.45, 0.2, 0.45, 0.1])
-    out = run(store, fake, fallback_policy="confident", validation_threshold=0.9)
+    out = run(module_store, fake, fallback_policy="confident", validation_threshold=0.9)
     assert out["stop_reason"] == "max_iterations" and out["answer"] == "a4"
     chosen = next(t for t in out["trace"] if t["node"] == "finalize")
     assert chosen == {
@@ -245,24 +246,26 @@ def test_3_confident_fallback_answers_with_the_most_probable_round(store: Store)
     }  # fmt: skip
     # no probabilities (an endpoint without logprobs): the last round, as "last"
     fake = role_fake(verdicts=["False"])
-    out = run(store, fake, fallback_policy="confident", endpoint_logprobs=False, max_iterations=3)
+    out = run(
+        module_store, fake, fallback_policy="confident", endpoint_logprobs=False, max_iterations=3
+    )
     assert out["answer"] == "a3"
 
 
-def test_3_fallback_evidence_is_the_chosen_rounds(store: Store) -> None:
+def test_fallback_evidence_is_the_chosen_rounds(module_store: Store) -> None:
     fake = role_fake(keywords=['["Paris"]'], regen=['["Shakespeare"]'], verdicts=["False"])
-    out = run(store, fake, Q_NO_HITS, fallback_policy="first", max_iterations=2)
+    out = run(module_store, fake, Q_NO_HITS, fallback_policy="first", max_iterations=2)
     assert out["answer"] == "a1"
     assert {e["id"] for e in out["evidence"]} == {"fr", "eiffel"}  # D_1, not D_2
 
 
-def test_4_n_is_respected(store: Store) -> None:
+def test_max_iterations_bounds_the_rounds(module_store: Store) -> None:
     fake = role_fake(verdicts=["False"])
-    out = run(store, fake, max_iterations=1)
+    out = run(module_store, fake, max_iterations=1)
     assert kinds(fake) == ["keywords", "answer", "validate"]
     assert out["answer"] == "a1" and out["stop_reason"] == "max_iterations"
     fake3 = role_fake(verdicts=["False"])
-    out3 = run(store, fake3, max_iterations=3)
+    out3 = run(module_store, fake3, max_iterations=3)
     assert out3["usage"]["retrieval_calls"] == 3 and out3["iterations"] == 3
 
 
@@ -270,19 +273,19 @@ def test_4_n_is_respected(store: Store) -> None:
     "verdicts",
     [["True"], ["False", "True"], ["False", "False", "False", "True"], ["False"]],
 )
-def test_5_no_regeneration_after_the_last_round(store: Store, verdicts: list[str]) -> None:
+def test_no_regeneration_after_the_last_round(module_store: Store, verdicts: list[str]) -> None:
     fake = role_fake(verdicts=verdicts)
-    out = run(store, fake)
+    out = run(module_store, fake)
     assert kinds(fake).count("regenerate") == out["iterations"] - 1
     assert kinds(fake)[-1] == "validate"
 
 
-def test_6_analysis_mode_runs_all_rounds_and_keeps_first_true(store: Store) -> None:
+def test_analysis_mode_runs_all_rounds_and_keeps_the_first_true(module_store: Store) -> None:
     fake = role_fake(
         answers=["wrong", "Eagle", "nope", "The Eagle.", "Columbia"],
         verdicts=["False", "True", "False", "True", "False"],
     )
-    out = run(store, fake, continue_after_true=True)
+    out = run(module_store, fake, continue_after_true=True)
     assert out["iterations"] == 5 and out["verdicts"] == [False, True, False, True, False]
     assert out["first_true_iteration"] == 2 and out["answer"] == "Eagle"
     assert out["stop_reason"] == "max_iterations"  # the bound ended the loop, not a verdict
@@ -300,22 +303,24 @@ def test_6_analysis_mode_runs_all_rounds_and_keeps_first_true(store: Store) -> N
 
 
 # -- prompt contents -----------------------------------------------------------------------
-def test_7_keyword_prompt_has_the_question_and_no_documents(store: Store) -> None:
+def test_keyword_prompt_has_the_question_and_no_documents(module_store: Store) -> None:
     fake = role_fake(verdicts=["True"])
-    run(store, fake)
+    run(module_store, fake)
     (p1,) = prompts_of(fake, "keywords")
     assert p1.rstrip().endswith(f"Query: {Q}")  # variable part last
     assert not any(text in p1 for text in TEXT.values())
 
 
-def test_8_regeneration_prompt_sees_only_question_and_previous_keywords(store: Store) -> None:
+def test_regeneration_prompt_sees_only_the_question_and_previous_keywords(
+    module_store: Store,
+) -> None:
     fake = role_fake(
         keywords=['["zeta1", "Paris"]'],
         regen=['["zeta2", "Berlin"]', '["zeta3", "Hamlet"]'],
         answers=["ans1", "ans2", "ans3"],
         verdicts=["False", "False", "True"],
     )
-    out = run(store, fake, Q_NO_HITS)
+    out = run(module_store, fake, Q_NO_HITS)
     p4 = prompts_of(fake, "regenerate")
     assert len(p4) == 2
     for i, prompt in enumerate(p4):  # the call that builds K_(i+2) from K_(i+1)
@@ -328,13 +333,13 @@ def test_8_regeneration_prompt_sees_only_question_and_previous_keywords(store: S
     assert "zeta1" not in p4[1] and "zeta2" in p4[1]  # no list older than K_i
 
 
-def test_9_answer_prompt_has_the_question_and_only_this_rounds_passages(store: Store) -> None:
+def test_answer_prompt_has_the_question_and_only_this_rounds_passages(module_store: Store) -> None:
     fake = role_fake(
         keywords=['["Paris", "France", "Berlin"]'],
         regen=['["Shakespeare", "Hamlet", "Stratford"]'],
         verdicts=["False", "True"],
     )
-    out = run(store, fake, Q_NO_HITS)
+    out = run(module_store, fake, Q_NO_HITS)
     p2 = prompts_of(fake, "answer")
     assert len(p2) == 2
     rounds = [r["doc_ids"] for r in out["history"]]
@@ -350,9 +355,9 @@ def test_9_answer_prompt_has_the_question_and_only_this_rounds_passages(store: S
         assert not any(TEXT[d] in prompt for d in other)
 
 
-def test_10_validation_prompt_has_question_answer_and_the_same_passages(store: Store) -> None:
+def test_validation_prompt_has_question_answer_and_the_same_passages(module_store: Store) -> None:
     fake = role_fake(keywords=['["Paris", "France"]'], answers=["Paris"], verdicts=["True"])
-    out = run(store, fake, Q_NO_HITS)
+    out = run(module_store, fake, Q_NO_HITS)
     (p2,) = prompts_of(fake, "answer")
     (p3,) = prompts_of(fake, "validate")
     assert f"Query: {Q_NO_HITS}" in p3 and "Answer: Paris" in p3
@@ -365,12 +370,12 @@ ANSWER_INSTRUCTION = "Give a clear, concise answer and nothing else."
 VALIDATE_INSTRUCTION = "Reply with exactly one word, True or False"
 
 
-def test_answer_and_validation_prompts_follow_the_papers_order(store: Store) -> None:
+def test_answer_and_validation_prompts_follow_the_papers_order(module_store: Store) -> None:
     """Paper Table 1: P2 is question, documents, then the instruction; P3 is question, answer,
     documents, then the reply format. The instruction is the last thing the model reads (a
     1.5B model given a prompt that ends on the question restated it)."""
     fake = role_fake(keywords=['["Paris", "France"]'], answers=["Paris"], verdicts=["True"])
-    out = run(store, fake, Q_NO_HITS)
+    out = run(module_store, fake, Q_NO_HITS)
     answer_call, validate_call = (
         next(c for c in fake.calls if kind_of(c) == kind) for kind in ("answer", "validate")
     )
@@ -392,53 +397,54 @@ def test_answer_and_validation_prompts_follow_the_papers_order(store: Store) -> 
     )
 
 
-def test_11_retrieval_query_is_question_plus_keywords(store: Store) -> None:
+def test_retrieval_query_is_the_question_plus_keywords(module_store: Store) -> None:
     fake = role_fake(
         keywords=['["Moon", "landing"]'], regen=['["Apollo 11"]'], verdicts=["False", "True"]
     )
-    out = run(store, fake)
+    out = run(module_store, fake)
     assert out["queries"] == [f"{Q} Moon landing", f"{Q} Apollo 11"]
     assert [r["retrieval_query"] for r in out["history"]] == out["queries"]
     assert retrieval_query("q?", []) == "q?" and retrieval_query("q?", ["a b", "c"]) == "q? a b c"
 
 
-def test_11_unparseable_keywords_mean_the_question_alone(store: Store) -> None:
+def test_unparseable_keywords_mean_the_question_alone(module_store: Store) -> None:
     fake = role_fake(keywords=[""], verdicts=["True"])
-    out = run(store, fake)
+    out = run(module_store, fake)
     assert out["queries"] == [Q] and out["keywords"] == []
     assert out["parse_failures"][0]["node"] == "generate_keywords"
     assert any(t.get("fallback") == "question_only" for t in out["trace"])
 
 
-def test_12_regenerated_keywords_replace_the_previous_ones(store: Store) -> None:
+def test_regenerated_keywords_replace_the_previous_ones(module_store: Store) -> None:
     fake = role_fake(
         keywords=['["Moon", "landing"]'],
         regen=['["Apollo 11", "Eagle"]'],
         verdicts=["False", "True"],
     )
-    out = run(store, fake)
+    out = run(module_store, fake)
     assert out["keywords"] == ["Apollo 11", "Eagle"]
     assert [r["keywords"] for r in out["history"]] == [["Moon", "landing"], ["Apollo 11", "Eagle"]]
 
 
 # -- retrieval -----------------------------------------------------------------------------
-def test_13_keyword_expansion_finds_the_gold_passage(store: Store) -> None:
+def test_keyword_expansion_finds_the_gold_passage(module_store: Store) -> None:
     fake = role_fake(
         keywords=['["Moon", "landing"]'],
         regen=['["Apollo 11", "lunar module"]'],
         answers=["Saturn V", "Eagle"],
         verdicts=["False", "True"],
     )
-    out = run(store, fake)
+    out = run(module_store, fake)
     first, second = out["history"]
     assert "apollo" not in first["doc_ids"] and second["doc_ids"][0] == "apollo"
     assert first["answer"] == "Saturn V" and out["answer"] == "Eagle"
     assert out["stop_reason"] == "validated" and out["evidence"][0]["id"] == "apollo"
 
 
-def test_14_retrieve_is_top_k_sorted_and_deterministic(store: Store) -> None:
+def test_retrieval_is_top_k_sorted_and_deterministic(module_store: Store) -> None:
     outs = [
-        run(store, role_fake(keywords=['["Moon", "Paris"]'], verdicts=["True"])) for _ in range(2)
+        run(module_store, role_fake(keywords=['["Moon", "Paris"]'], verdicts=["True"]))
+        for _ in range(2)
     ]
     ev = outs[0]["evidence"]
     assert len(ev) == 3 and [e["score"] for e in ev] == sorted(
@@ -449,26 +455,26 @@ def test_14_retrieve_is_top_k_sorted_and_deterministic(store: Store) -> None:
     # up to recall_k ids are logged for recall statistics; prompts only ever get top_k
     record = outs[0]["history"][0]
     assert len(record["logged_doc_ids"]) == 5 and record["logged_doc_ids"][:3] == record["doc_ids"]
-    out1 = run(store, role_fake(keywords=['["Moon"]'], verdicts=["True"]), top_k=1)
+    out1 = run(module_store, role_fake(keywords=['["Moon"]'], verdicts=["True"]), top_k=1)
     assert len(out1["evidence"]) == 1
 
 
 @pytest.mark.parametrize("mode", ["dense", "hybrid"])
-def test_15_dense_and_hybrid_variants_use_the_same_query(store: Store, mode: str) -> None:
+def test_dense_and_hybrid_variants_use_the_same_query(module_store: Store, mode: str) -> None:
     script: dict[str, Any] = {"regen": ['["Apollo 11"]'], "verdicts": ["False", "True"]}
-    bm25 = run(store, role_fake(**script))
-    other = run(store, role_fake(**script), retrieval_mode=mode)
+    bm25 = run(module_store, role_fake(**script))
+    other = run(module_store, role_fake(**script), retrieval_mode=mode)
     assert other["queries"] == bm25["queries"]
     assert other["evidence"] and all(e["source"] == mode for e in other["evidence"])
     assert len(other["evidence"]) == 3
 
 
-def test_15_hybrid_at_the_baselines_budget_shows_k_passages(store: Store) -> None:
+def test_hybrid_at_the_baselines_budget_shows_k_passages(module_store: Store) -> None:
     """``top_k`` alone sets what the prompts show: with top_k=5 and hybrid retrieval IterKey
     sees the same 5 passages as standard_rag (its default); recall_k only deepens the logged
     retrieval, and recall_k=0 retrieves exactly what is shown."""
     fake = role_fake(keywords=[""], verdicts=["True"])  # no keywords: the query is the question
-    out = run(store, fake, retrieval_mode="hybrid", top_k=5)
+    out = run(module_store, fake, retrieval_mode="hybrid", top_k=5)
     shown = [e["id"] for e in out["evidence"]]
     assert len(shown) == 5 and out["shown_ids"] == shown
     assert all(e["source"] == "hybrid" for e in out["evidence"])
@@ -477,12 +483,16 @@ def test_15_hybrid_at_the_baselines_budget_shows_k_passages(store: Store) -> Non
     for prompt in (p2, p3):
         assert "[5] " in prompt and "[6] " not in prompt
         assert all(TEXT[d] in prompt for d in shown)
-    baseline = build_graph("standard_rag", llm=ScriptedChatModel(default="x"), retriever=store)
+    baseline = build_graph(
+        "standard_rag", llm=ScriptedChatModel(default="x"), retriever=module_store
+    )
     base = baseline.invoke({"question": Q})
     assert [e["id"] for e in base["evidence"]] == shown  # same query, mode and budget
-    exact = run(store, role_fake(verdicts=["True"]), top_k=4, recall_k=0)
+    exact = run(module_store, role_fake(verdicts=["True"]), top_k=4, recall_k=0)
     assert len(exact["evidence"]) == 4 and exact["retrieved_ids"] == exact["shown_ids"]
-    deeper = run(store, role_fake(verdicts=["True"]), top_k=2, recall_k=6, retrieval_mode="hybrid")
+    deeper = run(
+        module_store, role_fake(verdicts=["True"]), top_k=2, recall_k=6, retrieval_mode="hybrid"
+    )
     assert len(deeper["shown_ids"]) == 2 and len(deeper["history"][0]["logged_doc_ids"]) == 6
 
 
@@ -499,11 +509,11 @@ def test_15_hybrid_at_the_baselines_budget_shows_k_passages(store: Store) -> Non
         ({" True": -0.3, "False": -1.0}, "False", True),
     ],
 )
-def test_16_17_logprobs_decide_the_verdict(
-    store: Store, logprobs: dict[str, float], text: str, expected: bool
+def test_logprobs_decide_the_verdict(
+    module_store: Store, logprobs: dict[str, float], text: str, expected: bool
 ) -> None:
     fake = role_fake(verdicts=[text], logprobs=logprobs)
-    out = run(store, LLM(fake, supports_logprobs=True), max_iterations=1)
+    out = run(module_store, LLM(fake, supports_logprobs=True), max_iterations=1)
     record = out["history"][0]
     assert record["verdict"] is expected and record["verdict_scores"]["method"] == "logprobs"
     assert record["verdict_scores"]["prob_true"] is not None
@@ -543,13 +553,13 @@ class TwoPositionModel(ScriptedChatModel):
         return result
 
 
-def test_17_leading_whitespace_token_is_skipped(store: Store) -> None:
+def test_a_leading_whitespace_token_is_skipped_in_the_logprobs(module_store: Store) -> None:
     fake = TwoPositionModel(
         rules=[(needle, "x") for name, needle in KINDS if name != "validate"],
         default="False",
         logprobs={},
     )
-    out = run(store, LLM(fake, supports_logprobs=True), max_iterations=1)
+    out = run(module_store, LLM(fake, supports_logprobs=True), max_iterations=1)
     assert out["history"][0]["verdict_scores"]["method"] == "logprobs"
     assert out["history"][0]["verdict"] is True
 
@@ -563,14 +573,14 @@ def test_17_leading_whitespace_token_is_skipped(store: Store) -> None:
     ],
 )
 @pytest.mark.parametrize("endpoint_logprobs", [True, False])
-def test_18_text_replies_are_read_but_never_accept(
-    store: Store, text: str, choice: str, path: str, endpoint_logprobs: bool
+def test_text_verdicts_are_read_but_never_accept(
+    module_store: Store, text: str, choice: str, path: str, endpoint_logprobs: bool
 ) -> None:
     """A reply decided without logprobs (parsed text, or malformed: the default) has no
     probability, so the answer is not accepted and the loop goes on (fail toward retrieving
     more); the option the text named is kept in ``verdict_scores``."""
     fake = role_fake(verdicts=[text])
-    out = run(store, fake, max_iterations=2, endpoint_logprobs=endpoint_logprobs)
+    out = run(module_store, fake, max_iterations=2, endpoint_logprobs=endpoint_logprobs)
     assert out["iterations"] == 2 and out["stop_reason"] == "max_iterations"
     for record in out["history"]:
         assert record["verdict"] is False
@@ -587,9 +597,9 @@ def test_18_text_replies_are_read_but_never_accept(
     assert all(c["kwargs"]["max_tokens"] <= 30 for c in fake.calls if kind_of(c) == "validate")
 
 
-def test_18_logprobs_without_the_options_fall_back_to_text(store: Store) -> None:
+def test_logprobs_without_true_or_false_fall_back_to_the_text(module_store: Store) -> None:
     fake = role_fake(verdicts=["True"], logprobs={"Maybe": -0.1})
-    out = run(store, fake, max_iterations=1)
+    out = run(module_store, fake, max_iterations=1)
     scores = out["history"][0]["verdict_scores"]
     assert (scores["method"], scores["choice"], scores["p"]) == ("parsed-no-logprobs", "True", None)
     assert out["history"][0]["verdict"] is False and out["stop_reason"] == "max_iterations"
@@ -608,10 +618,10 @@ def test_18_logprobs_without_the_options_fall_back_to_text(store: Store) -> None
     ],
 )
 def test_validation_threshold_decides_on_p_true(
-    store: Store, p_true: float, threshold: float, stops: bool
+    module_store: Store, p_true: float, threshold: float, stops: bool
 ) -> None:
     fake = role_fake(verdicts=[p_true, 0.99])
-    out = run(store, fake, validation_threshold=threshold)
+    out = run(module_store, fake, validation_threshold=threshold)
     first = out["decisions"][0]
     assert first["p"] == pytest.approx(p_true, abs=1e-6) and first["threshold"] == threshold
     assert first["path"] == "logprobs" and first["answer"] == "a1"
@@ -622,20 +632,22 @@ def test_validation_threshold_decides_on_p_true(
     assert out["answer"] == ("a1" if stops else "a2")
 
 
-def test_validation_threshold_is_a_setting_at_run_time(store: Store) -> None:
-    graph = build_graph("iterkey", llm=served(role_fake(verdicts=[0.8])), retriever=store)
+def test_validation_threshold_is_a_setting_at_run_time(module_store: Store) -> None:
+    graph = build_graph("iterkey", llm=served(role_fake(verdicts=[0.8])), retriever=module_store)
     out = graph.invoke({"question": Q}, context={"validation_threshold": 0.9, "max_iterations": 3})
     assert out["iterations"] == 3 and out["stop_reason"] == "max_iterations"
     assert {d["threshold"] for d in out["decisions"]} == {0.9}
     assert Context().validation_threshold == 0.5  # the paper: the more probable option
     with pytest.raises(InputError):
-        build_graph("iterkey", llm=role_fake(), retriever=store, validation_threshold=-0.1)
+        build_graph("iterkey", llm=role_fake(), retriever=module_store, validation_threshold=-0.1)
 
 
-def test_calibration_run_never_stops_early_and_records_every_rounds_answer(store: Store) -> None:
+def test_calibration_run_never_stops_early_and_records_every_rounds_answer(
+    module_store: Store,
+) -> None:
     p_true = [0.2, 0.95, 0.3, 0.99, 0.1]
     fake = role_fake(answers=["a1", "a2", "a3", "a4", "a5"], verdicts=p_true)
-    out = run(store, fake, calibration=True)
+    out = run(module_store, fake, calibration=True)
     assert out["iterations"] == 5 and out["stop_reason"] == "max_iterations"
     assert Counter(kinds(fake)) == {"keywords": 1, "answer": 5, "validate": 5, "regenerate": 4}
     decisions = out["decisions"]
@@ -654,9 +666,9 @@ def test_calibration_run_never_stops_early_and_records_every_rounds_answer(store
     assert (replay(0.5), replay(0.97), replay(0.999)) == ("a2", "a4", "a5")
 
 
-def test_calibration_run_without_logprobs_or_with_an_empty_answer(store: Store) -> None:
+def test_calibration_run_without_logprobs_or_with_an_empty_answer(module_store: Store) -> None:
     out = run(
-        store, role_fake(answers=["", "a2", "a3"], verdicts=["True"]), calibration=True,
+        module_store, role_fake(answers=["", "a2", "a3"], verdicts=["True"]), calibration=True,
         max_iterations=3, endpoint_logprobs=False,
     )  # fmt: skip
     assert out["iterations"] == 3 and out["stop_reason"] == "max_iterations"
@@ -668,15 +680,15 @@ def test_calibration_run_without_logprobs_or_with_an_empty_answer(store: Store) 
 
 
 def test_cot_variant_is_decided_on_its_conclusion_but_never_stops_a_calibration_run(
-    store: Store,
+    module_store: Store,
 ) -> None:
     conclusions = ["Chain of thought: yes.\nConclusion: True"]
-    out = run(store, role_fake(cot_verdicts=conclusions), cot=True)
+    out = run(module_store, role_fake(cot_verdicts=conclusions), cot=True)
     assert out["iterations"] == 1 and out["stop_reason"] == "validated"
     (decision,) = out["decisions"]
     assert (decision["decision"], decision["p"], decision["path"]) == ("accept", None, "parsed")
     assert decision["threshold"] is None and decision["answer"] == "a1"
-    calib = run(store, role_fake(cot_verdicts=conclusions), cot=True, calibration=True)
+    calib = run(module_store, role_fake(cot_verdicts=conclusions), cot=True, calibration=True)
     assert calib["iterations"] == 5 and calib["stop_reason"] == "max_iterations"
     assert calib["verdicts"] == [True] * 5 and calib["answer"] == "a1"
 
@@ -697,37 +709,37 @@ def test_cot_variant_is_decided_on_its_conclusion_but_never_stops_a_calibration_
         (f'["{"x" * 101}", "ok"]', ["ok"]),
     ],
 )
-def test_19_keyword_parser(raw: str, expected: list[str]) -> None:
+def test_keyword_parser(raw: str, expected: list[str]) -> None:
     assert parse_keywords(raw) == expected
 
 
-def test_19_last_list_for_cot_replies() -> None:
+def test_keyword_parser_takes_the_last_list_of_cot_replies() -> None:
     raw = 'The old ["Moon"] is too general.\nRefined Keywords: ["Apollo 11", "Eagle"]'
     assert parse_keywords(raw, last=True) == ["Apollo 11", "Eagle"]
     assert parse_keywords(raw) == ["Moon"]
 
 
-def test_19_unparseable_regeneration_keeps_the_previous_keywords(store: Store) -> None:
+def test_unparseable_regeneration_keeps_the_previous_keywords(module_store: Store) -> None:
     fake = role_fake(keywords=['["Moon", "landing"]'], regen=["   "], verdicts=["False", "True"])
-    out = run(store, fake)
+    out = run(module_store, fake)
     assert [r["keywords"] for r in out["history"]] == [["Moon", "landing"], ["Moon", "landing"]]
     (failure,) = out["parse_failures"]
     assert failure["node"] == "regenerate_keywords" and failure["iteration"] == 2
     assert failure["fallback_used"] == "previous_keywords"
 
 
-def test_20_answer_is_cleaned_and_the_raw_text_kept(store: Store) -> None:
+def test_answer_is_cleaned_and_the_raw_text_kept(module_store: Store) -> None:
     fake = role_fake(answers=["Answer: Eagle"], verdicts=["True"])
-    out = run(store, fake)
+    out = run(module_store, fake)
     assert out["answer"] == "Eagle"
     assert out["history"][0]["raw_answer_output"] == "Answer: Eagle"
     assert "Answer: Eagle" in prompts_of(fake, "validate")[0]  # the cleaned answer is judged
     assert "Answer: Answer:" not in prompts_of(fake, "validate")[0]
 
 
-def test_21_empty_answer_skips_the_validator(store: Store) -> None:
+def test_an_empty_answer_skips_the_validator(module_store: Store) -> None:
     fake = role_fake(answers=["", "Eagle"], verdicts=["True"])
-    out = run(store, fake)
+    out = run(module_store, fake)
     assert kinds(fake) == ["keywords", "answer", "regenerate", "answer", "validate"]
     first = out["history"][0]
     assert first["verdict"] is False and first["verdict_scores"]["method"] == "default"
@@ -736,25 +748,25 @@ def test_21_empty_answer_skips_the_validator(store: Store) -> None:
 
 
 # -- limits and config ---------------------------------------------------------------------
-def test_22_token_caps(store: Store) -> None:
+def test_each_call_kind_has_its_token_cap_at_temperature_0(module_store: Store) -> None:
     fake = role_fake(verdicts=["False", "True"])
-    run(store, fake, endpoint_logprobs=False)
+    run(module_store, fake, endpoint_logprobs=False)
     caps = {kind_of(c): c["kwargs"]["max_tokens"] for c in fake.calls}
     assert caps == {"keywords": 50, "answer": 50, "validate": 30, "regenerate": 50}
     with_logprobs = role_fake(verdicts=["False", "True"])
-    run(store, with_logprobs)  # the forced choice reads the first tokens only
+    run(module_store, with_logprobs)  # the forced choice reads the first tokens only
     assert {c["kwargs"]["max_tokens"] for c in with_logprobs.calls if kind_of(c) == "validate"} == {
         3
     }
     assert openai_llm("http://127.0.0.1:9/v1", "m").chat.temperature == 0.0  # type: ignore[attr-defined]
 
 
-def test_23_per_role_llms(store: Store) -> None:
+def test_keyword_and_validator_roles_use_their_own_llms(module_store: Store) -> None:
     main = role_fake()
     keyword_llm = role_fake(keywords=['["Moon"]'], regen=['["Apollo 11"]'])
     validator = role_fake(verdicts=["False", "True"])
     graph = build_graph(
-        "iterkey", llm=main, retriever=store, keywords_llm=keyword_llm,
+        "iterkey", llm=main, retriever=module_store, keywords_llm=keyword_llm,
         validator_llm=served(validator),
     )  # fmt: skip
     out = graph.invoke({"question": Q})
@@ -764,19 +776,19 @@ def test_23_per_role_llms(store: Store) -> None:
     assert out["queries"] == [f"{Q} Moon", f"{Q} Apollo 11"] and out["stop_reason"] == "validated"
 
 
-def test_23_only_the_validator_swapped(store: Store) -> None:
+def test_only_the_validator_llm_swapped(module_store: Store) -> None:
     main = role_fake()
     validator = role_fake(verdicts=["True"])
-    build_graph("iterkey", llm=main, retriever=store, validator_llm=served(validator)).invoke(
-        {"question": Q}
-    )
+    build_graph(
+        "iterkey", llm=main, retriever=module_store, validator_llm=served(validator)
+    ).invoke({"question": Q})
     assert kinds(main) == ["keywords", "answer"] and kinds(validator) == ["validate"]
 
 
-def test_24_doc_by_doc_regeneration(store: Store) -> None:
+def test_doc_by_doc_regeneration_asks_once_per_passage_and_merges(module_store: Store) -> None:
     per_doc = ['["Apollo 11", "Moon"]', '["moon", "Eagle"]', '["Aldrin"]']
     fake = role_fake(keywords=['["Moon"]'], regen=per_doc, verdicts=["False", "True"])
-    out = run(store, fake, regeneration_mode="doc_by_doc")
+    out = run(module_store, fake, regeneration_mode="doc_by_doc")
     calls = prompts_of(fake, "regenerate_doc")
     first_docs = out["history"][0]["doc_ids"]
     assert len(calls) == len(first_docs) == 3 and "regenerate" not in kinds(fake)
@@ -786,7 +798,7 @@ def test_24_doc_by_doc_regeneration(store: Store) -> None:
     assert out["history"][1]["keywords"] == ["Apollo 11", "Moon", "Eagle", "Aldrin"]
 
 
-def test_25_cot_variant(store: Store) -> None:
+def test_cot_variant_validates_and_regenerates_with_reasoning(module_store: Store) -> None:
     fake = role_fake(
         cot_verdicts=[
             "Chain of thought: the passage names Saturn V, which is True of the rocket.\nConclusion: False",
@@ -794,7 +806,7 @@ def test_25_cot_variant(store: Store) -> None:
         ],
         regen=['Too general. Old: ["Moon"]. Refined Keywords: ["Apollo 11", "lunar module"]'],
     )
-    out = run(store, fake, cot=True)
+    out = run(module_store, fake, cot=True)
     assert kinds(fake) == [
         "keywords",
         "answer",
@@ -812,28 +824,30 @@ def test_25_cot_variant(store: Store) -> None:
     assert cot_verdict("no conclusion here") is None
 
 
-def test_26_no_recursion_limit_at_n5_or_with_run_time_overrides(store: Store) -> None:
-    graph = build_graph("iterkey", llm=role_fake(verdicts=["False"]), retriever=store)
+def test_no_recursion_limit_at_the_default_bound_or_with_run_time_overrides(
+    module_store: Store,
+) -> None:
+    graph = build_graph("iterkey", llm=role_fake(verdicts=["False"]), retriever=module_store)
     assert graph.invoke({"question": Q})["iterations"] == 5
-    graph = build_graph("iterkey", llm=role_fake(verdicts=["False"]), retriever=store)
+    graph = build_graph("iterkey", llm=role_fake(verdicts=["False"]), retriever=module_store)
     out = graph.invoke({"question": Q}, context={"max_iterations": 12})
     assert out["iterations"] == 12 and out["stop_reason"] == "max_iterations"
-    graph = build_graph("iterkey", llm=role_fake(verdicts=["False"]), retriever=store)
+    graph = build_graph("iterkey", llm=role_fake(verdicts=["False"]), retriever=module_store)
     assert graph.invoke({"question": Q}, context={"max_iterations": 2})["iterations"] == 2
     # the graph carries a limit that fits the largest N a run may set (4 steps a round)
     assert graph.config is not None and graph.config["recursion_limit"] >= 4 * 25 + 10
     with pytest.raises(InputError, match="max_iterations must be at most 25"):
-        build_graph("iterkey", llm=role_fake(), retriever=store, max_iterations=3000)
+        build_graph("iterkey", llm=role_fake(), retriever=module_store, max_iterations=3000)
 
 
 # -- trace ---------------------------------------------------------------------------------
-def test_27_history_records_every_round(store: Store) -> None:
+def test_history_records_every_round(module_store: Store) -> None:
     fake = role_fake(
         keywords=['["Moon", "landing"]'],
         regen=['["moon", "Apollo 11"]', '["Apollo 11", "Saturn"]'],
         verdicts=["False", "False", "True"],
     )
-    out = run(store, fake)
+    out = run(module_store, fake)
     history = out["history"]
     assert [r["iteration"] for r in history] == [1, 2, 3]
     assert [r["new_keywords"] for r in history] == [["Moon", "landing"], ["Apollo 11"], ["Saturn"]]
@@ -850,9 +864,9 @@ def test_27_history_records_every_round(store: Store) -> None:
         assert not any(TEXT[d] in prompt for d in seen - set(history[2]["doc_ids"]))
 
 
-def test_28_deterministic(store: Store) -> None:
+def test_the_same_replies_give_the_same_history(module_store: Store) -> None:
     def once() -> list[Any]:
-        return list(run(store, role_fake(verdicts=["False", "False", "True"]))["history"])
+        return list(run(module_store, role_fake(verdicts=["False", "False", "True"]))["history"])
 
     assert once() == once()
 
@@ -898,9 +912,9 @@ def test_graph_shape_and_context_descriptions() -> None:
     ) == (50, 50, 30)
 
 
-def test_progress_events(store: Store) -> None:
+def test_progress_events(module_store: Store) -> None:
     graph = build_graph(
-        "iterkey", llm=served(role_fake(verdicts=["False", "True"])), retriever=store
+        "iterkey", llm=served(role_fake(verdicts=["False", "True"])), retriever=module_store
     )
     events: list[dict[str, Any]] = [
         payload
@@ -912,8 +926,8 @@ def test_progress_events(store: Store) -> None:
     assert [e["verdict"] for e in events if "verdict" in e] == [False, True]
 
 
-def test_any_langchain_retriever_works(store: Store) -> None:
-    lc = GapragRetriever(store=store, k=3, mode="bm25")
+def test_any_langchain_retriever_works(module_store: Store) -> None:
+    lc = GapragRetriever(store=module_store, k=3, mode="bm25")
     out = build_graph("iterkey", llm=served(role_fake(verdicts=["True"])), retriever=lc).invoke(
         {"question": Q}
     )
@@ -930,21 +944,23 @@ def test_any_langchain_retriever_works(store: Store) -> None:
         {"max_iterations": 0},
     ],
 )
-def test_invalid_settings_are_clear_errors(store: Store, option: dict[str, Any]) -> None:
+def test_invalid_settings_are_clear_errors(module_store: Store, option: dict[str, Any]) -> None:
     with pytest.raises(InputError) as err:
-        build_graph("iterkey", llm=role_fake(), retriever=store, **option)
+        build_graph("iterkey", llm=role_fake(), retriever=module_store, **option)
     assert next(iter(option)) in str(err.value)
-    graph = build_graph("iterkey", llm=role_fake(), retriever=store)
+    graph = build_graph("iterkey", llm=role_fake(), retriever=module_store)
     with pytest.raises(InputError):
         graph.invoke({"question": Q}, context=option)
 
 
 # -- the module-level layout: threads, async, decisions, shown passages ---------------------
-def test_a_second_question_on_a_thread_starts_clean(store: Store) -> None:
+def test_a_second_question_on_a_thread_starts_clean(module_store: Store) -> None:
     from langgraph.checkpoint.memory import InMemorySaver
 
     fake = role_fake(answers=("Apollo 11", "Eagle"), verdicts=("True",))
-    graph = build_graph("iterkey", llm=served(fake), retriever=store, checkpointer=InMemorySaver())
+    graph = build_graph(
+        "iterkey", llm=served(fake), retriever=module_store, checkpointer=InMemorySaver()
+    )
     config: RunnableConfig = {"configurable": {"thread_id": "t"}}
     first = graph.invoke({"question": Q}, config)
     second = graph.invoke({"question": Q_NO_HITS}, config)
@@ -956,12 +972,12 @@ def test_a_second_question_on_a_thread_starts_clean(store: Store) -> None:
     assert all(e["round"] == 1 for e in second["evidence"])
 
 
-def test_ainvoke_gives_the_same_output(store: Store) -> None:
+def test_ainvoke_gives_the_same_output(module_store: Store) -> None:
     import asyncio
 
-    sync = run(store, role_fake(verdicts=["False", "True"]))
+    sync = run(module_store, role_fake(verdicts=["False", "True"]))
     graph = build_graph(
-        "iterkey", llm=served(role_fake(verdicts=["False", "True"])), retriever=store
+        "iterkey", llm=served(role_fake(verdicts=["False", "True"])), retriever=module_store
     )
     asyn = dict(asyncio.run(graph.ainvoke({"question": Q})))
     for out in (sync, asyn):
@@ -969,10 +985,10 @@ def test_ainvoke_gives_the_same_output(store: Store) -> None:
     assert sync == asyn
 
 
-def test_validation_decisions_are_recorded_with_their_probability(store: Store) -> None:
+def test_validation_decisions_are_recorded_with_their_probability(module_store: Store) -> None:
     fake = role_fake(verdicts=["True"])
     fake.logprobs = {"True": -0.2, "False": -1.8}
-    out = run(store, LLM(fake, supports_logprobs=True))
+    out = run(module_store, LLM(fake, supports_logprobs=True))
     (decision,) = out["decisions"]
     assert decision["node"] == "validate_answer" and decision["round"] == 1
     assert decision["decision"] == "accept" and decision["path"] == "logprobs"
@@ -980,15 +996,15 @@ def test_validation_decisions_are_recorded_with_their_probability(store: Store) 
     p_true, p_false = math.exp(-0.2), math.exp(-1.8)
     assert decision["p"] == pytest.approx(p_true / (p_true + p_false), rel=1e-5)
     assert decision["answer"] == "a1"
-    rejected = run(store, role_fake(verdicts=["False"]), max_iterations=2)["decisions"]
+    rejected = run(module_store, role_fake(verdicts=["False"]), max_iterations=2)["decisions"]
     assert [(d["round"], d["decision"], d["p"], d["answer"]) for d in rejected] == [
         (1, "reject", pytest.approx(0.1), "a1"),
         (2, "reject", pytest.approx(0.1), "a2"),
     ]
 
 
-def test_only_the_shown_passages_count_as_shown(store: Store) -> None:
-    out = run(store, role_fake(verdicts=["True"]), top_k=2, recall_k=5)
+def test_only_the_shown_passages_count_as_shown(module_store: Store) -> None:
+    out = run(module_store, role_fake(verdicts=["True"]), top_k=2, recall_k=5)
     shown = [d["id"] for d in out["evidence"]]
     assert out["shown_ids"] == shown and len(shown) == 2
     assert out["retrieved_ids"][:2] == shown and len(out["retrieved_ids"]) > 2

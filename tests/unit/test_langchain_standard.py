@@ -36,7 +36,7 @@ QUESTION = "Who built the Eiffel Tower in Paris?"
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+def module_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     """A store of five documents, shared by the module (no test writes to it)."""
     docs: list[Document] = [
         {"id": "eiffel", "title": "Eiffel Tower", "text": "The Eiffel Tower in Paris was built by Gustave Eiffel."},
@@ -52,8 +52,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
 # -- the retriever -------------------------------------------------------------------------
 class TestGapragRetrieverStandard(RetrieversIntegrationTests):
     @pytest.fixture(autouse=True)
-    def _store(self, store: Store) -> None:
-        self.store = store
+    def _store(self, module_store: Store) -> None:
+        self.store = module_store
 
     @property
     def retriever_constructor(self) -> type[BaseRetriever]:
@@ -68,25 +68,25 @@ class TestGapragRetrieverStandard(RetrieversIntegrationTests):
         return QUESTION
 
 
-def test_retriever_call_overrides_k_and_mode(store: Store) -> None:
-    retriever = GapragRetriever(store=store, k=5, mode="dense")
+def test_retriever_call_overrides_k_and_mode(module_store: Store) -> None:
+    retriever = GapragRetriever(store=module_store, k=5, mode="dense")
     docs = retriever.invoke("capital of Germany", k=1, mode="bm25")
     assert [d.metadata["id"] for d in docs] == ["de"]
     assert len(retriever.invoke("capital of Germany")) == 5  # the defaults are unchanged
 
 
-async def test_retriever_async_call_overrides_k_and_mode(store: Store) -> None:
-    retriever = GapragRetriever(store=store, k=5, mode="dense")
+async def test_retriever_async_call_overrides_k_and_mode(module_store: Store) -> None:
+    retriever = GapragRetriever(store=module_store, k=5, mode="dense")
     docs = await retriever.ainvoke("capital of Germany", k=1, mode="bm25")
     assert [d.metadata["id"] for d in docs] == ["de"]
 
 
 # -- the tools made by as_tool, one per method -------------------------------------------------
 @pytest.fixture(params=gaprag.list_methods())
-def method_tool(request: pytest.FixtureRequest, store: Store) -> BaseTool:
+def method_tool(request: pytest.FixtureRequest, module_store: Store) -> BaseTool:
     """``as_tool(method)`` over the tiny store, with a model that always says the same."""
     model = ScriptedChatModel(default="Gustave Eiffel")
-    return as_tool(request.param, llm=model, retriever=store)
+    return as_tool(request.param, llm=model, retriever=module_store)
 
 
 class _MethodTool:

@@ -13,7 +13,7 @@ from gaprag.accounting import metered
 from gaprag.graphs.iterkey.nodes import PROMPTS
 from gaprag.llm.client import LLM
 from gaprag.llm.memo import ReplyMemo, deterministic, run_scope
-from gaprag.stores import HashingEmbedder, Store
+from gaprag.stores import Store
 from gaprag.stores.documents import Document
 from gaprag.testing import ScriptedChatModel
 
@@ -104,10 +104,10 @@ def test_the_memo_keeps_the_most_recent_runs() -> None:
     assert [memo.get(r, "k").content for r in ("b", "c")] == ["b", "c"]  # type: ignore[union-attr]
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
-    root = tmp_path_factory.mktemp("memo-store") / "s"
-    return Store.build(root, CORPUS, embedder=HashingEmbedder(), progress=False)
+@pytest.fixture
+def store_docs() -> list[Document]:
+    """The ``store`` fixture's documents."""
+    return CORPUS
 
 
 def iterkey_fake() -> Deterministic:

@@ -1195,7 +1195,7 @@ def test_a_fact_in_a_prompt_counts_for_its_passages() -> None:
     assert meter.shown == ["sol", "lev"]
 
 
-# -- the sufficiency decision (issue 16) -----------------------------------------------------
+# -- the sufficiency decision ------------------------------------------------------------------
 ONE_FACT = [(LEAF, leaf_json(("Levity was directed by Ed Solomon.", [0])))]
 ROUNDS_RULES = [
     (LEAF, counter_reply(lambda n: leaf_json((f"Fact number {n} about Levity.", [0])))),

@@ -161,8 +161,9 @@ def full_state(graph: Any, question: str, **context: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store.build(tmp_path / "wiki", DOCS, embedder=HashingEmbedder(), progress=False)
+def store_docs() -> list[Document]:
+    """The ``store`` fixture's documents."""
+    return DOCS
 
 
 @pytest.fixture

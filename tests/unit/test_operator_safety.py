@@ -20,6 +20,7 @@ from gaprag import build_graph, list_methods
 from gaprag.context import effective_settings
 from gaprag.deps import CACHE_SIZE, Deps
 from gaprag.errors import GapragError, InputError, StoreError
+from gaprag.graphs import ITERATIVE
 from gaprag.operator import AllowedEndpoint, OperatorPolicy
 from gaprag.stores.embeddings import HashingEmbedder
 from gaprag.stores.pairs import PairStore
@@ -31,7 +32,7 @@ SECRET = "sk-operator-secret-0123456789"
 Q = "Who built the Eiffel Tower?"
 METHODS = list_methods()
 #: the methods with a loop an operator's deadline or token budget can cut
-LOOPING = ["iterkey", "ircot", "migres", "rfm_rag", "missing_knowledge"]
+LOOPING = list(ITERATIVE)
 #: (method, setting) for every operator path setting
 PATHS = [
     ("standard_rag", "store"),
@@ -52,7 +53,8 @@ def root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(root: Path, tiny_docs: list[dict[str, str]]) -> Store:
+def store_in_root(root: Path, tiny_docs: list[dict[str, str]]) -> Store:
+    """A store of ``tiny_docs`` inside ``root``, the folder a policy names as the store root."""
     return Store.build(root / "store", tiny_docs, embedder=HashingEmbedder(), progress=False)
 
 
@@ -76,28 +78,30 @@ def graph(method: str, store: Store | None, **options: Any) -> Any:
 # -- endpoints and keys ----------------------------------------------------------------------
 @pytest.mark.parametrize("method", METHODS)
 def test_runtime_endpoint_is_refused_and_receives_nothing(
-    method: str, store: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+    method: str, store_in_root: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    g = build_graph(method, retriever=store, **QUIET.get(method, {}))
+    g = build_graph(method, retriever=store_in_root, **QUIET.get(method, {}))
     with pytest.raises(InputError, match=r"base_url=.* operator's setting"):
         g.invoke({"question": Q}, context={"base_url": recorder.base_url, "model": "m"})
     assert recorder.requests == []
 
 
 @pytest.mark.parametrize("name", ["keywords_base_url", "validator_base_url"])
-def test_iterkey_role_endpoints_are_refused(name: str, store: Store, recorder: FakeOpenAI) -> None:
+def test_iterkey_role_endpoints_are_refused(
+    name: str, store_in_root: Store, recorder: FakeOpenAI
+) -> None:
     with pytest.raises(InputError, match=name):
-        graph("iterkey", store).invoke({"question": Q}, context={name: recorder.base_url})
+        graph("iterkey", store_in_root).invoke({"question": Q}, context={name: recorder.base_url})
     assert recorder.requests == []
 
 
 def test_allowed_runtime_endpoint_gets_no_operator_key(
-    store: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+    store_in_root: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     policy = OperatorPolicy(allowed_endpoints=(AllowedEndpoint("http://127.0.0.1:"),))
-    g = build_graph("standard_rag", retriever=store, policy=policy)
+    g = build_graph("standard_rag", retriever=store_in_root, policy=policy)
     context = {"base_url": recorder.base_url, "model": "m", "retrieval_mode": "bm25"}
     out = g.invoke({"question": Q}, context=context)
     assert out["answer"] == "Gustave Eiffel"
@@ -106,70 +110,78 @@ def test_allowed_runtime_endpoint_gets_no_operator_key(
 
 
 def test_allowed_runtime_endpoint_asked_for_its_model_gets_no_operator_key(
-    store: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+    store_in_root: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     policy = OperatorPolicy(allowed_endpoints=(AllowedEndpoint("http://127.0.0.1:"),))
-    g = build_graph("standard_rag", retriever=store, policy=policy)
+    g = build_graph("standard_rag", retriever=store_in_root, policy=policy)
     g.invoke({"question": Q}, context={"base_url": recorder.base_url, "retrieval_mode": "bm25"})
     assert recorder.model_lookups == 1, "no model named: the endpoint was asked for its model"
     assert all(SECRET not in h.get("authorization", "") for h in recorder.headers)
 
 
 def test_allowed_endpoint_gets_the_key_tied_to_its_prefix(
-    store: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+    store_in_root: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("LOCAL_KEY", "sk-tied-to-loopback-42")
     monkeypatch.setenv("GAPRAG_ALLOWED_ENDPOINTS", "http://127.0.0.1:=LOCAL_KEY")
-    g = build_graph("standard_rag", retriever=store)  # the policy from the environment
+    g = build_graph("standard_rag", retriever=store_in_root)  # the policy from the environment
     g.invoke({"question": Q}, context={"base_url": recorder.base_url, "retrieval_mode": "bm25"})
     assert {h["authorization"] for h in recorder.headers} == {"Bearer sk-tied-to-loopback-42"}
 
 
 def test_operator_endpoint_gets_the_operator_key(
-    store: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+    store_in_root: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("GAPRAG_BASE_URL", recorder.base_url)
-    g = build_graph("standard_rag", retriever=store)
+    g = build_graph("standard_rag", retriever=store_in_root)
     # naming the operator's own endpoint at run time is no change
     g.invoke({"question": Q}, context={"base_url": recorder.base_url, "retrieval_mode": "bm25"})
     assert {h["authorization"] for h in recorder.headers} == {f"Bearer {SECRET}"}
 
 
 def test_runtime_keyword_endpoint_never_replaces_the_injected_llm(
-    store: Store, recorder: FakeOpenAI
+    store_in_root: Store, recorder: FakeOpenAI
 ) -> None:
     injected = model("Gustave Eiffel")
     dev = OperatorPolicy(dev_allow_runtime_settings=True)
-    g = build_graph("iterkey", llm=injected, retriever=store, policy=dev, max_iterations=1)
+    g = build_graph("iterkey", llm=injected, retriever=store_in_root, policy=dev, max_iterations=1)
     context = {"keywords_base_url": recorder.base_url, "validator_base_url": recorder.base_url}
     g.invoke({"question": Q}, context=context)
     assert recorder.requests == [] and injected.calls
 
 
-def test_runtime_model_needs_an_allowed_runtime_endpoint(store: Store) -> None:
+def test_runtime_model_needs_an_allowed_runtime_endpoint(store_in_root: Store) -> None:
     with pytest.raises(InputError, match="model='gpt-expensive'"):
-        graph("standard_rag", store).invoke({"question": Q}, context={"model": "gpt-expensive"})
+        graph("standard_rag", store_in_root).invoke(
+            {"question": Q}, context={"model": "gpt-expensive"}
+        )
 
 
 # -- paths -----------------------------------------------------------------------------------
 @pytest.mark.parametrize(("method", "name"), PATHS)
-def test_runtime_path_without_a_root_is_refused(method: str, name: str, store: Store) -> None:
+def test_runtime_path_without_a_root_is_refused(
+    method: str, name: str, store_in_root: Store
+) -> None:
     with pytest.raises(InputError, match=rf"{name}=.* operator's setting"):
-        graph(method, store).invoke({"question": Q}, context={name: str(store.root)})
+        graph(method, store_in_root).invoke(
+            {"question": Q}, context={name: str(store_in_root.root)}
+        )
 
 
 @pytest.mark.parametrize(("method", "name"), PATHS)
 def test_runtime_path_escaping_the_root_is_refused_and_nothing_is_created(
-    method: str, name: str, store: Store, root: Path, tmp_path: Path
+    method: str, name: str, store_in_root: Store, root: Path, tmp_path: Path
 ) -> None:
     policy = OperatorPolicy(store_root=root)
     outside = tmp_path / "outside" / "made.sqlite"
     for value in ("../../..", str(outside), f"{root}/../outside/made.sqlite"):
         with pytest.raises(InputError, match="outside the store root"):
-            graph(method, store, policy=policy).invoke({"question": Q}, context={name: value})
+            graph(method, store_in_root, policy=policy).invoke(
+                {"question": Q}, context={name: value}
+            )
     assert not (tmp_path / "outside").exists()
 
 
@@ -184,7 +196,7 @@ def test_symlinked_store_escaping_the_root_is_refused(
         g.invoke({"question": Q}, context={"store": "link", "retrieval_mode": "bm25"})
 
 
-def test_store_under_the_root_is_allowed_by_relative_name(root: Path, store: Store) -> None:
+def test_store_under_the_root_is_allowed_by_relative_name(root: Path, store_in_root: Store) -> None:
     g = build_graph("standard_rag", llm=model(), policy=OperatorPolicy(store_root=root))
     out = g.invoke({"question": Q}, context={"store": "store", "retrieval_mode": "bm25"})
     assert out["answer"] == "Gustave Eiffel" and out["evidence"]
@@ -199,14 +211,16 @@ def test_feedback_store_outside_the_root_is_not_created(root: Path, tmp_path: Pa
 
 
 def test_runtime_path_equal_to_the_operator_value_is_no_change(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store_in_root: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("GAPRAG_STORE", str(store.root))
+    monkeypatch.setenv("GAPRAG_STORE", str(store_in_root.root))
     g = build_graph("standard_rag", llm=model())
     assert effective_settings(g.context_schema)["store"] == {
-        "value": str(store.root), "source": "env GAPRAG_STORE"
+        "value": str(store_in_root.root), "source": "env GAPRAG_STORE"
     }  # fmt: skip
-    out = g.invoke({"question": Q}, context={"store": str(store.root), "retrieval_mode": "bm25"})
+    out = g.invoke(
+        {"question": Q}, context={"store": str(store_in_root.root), "retrieval_mode": "bm25"}
+    )
     assert out["evidence"]
     with pytest.raises(InputError, match="store=''"):  # a run cannot unset it either
         g.invoke({"question": Q}, context={"store": ""})
@@ -256,34 +270,36 @@ def test_rank_bm25_index_reopens_from_json(root: Path, tiny_docs: list[dict[str,
     assert again.bm25.search("Eiffel tower Paris", 2) == built.bm25.search("Eiffel tower Paris", 2)
 
 
-def test_store_whose_current_points_outside_is_refused(root: Path, store: Store) -> None:
-    (store.root / "CURRENT").write_text("../../elsewhere")
+def test_store_whose_current_points_outside_is_refused(root: Path, store_in_root: Store) -> None:
+    (store_in_root.root / "CURRENT").write_text("../../elsewhere")
     with pytest.raises(StoreError, match="outside itself"):
-        Store.open(store.root)
+        Store.open(store_in_root.root)
 
 
 # -- spend -----------------------------------------------------------------------------------
-def test_bound_above_the_operator_cap_is_refused(store: Store) -> None:
+def test_bound_above_the_operator_cap_is_refused(store_in_root: Store) -> None:
     policy = OperatorPolicy(max_bounds={"max_iterations": 2, "max_steps": 2})
     with pytest.raises(InputError, match="above the operator's cap of 2"):
-        graph("iterkey", store, policy=policy).invoke(
+        graph("iterkey", store_in_root, policy=policy).invoke(
             {"question": Q}, context={"max_iterations": 4}
         )
     with pytest.raises(InputError, match="max_steps=3"):
-        graph("ircot", store, policy=policy).invoke({"question": Q}, context={"max_steps": 3})
+        graph("ircot", store_in_root, policy=policy).invoke(
+            {"question": Q}, context={"max_steps": 3}
+        )
 
 
 def test_default_above_the_cap_is_lowered_to_it(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store_in_root: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GAPRAG_MAX_BOUNDS", "max_iterations=2")
-    out = graph("iterkey", store, llm=model("Paris")).invoke({"question": Q})  # default 5
+    out = graph("iterkey", store_in_root, llm=model("Paris")).invoke({"question": Q})  # default 5
     assert out["iterations"] == 2 and out["stop_reason"] == "max_iterations"
 
 
-def test_runtime_calibration_is_refused(store: Store) -> None:
+def test_runtime_calibration_is_refused(store_in_root: Store) -> None:
     with pytest.raises(InputError, match="calibration=True"):
-        graph("iterkey", store).invoke({"question": Q}, context={"calibration": True})
+        graph("iterkey", store_in_root).invoke({"question": Q}, context={"calibration": True})
 
 
 @pytest.mark.parametrize("method", LOOPING)
@@ -295,10 +311,10 @@ def test_runtime_calibration_is_refused(store: Store) -> None:
     ],
 )
 def test_limit_ends_the_run_with_its_stop_reason_and_an_answer(
-    method: str, limit: str, policy: OperatorPolicy, store: Store
+    method: str, limit: str, policy: OperatorPolicy, store_in_root: Store
 ) -> None:
-    free = graph(method, store, llm=model("Paris")).invoke({"question": Q})
-    out = graph(method, store, llm=model("Paris"), policy=policy).invoke({"question": Q})
+    free = graph(method, store_in_root, llm=model("Paris")).invoke({"question": Q})
+    out = graph(method, store_in_root, llm=model("Paris"), policy=policy).invoke({"question": Q})
     assert out["stop_reason"] == limit
     assert out["answer"]
     assert out["usage"]["llm_calls"] <= free["usage"]["llm_calls"]
@@ -327,14 +343,14 @@ def test_settings_cache_is_bounded() -> None:
 
 
 def test_served_rag_ef_stores_resumed_feedback_only_when_enabled(
-    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store_in_root: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert OperatorPolicy.from_env(served=True).feedback_writes is False
     monkeypatch.setenv("GAPRAG_FEEDBACK_WRITES", "1")
     assert OperatorPolicy.from_env(served=True).feedback_writes is True
     for writes, reason, count in ((False, "feedback_not_stored", 0), (True, "reanswered", 1)):
         pairs = PairStore.open(tmp_path / f"fb-{writes}.sqlite", embedder=HashingEmbedder())
-        g = build_graph("rag_ef", llm=model(), pair_store=pairs, retriever=store,
+        g = build_graph("rag_ef", llm=model(), pair_store=pairs, retriever=store_in_root,
                         checkpointer=InMemorySaver(), review=True,
                         policy=OperatorPolicy(feedback_writes=writes))  # fmt: skip
         cfg: Any = {"configurable": {"thread_id": f"t-{writes}"}}
@@ -346,12 +362,16 @@ def test_served_rag_ef_stores_resumed_feedback_only_when_enabled(
 
 # -- the developer's switch ------------------------------------------------------------------
 def test_dev_switch_allows_runtime_settings(
-    store: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+    store_in_root: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("GAPRAG_DEV_ALLOW_RUNTIME_SETTINGS", "1")
     g = build_graph("standard_rag")
-    context = {"base_url": recorder.base_url, "store": str(store.root), "retrieval_mode": "bm25"}
+    context = {
+        "base_url": recorder.base_url,
+        "store": str(store_in_root.root),
+        "retrieval_mode": "bm25",
+    }
     out = g.invoke({"question": Q}, context=context)
     assert out["answer"] == "Gustave Eiffel" and out["evidence"]
     assert all(SECRET not in h["authorization"] for h in recorder.headers)
@@ -360,19 +380,21 @@ def test_dev_switch_allows_runtime_settings(
 
 # -- the operator's own channels -------------------------------------------------------------
 def test_build_time_and_env_settings_are_the_operators(
-    store: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+    store_in_root: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`--set store=...`, eval variants and `as_tool(...)` pass settings at build time; the
     environment's GAPRAG_<NAME> fills what they leave empty, and its endpoint gets the key."""
     from gaprag import as_tool
 
-    tool = as_tool("standard_rag", llm=model(), store=str(store.root), retrieval_mode="bm25")
+    tool = as_tool(
+        "standard_rag", llm=model(), store=str(store_in_root.root), retrieval_mode="bm25"
+    )
     assert "Gustave Eiffel" in tool.invoke({"question": Q})
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("GAPRAG_BASE_URL", recorder.base_url)
     with FakeOpenAI(reply="Eiffel tower builder") as keywords:
         monkeypatch.setenv("GAPRAG_KEYWORDS_BASE_URL", keywords.base_url)
-        g = build_graph("iterkey", retriever=store, max_iterations=1)
+        g = build_graph("iterkey", retriever=store_in_root, max_iterations=1)
         assert effective_settings(g.context_schema)["keywords_base_url"]["source"] == (
             "env GAPRAG_KEYWORDS_BASE_URL"
         )

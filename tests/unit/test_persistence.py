@@ -22,8 +22,7 @@ from gaprag.persistence import (
     thread_config,
 )
 from gaprag.state.base import Evidence
-from gaprag.stores import HashingEmbedder, Store
-from gaprag.stores.documents import Document
+from gaprag.stores import Store
 from gaprag.stores.store import RetrievalMode
 from gaprag.testing import ScriptedChatModel
 
@@ -63,11 +62,6 @@ class FlakyReply:
         if self.attempts <= self.fail:
             raise ConnectionError("endpoint went away mid-run")
         return self.answer
-
-
-@pytest.fixture
-def store(tmp_path: Path, tiny_docs: list[Document]) -> Store:
-    return Store.build(tmp_path / "store", tiny_docs, embedder=HashingEmbedder(), progress=False)
 
 
 def test_sqlite_checkpointer_defaults_to_gaprag_home(_isolated_home: Path) -> None:

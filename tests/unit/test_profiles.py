@@ -24,15 +24,9 @@ from gaprag.profiles import (
     shipped_profiles,
 )
 from gaprag.stores import HashingEmbedder, Store
-from gaprag.stores.documents import Document
 from gaprag.testing import scripted
 
 PROFILE = Profile(model="tiny-model", methods={"standard_rag": {"top_k": 2}}, source="test")
-
-
-@pytest.fixture
-def store(tmp_path: Path, tiny_docs: list[Document]) -> Store:
-    return Store.build(tmp_path / "s", tiny_docs, embedder=HashingEmbedder(), progress=False)
 
 
 @pytest.mark.parametrize(

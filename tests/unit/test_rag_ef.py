@@ -59,7 +59,7 @@ JUDGE_MARK = "Verdict (correct or incorrect)"
 
 
 def copy_mode(messages: list[BaseMessage]) -> str:
-    """Spec §11's fake generator: copy the answer of the first Q&A line whose question holds
+    """A fake generator: copy the answer of the first Q&A line whose question holds
     >= 50% of the target's content words; else the first context's first words."""
     lines = str(messages[-1].content).splitlines()
     want = set(tokenize(lines[-1].removeprefix("Question: ")))
@@ -85,7 +85,8 @@ def answer_prompts(llm: ScriptedChatModel) -> list[str]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> PairStore:
+def pair_store(tmp_path: Path) -> PairStore:
+    """An empty expert-feedback pair store (hashing embedder)."""
     return PairStore.open(tmp_path / "pairs.sqlite", embedder=HashingEmbedder())
 
 
@@ -128,10 +129,12 @@ def fill(store: PairStore, source: str = "synthetic") -> list[str]:
 
 
 # -- prompt assembly --------------------------------------------------------
-def test_prompt_layout_and_exactly_one_llm_call(store: PairStore) -> None:
-    fill(store)
+def test_prompt_layout_and_exactly_one_llm_call(pair_store: PairStore) -> None:
+    fill(pair_store)
     llm = fake()
-    out = build_graph("rag_ef", pair_store=store, llm=llm).invoke({"question": "Who wrote Hamlet?"})
+    out = build_graph("rag_ef", pair_store=pair_store, llm=llm).invoke(
+        {"question": "Who wrote Hamlet?"}
+    )
     assert out["answer"] == "William Shakespeare" and out["stop_reason"] == "answered"
     assert len(llm.calls) == 1 and llm.calls[0]["messages"][0][0] == "human"  # no system message
     assert out["usage"]["llm_calls"] == 1 and out["usage"]["retrieval_calls"] == 1
@@ -150,15 +153,17 @@ def test_prompt_layout_and_exactly_one_llm_call(store: PairStore) -> None:
     assert kinds == ["p_"] * 5 + ["c_"] * 5 and out["evidence"][0]["source"] == "feedback"
 
 
-def test_duplicate_chunks_are_shown_once_in_first_appearance_order(store: PairStore) -> None:
+def test_duplicate_chunks_are_shown_once_in_first_appearance_order(pair_store: PairStore) -> None:
     shared = "Hamlet is a tragedy written by William Shakespeare around 1600."
-    store.add("Who wrote Hamlet?", "Shakespeare", shared)
-    store.add("When was Hamlet written?", "around 1600", shared)
-    store.add("What kind of play is Hamlet?", "a tragedy", "  " + shared.replace(" ", "\n", 2))
-    store.add("Who is the prince in Hamlet?", "Hamlet", "Prince Hamlet of Denmark is the hero.")
-    store.add("Where is Hamlet set?", "Denmark", "Hamlet is set in Elsinore, Denmark.")
+    pair_store.add("Who wrote Hamlet?", "Shakespeare", shared)
+    pair_store.add("When was Hamlet written?", "around 1600", shared)
+    pair_store.add("What kind of play is Hamlet?", "a tragedy", "  " + shared.replace(" ", "\n", 2))
+    pair_store.add(
+        "Who is the prince in Hamlet?", "Hamlet", "Prince Hamlet of Denmark is the hero."
+    )
+    pair_store.add("Where is Hamlet set?", "Denmark", "Hamlet is set in Elsinore, Denmark.")
     llm = fake()
-    out = build_graph("rag_ef", pair_store=store, llm=llm).invoke(
+    out = build_graph("rag_ef", pair_store=pair_store, llm=llm).invoke(
         {"question": "Hamlet tragedy written"}
     )
     prompt = llm.prompts()[0]
@@ -173,23 +178,23 @@ def test_duplicate_chunks_are_shown_once_in_first_appearance_order(store: PairSt
     assert [c["text"] for c in out["contexts"]] == first_seen
 
 
-def test_ablation_render_modes(store: PairStore) -> None:
-    fill(store)
+def test_ablation_render_modes(pair_store: PairStore) -> None:
+    fill(pair_store)
     for i in range(6):
-        store.add(f"filler question {i}?", f"filler answer {i}", f"filler chunk {i}")
+        pair_store.add(f"filler question {i}?", f"filler answer {i}", f"filler chunk {i}")
     q = {"question": "Who wrote the tragedy Hamlet?"}
     llm = fake()
-    build_graph("rag_ef", pair_store=store, llm=llm, qa_render_mode="none").invoke(q)
+    build_graph("rag_ef", pair_store=pair_store, llm=llm, qa_render_mode="none").invoke(q)
     assert "Answer:" not in llm.prompts()[0] and "Context1:" in llm.prompts()[0]
     llm = fake()
-    build_graph("rag_ef", pair_store=store, llm=llm, qa_render_mode="q_only").invoke(q)
+    build_graph("rag_ef", pair_store=pair_store, llm=llm, qa_render_mode="q_only").invoke(q)
     prompt = llm.prompts()[0]
     assert len(re.findall(r"^Question: ", prompt, re.M)) == 6 and "Answer:" not in prompt
     runs = []
     for _ in range(2):
         llm = fake()
         out = build_graph(
-            "rag_ef", pair_store=store, llm=llm, qa_render_mode="wrong_answer"
+            "rag_ef", pair_store=pair_store, llm=llm, qa_render_mode="wrong_answer"
         ).invoke(q)
         runs.append(re.findall(r"^Question: .* Answer: (.*)$", llm.prompts()[0], re.M))
     originals = [p["answer"] for p in out["retrieved_pairs"]]
@@ -199,14 +204,14 @@ def test_ablation_render_modes(store: PairStore) -> None:
     )
     llm = fake()
     build_graph(
-        "rag_ef", pair_store=store, llm=llm, qa_render_mode="wrong_answer", wrong_answer_seed=7
+        "rag_ef", pair_store=pair_store, llm=llm, qa_render_mode="wrong_answer", wrong_answer_seed=7
     ).invoke(q)
     assert re.findall(r"^Question: .* Answer: (.*)$", llm.prompts()[0], re.M) != runs[0]
 
 
-def test_empty_store_still_answers_with_an_empty_prompt(store: PairStore) -> None:
+def test_empty_store_still_answers_with_an_empty_prompt(pair_store: PairStore) -> None:
     llm = fake()
-    out = build_graph("rag_ef", pair_store=store, llm=llm, empty_store_fallback=False).invoke(
+    out = build_graph("rag_ef", pair_store=pair_store, llm=llm, empty_store_fallback=False).invoke(
         {"question": "Who?"}
     )
     prompt = llm.prompts()[0]
@@ -216,11 +221,11 @@ def test_empty_store_still_answers_with_an_empty_prompt(store: PairStore) -> Non
 
 
 def test_empty_store_falls_back_to_the_document_retriever(
-    store: PairStore, tmp_path: Path, tiny_docs: list[Document]
+    pair_store: PairStore, tmp_path: Path, tiny_docs: list[Document]
 ) -> None:
     docs = Store.build(tmp_path / "docs", tiny_docs, embedder=HashingEmbedder(), progress=False)
     llm = fake()
-    out = build_graph("rag_ef", pair_store=store, llm=llm, retriever=docs, top_k=2).invoke(
+    out = build_graph("rag_ef", pair_store=pair_store, llm=llm, retriever=docs, top_k=2).invoke(
         {"question": "Who wrote Hamlet?"}
     )
     assert "Context1: Hamlet: Hamlet is a tragedy" in llm.prompts()[0]
@@ -228,11 +233,11 @@ def test_empty_store_falls_back_to_the_document_retriever(
     assert any(t.get("event") == "empty_store_fallback" for t in out["trace"])
 
 
-def test_standard_mode_ranks_unique_chunks_without_qa_lines(store: PairStore) -> None:
-    fill(store)
-    store.add("Another Hamlet question?", "x", TOPICS[0][2])
+def test_standard_mode_ranks_unique_chunks_without_qa_lines(pair_store: PairStore) -> None:
+    fill(pair_store)
+    pair_store.add("Another Hamlet question?", "x", TOPICS[0][2])
     llm = fake()
-    out = build_graph("rag_ef", pair_store=store, llm=llm, retrieval_mode="standard").invoke(
+    out = build_graph("rag_ef", pair_store=pair_store, llm=llm, retrieval_mode="standard").invoke(
         {"question": "Hamlet tragedy Shakespeare"}
     )
     prompt = llm.prompts()[0]
@@ -241,22 +246,22 @@ def test_standard_mode_ranks_unique_chunks_without_qa_lines(store: PairStore) ->
     assert texts[0] == TOPICS[0][2] and len(texts) == len(set(texts)) == 5
 
 
-def test_gate_drops_low_pairs_and_their_chunks(store: PairStore) -> None:
-    fill(store)
+def test_gate_drops_low_pairs_and_their_chunks(pair_store: PairStore) -> None:
+    fill(pair_store)
     llm = fake()
-    graph = build_graph("rag_ef", pair_store=store, llm=llm, min_pair_score=0.3)
+    graph = build_graph("rag_ef", pair_store=pair_store, llm=llm, min_pair_score=0.3)
     out = graph.invoke({"question": "Who wrote the tragedy Hamlet?"})
     kept = {p["id"] for p in out["retrieved_pairs"]}
     assert kept and len(out["gated_out"]) == 5 - len(kept)
     assert not kept & set(out["gated_out"])
     for pid in out["gated_out"]:
-        gone = store.get(pid)
+        gone = pair_store.get(pid)
         assert gone is not None and f"Question: {gone['question']} Answer" not in llm.prompts()[0]
     assert all(p["score"] >= 0.3 for p in out["retrieved_pairs"])
     assert len(re.findall(r"^Context\d+: ", llm.prompts()[0], re.M)) == len(kept)
     nodes = [next(iter(u)) for u in graph.stream({"question": "Who wrote the tragedy Hamlet?"})]
     assert nodes[:2] == ["retrieve", "rerank_filter"]
-    plain = build_graph("rag_ef", pair_store=store, llm=fake())
+    plain = build_graph("rag_ef", pair_store=pair_store, llm=fake())
     nodes = [next(iter(u)) for u in plain.stream({"question": "Who wrote the tragedy Hamlet?"})]
     assert nodes == ["retrieve", "assemble_evidence", "generate_answer", "short_answer"]
 
@@ -267,35 +272,35 @@ ALADIN_A = "Eanasul Fateh"
 ALADIN_C = "Eanasul Fateh, known by his stage name Aladin, is a magician and management consultant."
 
 
-def test_insert_takes_effect_at_once_and_touches_nothing_else(store: PairStore) -> None:
-    fill(store)
-    graph = build_graph("rag_ef", pair_store=store, llm=fake())
+def test_insert_takes_effect_at_once_and_touches_nothing_else(pair_store: PairStore) -> None:
+    fill(pair_store)
+    graph = build_graph("rag_ef", pair_store=pair_store, llm=fake())
     before = graph.invoke({"question": ALADIN_Q})
     assert before["answer"] != ALADIN_A
-    snapshot = {p["id"]: p for p in store.list()}
-    chunks = store.chunk_count()
-    pid = store.add(ALADIN_Q, ALADIN_A, ALADIN_C)
+    snapshot = {p["id"]: p for p in pair_store.list()}
+    chunks = pair_store.chunk_count()
+    pid = pair_store.add(ALADIN_Q, ALADIN_A, ALADIN_C)
     after = graph.invoke({"question": ALADIN_Q})
     assert after["retrieved_pairs"][0]["id"] == pid and after["answer"] == ALADIN_A
-    rest = {p["id"]: p for p in store.list() if p["id"] != pid}
-    assert rest == snapshot and store.chunk_count() == chunks + 1
+    rest = {p["id"]: p for p in pair_store.list() if p["id"] != pid}
+    assert rest == snapshot and pair_store.chunk_count() == chunks + 1
 
 
-def test_paraphrase_transfers_feedback(store: PairStore) -> None:
-    fill(store)
-    store.add(ALADIN_Q, ALADIN_A, ALADIN_C, source="expert")
-    out = build_graph("rag_ef", pair_store=store, llm=fake()).invoke(
+def test_paraphrase_transfers_feedback(pair_store: PairStore) -> None:
+    fill(pair_store)
+    pair_store.add(ALADIN_Q, ALADIN_A, ALADIN_C, source="expert")
+    out = build_graph("rag_ef", pair_store=pair_store, llm=fake()).invoke(
         {"question": "Which consultant performed under the stage name Aladin?"}
     )
     assert out["retrieved_pairs"][0]["question"] == ALADIN_Q
     assert out["answer"] == ALADIN_A
 
 
-def test_llm_judge_interrupt_resume_upserts_and_reanswers_once(store: PairStore) -> None:
-    fill(store)
+def test_llm_judge_interrupt_resume_upserts_and_reanswers_once(pair_store: PairStore) -> None:
+    fill(pair_store)
     llm = fake(judge="incorrect")
     graph = build_graph(
-        "rag_ef", pair_store=store, llm=llm, checkpointer=InMemorySaver(), judge="llm"
+        "rag_ef", pair_store=pair_store, llm=llm, checkpointer=InMemorySaver(), judge="llm"
     )
     cfg: Any = {"configurable": {"thread_id": "t1"}}
     paused = graph.invoke({"question": ALADIN_Q}, cfg)
@@ -303,9 +308,12 @@ def test_llm_judge_interrupt_resume_upserts_and_reanswers_once(store: PairStore)
     request = paused["__interrupt__"][0].value
     assert request["question"] == ALADIN_Q and request["answer"] == paused["answer"]
     assert request["contexts"] and len(request["qa_pairs"]) == 5
-    assert len(store) == 6
+    assert len(pair_store) == 6
     done = graph.invoke(Command(resume={"answer": ALADIN_A, "chunk": ALADIN_C}), cfg)
-    assert len(store) == 7 and store.list(source="expert")[0]["id"] == done["inserted_pair_id"]
+    assert (
+        len(pair_store) == 7
+        and pair_store.list(source="expert")[0]["id"] == done["inserted_pair_id"]
+    )
     assert done["answer"] == ALADIN_A and done["first_answer"] == paused["answer"]
     assert done["stop_reason"] == "reanswered" and done["iterations"] == 2
     assert done["queries"] == [ALADIN_Q, ALADIN_Q]
@@ -314,11 +322,11 @@ def test_llm_judge_interrupt_resume_upserts_and_reanswers_once(store: PairStore)
     assert len(answer_prompts(llm)) == 2
 
 
-def test_gold_judge_correct_answer_ends_with_store_unchanged(store: PairStore) -> None:
-    fill(store)
+def test_gold_judge_correct_answer_ends_with_store_unchanged(pair_store: PairStore) -> None:
+    fill(pair_store)
     llm = fake()
     graph = build_graph(
-        "rag_ef", pair_store=store, llm=llm, checkpointer=InMemorySaver(), judge="gold"
+        "rag_ef", pair_store=pair_store, llm=llm, checkpointer=InMemorySaver(), judge="gold"
     )
     cfg: Any = {"configurable": {"thread_id": "g1"}}
     out = graph.invoke(
@@ -328,28 +336,28 @@ def test_gold_judge_correct_answer_ends_with_store_unchanged(store: PairStore) -
         },
         cfg,
     )
-    assert out["verdict"] == "correct" and "__interrupt__" not in out and len(store) == 6
+    assert out["verdict"] == "correct" and "__interrupt__" not in out and len(pair_store) == 6
     assert not any(JUDGE_MARK in p for p in llm.prompts())  # gold judging uses no LLM
     cfg = {"configurable": {"thread_id": "g2"}}
     out = graph.invoke({"question": ALADIN_Q, "gold_answers": [ALADIN_A]}, cfg)
     assert out["verdict"] == "incorrect" and "__interrupt__" in out
 
 
-def test_review_flag_pauses_and_skip_leaves_store_alone(store: PairStore) -> None:
-    fill(store)
+def test_review_flag_pauses_and_skip_leaves_store_alone(pair_store: PairStore) -> None:
+    fill(pair_store)
     llm = fake()
-    graph = build_graph("rag_ef", pair_store=store, llm=llm, checkpointer=InMemorySaver())
+    graph = build_graph("rag_ef", pair_store=pair_store, llm=llm, checkpointer=InMemorySaver())
     cfg: Any = {"configurable": {"thread_id": "r1"}}
     assert "__interrupt__" not in graph.invoke({"question": "Who wrote Hamlet?"}, cfg)
     cfg = {"configurable": {"thread_id": "r2"}}
     paused = graph.invoke({"question": "Who wrote Hamlet?"}, cfg, context={"review": True})
     assert paused["__interrupt__"] and paused["verdict"] == "unknown"
     done = graph.invoke(Command(resume={"skip": True}), cfg, context={"review": True})
-    assert done["stop_reason"] == "feedback_skipped" and len(store) == 6
+    assert done["stop_reason"] == "feedback_skipped" and len(pair_store) == 6
     cfg = {"configurable": {"thread_id": "r3"}}
     graph.invoke({"question": "Who wrote Hamlet?"}, cfg, context={"review": True})
     bad = graph.invoke(Command(resume={"answer": "x"}), cfg, context={"review": True})
-    assert bad["stop_reason"] == "feedback_invalid" and len(store) == 6
+    assert bad["stop_reason"] == "feedback_invalid" and len(pair_store) == 6
     assert any("chunk" in str(t.get("error", "")) for t in bad["trace"])
 
 
@@ -371,10 +379,10 @@ def test_store_found_by_context_path_and_by_retriever(tmp_path: Path) -> None:
     assert out["answer"] == ALADIN_A
 
 
-def test_sources_context_restricts_the_pool(store: PairStore) -> None:
-    store.add(ALADIN_Q, ALADIN_A, ALADIN_C, source="oracle")
-    fill(store)
-    graph = build_graph("rag_ef", pair_store=store, llm=fake())
+def test_sources_context_restricts_the_pool(pair_store: PairStore) -> None:
+    pair_store.add(ALADIN_Q, ALADIN_A, ALADIN_C, source="oracle")
+    fill(pair_store)
+    graph = build_graph("rag_ef", pair_store=pair_store, llm=fake())
     assert graph.invoke({"question": ALADIN_Q})["answer"] == ALADIN_A
     out = graph.invoke({"question": ALADIN_Q}, context={"sources": "synthetic,expert"})
     assert out["answer"] != ALADIN_A
@@ -398,7 +406,7 @@ def test_parse_qa() -> None:
     assert parse_qa("- Q: long? A: " + "x" * 301) == []
 
 
-def test_synthesize_is_resumable(store: PairStore) -> None:
+def test_synthesize_is_resumable(pair_store: PairStore) -> None:
     docs = [
         Document(id="d1", title="Hamlet", text="Hamlet is a tragedy by Shakespeare."),
         Document(id="d2", title="", text="Nothing useful here."),
@@ -415,12 +423,12 @@ def test_synthesize_is_resumable(store: PairStore) -> None:
         return next(v for k, v in replies.items() if k in text.split("Passage:")[1])
 
     llm = ScriptedChatModel(rules=[("Passage:", reply)])
-    first = synthesize(store, docs, LLM(llm), limit=2, progress=False)
+    first = synthesize(pair_store, docs, LLM(llm), limit=2, progress=False)
     assert (first.processed, first.empty, first.pairs) == (2, 1, 2)
-    second = synthesize(store, docs, LLM(llm), progress=False)
+    second = synthesize(pair_store, docs, LLM(llm), progress=False)
     assert (second.skipped, second.processed, second.pairs) == (2, 1, 1)
     assert len(llm.calls) == 3  # no chunk generated twice, empty ones included
-    pairs = store.list(source="synthetic")
+    pairs = pair_store.list(source="synthetic")
     assert {p["chunk_id"] for p in pairs} == {"d1", "d3"}
     assert pairs[0]["chunk"] == chunk_text(docs[0]) == "Hamlet: Hamlet is a tragedy by Shakespeare."
 
@@ -453,35 +461,39 @@ def _numbered(n: int) -> list[Document]:
     return [Document(id=f"d{i}", title="", text=f"Numbered chunk n{i}") for i in range(n)]
 
 
-def test_synthesize_with_calls_in_flight_keeps_corpus_order(store: PairStore) -> None:
+def test_synthesize_with_calls_in_flight_keeps_corpus_order(pair_store: PairStore) -> None:
     llm = SlowLLM()
-    report = synthesize(store, _numbered(7), cast(LLM, llm), progress=False, concurrency=3)
+    report = synthesize(pair_store, _numbered(7), cast(LLM, llm), progress=False, concurrency=3)
     assert (report.processed, report.pairs, llm.calls) == (7, 7, 7)
     assert llm.most == 3  # three at once, never more
-    assert [p["chunk_id"] for p in store.list(source="synthetic")] == [f"d{i}" for i in range(7)]
+    assert [p["chunk_id"] for p in pair_store.list(source="synthetic")] == [
+        f"d{i}" for i in range(7)
+    ]
     with pytest.raises(InputError, match="concurrency must be >= 1"):
-        synthesize(store, _numbered(1), cast(LLM, llm), progress=False, concurrency=0)
+        synthesize(pair_store, _numbered(1), cast(LLM, llm), progress=False, concurrency=0)
     assert cli_main(["feedback", "synthesize", "hotpotqa", "--concurrency", "0", "--quiet"]) == 2
 
 
-def test_a_failed_call_keeps_the_chunks_before_it(store: PairStore) -> None:
+def test_a_failed_call_keeps_the_chunks_before_it(pair_store: PairStore) -> None:
     docs = _numbered(6)
     with pytest.raises(RuntimeError, match="endpoint failed"):
-        synthesize(store, docs, cast(LLM, SlowLLM(fail="n4")), progress=False, concurrency=2)
-    assert [p["chunk_id"] for p in store.list(source="synthetic")] == ["d0", "d1", "d2", "d3"]
+        synthesize(pair_store, docs, cast(LLM, SlowLLM(fail="n4")), progress=False, concurrency=2)
+    assert [p["chunk_id"] for p in pair_store.list(source="synthetic")] == ["d0", "d1", "d2", "d3"]
     again = SlowLLM()
-    report = synthesize(store, docs, cast(LLM, again), progress=False, concurrency=2)
+    report = synthesize(pair_store, docs, cast(LLM, again), progress=False, concurrency=2)
     assert (report.skipped, report.processed, again.calls) == (4, 2, 2)
 
 
-def test_synthesize_in_a_running_loop_asks_for_the_coroutine(store: PairStore) -> None:
+def test_synthesize_in_a_running_loop_asks_for_the_coroutine(pair_store: PairStore) -> None:
     from gaprag.graphs.rag_ef.synth import asynthesize
 
     async def inside() -> int:
         with pytest.raises(InputError, match="asynthesize"):
-            synthesize(store, _numbered(2), cast(LLM, SlowLLM()), progress=False, concurrency=2)
+            synthesize(
+                pair_store, _numbered(2), cast(LLM, SlowLLM()), progress=False, concurrency=2
+            )
         report = await asynthesize(
-            store, _numbered(2), cast(LLM, SlowLLM()), progress=False, concurrency=2
+            pair_store, _numbered(2), cast(LLM, SlowLLM()), progress=False, concurrency=2
         )
         return report.processed
 
@@ -522,38 +534,40 @@ def _expert_llm() -> ScriptedChatModel:
     return ScriptedChatModel(rules=[("Rewrite the question", para), ("Using the document", expert)])
 
 
-def test_oracle_and_expert_builders(store: PairStore, tmp_path: Path) -> None:
+def test_oracle_and_expert_builders(pair_store: PairStore, tmp_path: Path) -> None:
     data = load_dataset(_dataset(tmp_path))
     assert golden_chunk(data.examples[0]) == data.examples[0].paragraphs[0]
-    assert build_oracle(store, data.examples) == 3
-    oracle = store.list(source="oracle")
+    assert build_oracle(pair_store, data.examples) == 3
+    oracle = pair_store.list(source="oracle")
     assert [(p["question"], p["answer"]) for p in oracle] == [
         (e.question, e.answers[0]) for e in data.examples
     ]
     assert [p["chunk_id"] for p in oracle] == ["p1", "p2", "p3"]
-    assert build_expert(store, data.examples, LLM(_expert_llm()), progress=False) == 3
-    expert = store.list(source="expert")
+    assert build_expert(pair_store, data.examples, LLM(_expert_llm()), progress=False) == 3
+    expert = pair_store.list(source="expert")
     assert [p["question"] for p in expert] == list(PARAPHRASES.values())
     assert all(
         normalize_answer(p["question"]) != normalize_answer(e.question)
         for p, e in zip(expert, data.examples, strict=True)
     )
     assert [p["chunk"] for p in expert] == [p["chunk"] for p in oracle]
-    assert build_expert(store, data.examples, LLM(_expert_llm()), progress=False) == 0  # resumable
-    div = expert_divergence(store)
+    assert (
+        build_expert(pair_store, data.examples, LLM(_expert_llm()), progress=False) == 0
+    )  # resumable
+    div = expert_divergence(pair_store)
     assert div["pairs"] == 3 and div["identical"] == 0
     # word-overlap F1 0.5, 0.533 and 0.714 (the Mona Lisa rewording keeps 5 of 7 words)
     assert div["mean_word_overlap_f1"] == 0.583
     assert div["near_copies"] == 0
 
 
-def test_expert_divergence_flags_copied_questions(store: PairStore) -> None:
+def test_expert_divergence_flags_copied_questions(pair_store: PairStore) -> None:
     q = "Who painted the famous Mona Lisa portrait?"
-    store.add(q.upper(), "Leonardo", "chunk", source="expert", meta={"original_question": q})
-    store.add("Which artist made it?", "Leonardo", "chunk 2", source="expert",
+    pair_store.add(q.upper(), "Leonardo", "chunk", source="expert", meta={"original_question": q})
+    pair_store.add("Which artist made it?", "Leonardo", "chunk 2", source="expert",
               meta={"original_question": q})  # fmt: skip
-    store.add("no origin", "x", "chunk 3", source="expert")
-    div = expert_divergence(store)
+    pair_store.add("no origin", "x", "chunk 3", source="expert")
+    div = expert_divergence(pair_store)
     assert div["pairs"] == 2 and div["identical"] == 1 and div["near_copies"] == 1
     assert div["mean_word_overlap_f1"] == 0.5
 
@@ -606,7 +620,7 @@ def test_paraphrase_keeps_the_greedy_rewrite_when_it_rewords_or_nothing_better_c
     assert len(chat.calls) == 1
 
 
-def test_build_expert_with_rewrites_records_the_seed(store: PairStore, tmp_path: Path) -> None:
+def test_build_expert_with_rewrites_records_the_seed(pair_store: PairStore, tmp_path: Path) -> None:
     data = load_dataset(_dataset(tmp_path))
     mona = "Who painted the famous Mona Lisa portrait?"
     sampled = "Which artist created the Mona Lisa?"
@@ -622,22 +636,24 @@ def test_build_expert_with_rewrites_records_the_seed(store: PairStore, tmp_path:
         return sampled if next(seeds) == 1 else mona
 
     chat.rules[0] = ("Rewrite the question", rule)
-    assert build_expert(store, data.examples, llm, rewrites=2, progress=False) == 3
-    meta = {m["origin_id"]: m for m in store.metadata(source="expert").values()}
+    assert build_expert(pair_store, data.examples, llm, rewrites=2, progress=False) == 3
+    meta = {m["origin_id"]: m for m in pair_store.metadata(source="expert").values()}
     assert {k: m["rewrite_seed"] for k, m in meta.items()} == {"q1": None, "q2": None, "q3": 1}
-    assert sampled in [p["question"] for p in store.list(source="expert")]
-    assert expert_divergence(store)["near_copies"] == 0
+    assert sampled in [p["question"] for p in pair_store.list(source="expert")]
+    assert expert_divergence(pair_store)["near_copies"] == 0
 
 
-def test_ladder_is_monotone_with_a_copy_mode_generator(store: PairStore, tmp_path: Path) -> None:
+def test_ladder_is_monotone_with_a_copy_mode_generator(
+    pair_store: PairStore, tmp_path: Path
+) -> None:
     data = load_dataset(_dataset(tmp_path))
     for ex in data.examples:  # S: pairs about the right chunks, asking other questions
         for para in ex.paragraphs:
-            store.add(f"What is described in the {para['title']} passage?", "a description",
+            pair_store.add(f"What is described in the {para['title']} passage?", "a description",
                       chunk_text(para), source="synthetic", chunk_id=para["id"])  # fmt: skip
-    build_expert(store, data.examples, LLM(_expert_llm()), progress=False)
-    build_oracle(store, data.examples)
-    res = evaluate_ladder(store, data, llm=fake(), out=tmp_path / "ladder.jsonl")
+    build_expert(pair_store, data.examples, LLM(_expert_llm()), progress=False)
+    build_oracle(pair_store, data.examples)
+    res = evaluate_ladder(pair_store, data, llm=fake(), out=tmp_path / "ladder.jsonl")
     assert res["S"]["em"] <= res["S+E"]["em"] <= res["S+E+O"]["em"]
     assert res["S+E+O"]["em"] >= 95.0 and res["S"]["em"] < res["S+E+O"]["em"]
     assert "upper bound" in res["S+E+O"]["label"]
@@ -645,17 +661,17 @@ def test_ladder_is_monotone_with_a_copy_mode_generator(store: PairStore, tmp_pat
 
 
 def test_one_expert_triple_fixes_a_paraphrase_and_leaves_unrelated_answers(
-    store: PairStore,
+    pair_store: PairStore,
 ) -> None:
-    fill(store)
-    store.add("What is described in the Aladin passage?", "a description", ALADIN_C)
-    graph = build_graph("rag_ef", pair_store=store, llm=fake())
+    fill(pair_store)
+    pair_store.add("What is described in the Aladin passage?", "a description", ALADIN_C)
+    graph = build_graph("rag_ef", pair_store=pair_store, llm=fake())
     unrelated = ["Which river flows through Cairo?", "What is the capital city of France?",
                  "Who painted the Mona Lisa portrait?"]  # fmt: skip
     before = {q: graph.invoke({"question": q})["answer"] for q in unrelated}
     failed = graph.invoke({"question": ALADIN_Q})["answer"]
     assert failed != ALADIN_A
-    store.add(ALADIN_Q, ALADIN_A, ALADIN_C, source="expert")
+    pair_store.add(ALADIN_Q, ALADIN_A, ALADIN_C, source="expert")
     fixed = graph.invoke({"question": PARAPHRASES[ALADIN_Q]})["answer"]
     assert fixed == ALADIN_A
     assert {q: graph.invoke({"question": q})["answer"] for q in unrelated} == before
@@ -713,7 +729,7 @@ def test_cli_add_list_import_remove(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "chunk is missing" in capsys.readouterr().err
 
 
-# -- the module-level node layout (issue 17): threads, async, nodes alone, records ----------
+# -- the module-level node layout: threads, async, nodes alone, records -------------------
 def _drop_wall(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _drop_wall(v) for k, v in value.items() if k != "wall_s"}
@@ -722,9 +738,9 @@ def _drop_wall(value: Any) -> Any:
     return value
 
 
-def test_two_questions_on_one_thread_each_start_clean(store: PairStore) -> None:
-    fill(store)
-    graph = build_graph("rag_ef", pair_store=store, llm=fake(), checkpointer=InMemorySaver())
+def test_two_questions_on_one_thread_each_start_clean(pair_store: PairStore) -> None:
+    fill(pair_store)
+    graph = build_graph("rag_ef", pair_store=pair_store, llm=fake(), checkpointer=InMemorySaver())
     cfg: Any = {"configurable": {"thread_id": "same"}}
     first = graph.invoke({"question": "Who wrote the tragedy Hamlet?"}, cfg)
     second = graph.invoke({"question": "Which river flows through Cairo?"}, cfg)
@@ -736,11 +752,11 @@ def test_two_questions_on_one_thread_each_start_clean(store: PairStore) -> None:
     assert len(second["evidence"]) == 10 and second["retrieved_pairs"][0]["answer"] == "Nile"
 
 
-def test_review_pauses_again_on_the_second_question_of_a_thread(store: PairStore) -> None:
-    fill(store)
+def test_review_pauses_again_on_the_second_question_of_a_thread(pair_store: PairStore) -> None:
+    fill(pair_store)
     llm = fake()
     graph = build_graph(
-        "rag_ef", pair_store=store, llm=llm, checkpointer=InMemorySaver(), review=True
+        "rag_ef", pair_store=pair_store, llm=llm, checkpointer=InMemorySaver(), review=True
     )
     cfg: Any = {"configurable": {"thread_id": "expert"}}
     paused = graph.invoke({"question": ALADIN_Q}, cfg)
@@ -766,35 +782,35 @@ def test_review_pauses_again_on_the_second_question_of_a_thread(store: PairStore
     [({"review": True}, {}), ({}, {"review": True}), ({"judge": "gold"}, {})],
 )
 def test_a_pause_without_a_checkpointer_is_refused_at_the_first_run(
-    store: PairStore, build: dict[str, Any], run: dict[str, Any]
+    pair_store: PairStore, build: dict[str, Any], run: dict[str, Any]
 ) -> None:
-    fill(store)
+    fill(pair_store)
     llm = fake()
-    graph = build_graph("rag_ef", pair_store=store, llm=llm, **build)
+    graph = build_graph("rag_ef", pair_store=pair_store, llm=llm, **build)
     with pytest.raises(InputError, match="needs a checkpointer") as err:
         graph.invoke({"question": "Who wrote Hamlet?"}, context=run)
     assert "checkpointer=InMemorySaver()" in (err.value.hint or "")
-    assert llm.calls == [] and len(store) == 6
+    assert llm.calls == [] and len(pair_store) == 6
     # the same graph without a pause answers
-    assert build_graph("rag_ef", pair_store=store, llm=llm).invoke({"question": "Who?"})
-    tool = as_tool("rag_ef", pair_store=store, llm=fake(), review=True)
+    assert build_graph("rag_ef", pair_store=pair_store, llm=llm).invoke({"question": "Who?"})
+    tool = as_tool("rag_ef", pair_store=pair_store, llm=fake(), review=True)
     with pytest.raises(InputError, match="review=True pauses"):
         tool.invoke({"question": "Who wrote Hamlet?"})
 
 
-def test_ainvoke_gives_the_same_output_as_invoke(store: PairStore) -> None:
-    fill(store)
-    graph = build_graph("rag_ef", pair_store=store, llm=fake(), min_pair_score=0.2)
+def test_ainvoke_gives_the_same_output_as_invoke(pair_store: PairStore) -> None:
+    fill(pair_store)
+    graph = build_graph("rag_ef", pair_store=pair_store, llm=fake(), min_pair_score=0.2)
     sync = graph.invoke({"question": "Who painted the Mona Lisa portrait?"})
     asyn = asyncio.run(graph.ainvoke({"question": "Who painted the Mona Lisa portrait?"}))
     assert sync["answer"] == "Leonardo da Vinci"
     assert _drop_wall(dict(asyn)) == _drop_wall(dict(sync))
 
 
-def test_nodes_run_alone(store: PairStore) -> None:
-    fill(store)
+def test_nodes_run_alone(pair_store: PairStore) -> None:
+    fill(pair_store)
     llm = fake()
-    deps = Deps.of(llm=llm, pair_store=store)
+    deps = Deps.of(llm=llm, pair_store=pair_store)
     runtime = Runtime(context=Context())
     state = State(question="Who wrote the tragedy Hamlet?")
     update = asyncio.run(rag_ef_nodes.retrieve(state, runtime, deps))
@@ -814,13 +830,13 @@ def test_nodes_run_alone(store: PairStore) -> None:
     assert len(llm.calls) == 1 and llm.prompts()[0].splitlines()[0].startswith("Question: Who")
 
 
-def test_the_feedback_decision_is_recorded(store: PairStore) -> None:
-    fill(store)
+def test_the_feedback_decision_is_recorded(pair_store: PairStore) -> None:
+    fill(pair_store)
     chat = ScriptedChatModel(
         rules=[(JUDGE_MARK, "incorrect"), (ANSWER_MARK, copy_mode)],
         logprobs={"incorrect": -0.2, "correct": -1.8},
     )
-    graph = build_graph("rag_ef", pair_store=store, llm=LLM(chat, supports_logprobs=True),
+    graph = build_graph("rag_ef", pair_store=pair_store, llm=LLM(chat, supports_logprobs=True),
                         checkpointer=InMemorySaver(), judge="llm")  # fmt: skip
     out = graph.invoke({"question": ALADIN_Q}, {"configurable": {"thread_id": "d1"}})
     p = math.exp(-0.2) / (math.exp(-0.2) + math.exp(-1.8))
@@ -828,7 +844,7 @@ def test_the_feedback_decision_is_recorded(store: PairStore) -> None:
         {"node": "feedback_classifier", "round": 1, "decision": "continue",
          "p": pytest.approx(p, abs=1e-5), "path": "logprobs", "threshold": None}
     ]  # fmt: skip
-    graph = build_graph("rag_ef", pair_store=store, llm=fake(), checkpointer=InMemorySaver())
+    graph = build_graph("rag_ef", pair_store=pair_store, llm=fake(), checkpointer=InMemorySaver())
     cfg: Any = {"configurable": {"thread_id": "d2"}}
     out = graph.invoke(
         {"question": "Who wrote the tragedy Hamlet?", "gold_answers": ["William Shakespeare"]},
@@ -844,11 +860,11 @@ def test_the_feedback_decision_is_recorded(store: PairStore) -> None:
     ]
 
 
-def test_shown_ids_are_what_the_prompt_shows(store: PairStore) -> None:
-    ids = fill(store)
-    chunk_of = {p["id"]: p["chunk_id"] for p in store.list()}
+def test_shown_ids_are_what_the_prompt_shows(pair_store: PairStore) -> None:
+    ids = fill(pair_store)
+    chunk_of = {p["id"]: p["chunk_id"] for p in pair_store.list()}
     llm = fake()
-    out = build_graph("rag_ef", pair_store=store, llm=llm, min_pair_score=0.3).invoke(
+    out = build_graph("rag_ef", pair_store=pair_store, llm=llm, min_pair_score=0.3).invoke(
         {"question": "Who wrote the tragedy Hamlet?"}
     )
     kept = [p["id"] for p in out["retrieved_pairs"]]
@@ -860,16 +876,16 @@ def test_shown_ids_are_what_the_prompt_shows(store: PairStore) -> None:
         assert pid not in out["shown_ids"] and chunk_of[pid] not in out["shown_ids"]
     assert set(ids) >= set(retrieved)
     out = build_graph(
-        "rag_ef", pair_store=store, llm=fake(), qa_render_mode="none", max_contexts=1
+        "rag_ef", pair_store=pair_store, llm=fake(), qa_render_mode="none", max_contexts=1
     ).invoke({"question": "Who wrote the tragedy Hamlet?"})
     first = out["retrieved_pairs"][0]
     assert out["shown_ids"] == [first["chunk_id"]]  # no Q&A lines, one context
     assert len(out["retrieved_ids"]) == 10
 
 
-def test_a_reviewed_subgraph_uses_its_parents_checkpointer(store: PairStore) -> None:
-    fill(store)
-    child = build_graph("rag_ef", pair_store=store, llm=fake(), review=True)
+def test_a_reviewed_subgraph_uses_its_parents_checkpointer(pair_store: PairStore) -> None:
+    fill(pair_store)
+    child = build_graph("rag_ef", pair_store=pair_store, llm=fake(), review=True)
     parent = StateGraph(ParentState)
     parent.add_node("rag_ef", child)
     parent.add_edge(START, "rag_ef")

@@ -4,7 +4,6 @@ question, answer in the short format."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -33,11 +32,6 @@ POOL = [
     item("eiffel", "The Eiffel Tower in Paris was built by Gustave Eiffel.", "Eiffel Tower"),
     item("fr", "Paris is the capital and largest city of France.", "France"),
 ]
-
-
-@pytest.fixture
-def store(tmp_path: Path, tiny_docs: list[dict[str, str]]) -> Store:
-    return Store.build(tmp_path / "s", tiny_docs, embedder=HashingEmbedder(), progress=False)
 
 
 def ids(items: Any) -> list[str]:

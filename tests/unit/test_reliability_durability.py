@@ -1,4 +1,4 @@
-"""Issue 18, promises 2 and 3: killed runs lose nothing, concurrent writers lose nothing.
+"""Killed runs lose nothing, concurrent writers lose nothing.
 
 * ``kill -9`` while a store is being rebuilt over an existing one, at three points (while
   embedding, after the new version is written but before the switch, while pruning): the

@@ -1,5 +1,5 @@
-"""Issue 18, promises 4-7: oversized and malformed input, a strict Python API, private files,
-no keys in messages, quiet by default.
+"""Oversized and malformed input, a strict Python API, private files, no keys in messages,
+quiet by default.
 The public-API tests rely on ``build_graph`` calling :mod:`gaprag.validate` for the injected
 objects and on the first node of every graph checking the question.
 """
@@ -22,12 +22,12 @@ from langchain_core.language_models.fake import FakeListLLM
 from langchain_core.vectorstores import InMemoryVectorStore
 from langgraph.errors import EmptyInputError
 
-from gaprag import build_graph
+from gaprag import build_graph, list_methods
 from gaprag.cli import main
 from gaprag.config import gaprag_home, private_file
 from gaprag.errors import EndpointError, GapragError, InputError, redact
 from gaprag.stores import HashingEmbedder, Store
-from gaprag.stores.documents import Document, load_documents, read_jsonl
+from gaprag.stores.documents import load_documents, read_jsonl
 from gaprag.stores.pairs import PairStore
 from gaprag.testing import scripted
 from gaprag.validate import (
@@ -37,12 +37,7 @@ from gaprag.validate import (
 )
 from tests.hostile_corpus import FAKE_KEY
 
-METHODS = ["standard_rag", "missing_knowledge", "iterkey", "rag_ef", "migres", "rfm_rag", "ircot"]
-
-
-@pytest.fixture
-def store(tmp_path: Path, tiny_docs: list[Document]) -> Store:
-    return Store.build(tmp_path / "s", tiny_docs, embedder=HashingEmbedder(), progress=False)
+METHODS = list_methods()
 
 
 class _HashEmbeddings(Embeddings):

@@ -147,8 +147,9 @@ class SeqJudge:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store.build(tmp_path / "s", DOCS, embedder=HashingEmbedder(), progress=False)
+def store_docs() -> list[Document]:
+    """The ``store`` fixture's documents."""
+    return DOCS
 
 
 def make_graph(
@@ -868,7 +869,7 @@ def test_training_refuses_evaluation_questions(tmp_path: Path) -> None:
     assert main(["rfm", "train", "--skip-first", "10", "--quiet", "--embedder", "hashing-256"]) == 2
 
 
-# -- issue 16: monotone, calibrated R-Feedback; the decision convention; graph-pool training -----
+# -- monotone, calibrated R-Feedback; the decision convention; graph-pool training -----
 def _bumpy(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Labels that FALL with coverage above 0.5: what an unconstrained model learns to mimic."""
     s_f = rng.uniform(0, 1, n)

@@ -173,7 +173,8 @@ def values(method: str, name: str, default: int, maximum: int) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+def module_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    """A store of ``DOCS``, built once and shared by the module (no test writes to it)."""
     root = tmp_path_factory.mktemp("bounds-store")
     return Store.build(root / "store", DOCS, embedder=HashingEmbedder(), progress=False)
 
@@ -229,11 +230,11 @@ def test_every_bound_has_a_scripted_run() -> None:
 
 @pytest.mark.parametrize(("method", "name", "default", "maximum"), BOUNDS, ids=IDS)
 def test_bound_set_at_run_time_is_reached_up_to_its_maximum(
-    method: str, name: str, default: int, maximum: int, store: Store, tmp_path: Path
+    method: str, name: str, default: int, maximum: int, module_store: Store, tmp_path: Path
 ) -> None:
     case = CASES[(method, name)]
     for value in values(method, name, default, maximum):
-        graph, llm = graph_for(case, method, store, tmp_path / str(value))
+        graph, llm = graph_for(case, method, module_store, tmp_path / str(value))
         out = run(graph, case, {**case.context, name: value}, value)
         assert out["stop_reason"] and "__interrupt__" not in out
         assert case.reached(out, llm) == value, (name, value)
@@ -241,10 +242,10 @@ def test_bound_set_at_run_time_is_reached_up_to_its_maximum(
 
 @pytest.mark.parametrize(("method", "name", "default", "maximum"), BOUNDS, ids=IDS)
 def test_bound_above_its_maximum_is_refused(
-    method: str, name: str, default: int, maximum: int, store: Store, tmp_path: Path
+    method: str, name: str, default: int, maximum: int, module_store: Store, tmp_path: Path
 ) -> None:
     case = CASES[(method, name)]
-    graph, llm = graph_for(case, method, store, tmp_path)
+    graph, llm = graph_for(case, method, module_store, tmp_path)
     with pytest.raises(InputError) as err:
         graph.invoke({"question": QUESTION}, CONFIG, context={name: maximum + 1})
     assert str(err.value) == (
@@ -254,7 +255,7 @@ def test_bound_above_its_maximum_is_refused(
     assert llm.calls == []  # refused before anything ran
     with pytest.raises(InputError, match=f"{name} must be at most {maximum}"):
         options: dict[str, Any] = {name: maximum + 1}
-        build_graph(method, llm=llm, retriever=store, **options)
+        build_graph(method, llm=llm, retriever=module_store, **options)
 
 
 ASYNC = [b for b in BOUNDS if b[0] in ("ircot", "migres", "rag_ef")]
@@ -264,20 +265,20 @@ ASYNC = [b for b in BOUNDS if b[0] in ("ircot", "migres", "rag_ef")]
     ("method", "name", "default", "maximum"), ASYNC, ids=[f"{m}.{n}" for m, n, _, _ in ASYNC]
 )
 def test_bound_at_its_maximum_is_reached_under_ainvoke(
-    method: str, name: str, default: int, maximum: int, store: Store, tmp_path: Path
+    method: str, name: str, default: int, maximum: int, module_store: Store, tmp_path: Path
 ) -> None:
     case = CASES[(method, name)]
-    graph, llm = graph_for(case, method, store, tmp_path)
+    graph, llm = graph_for(case, method, module_store, tmp_path)
     out = asyncio.run(arun(graph, case, {**case.context, name: maximum}, maximum))
     assert case.reached(out, llm) == maximum
 
 
 def test_bound_at_its_maximum_is_reached_in_stream_and_as_a_subgraph(
-    store: Store, tmp_path: Path
+    module_store: Store, tmp_path: Path
 ) -> None:
     case = CASES[("ircot", "max_steps")]
     context = {"max_steps": 25}
-    graph, _ = graph_for(case, "ircot", store, tmp_path)
+    graph, _ = graph_for(case, "ircot", module_store, tmp_path)
     last = list(graph.stream({"question": QUESTION}, context=context, stream_mode="values"))[-1]
     assert last["iterations"] == 25
 
@@ -285,7 +286,7 @@ def test_bound_at_its_maximum_is_reached_in_stream_and_as_a_subgraph(
         question: str
         iterations: NotRequired[int]
 
-    graph, _ = graph_for(case, "ircot", store, tmp_path)
+    graph, _ = graph_for(case, "ircot", module_store, tmp_path)
     parent = StateGraph(Parent, context_schema=context_class("ircot"))
     parent.add_node("ircot", graph)
     parent.add_edge(START, "ircot")

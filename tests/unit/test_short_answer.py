@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from gaprag import build_graph
@@ -11,14 +9,8 @@ from gaprag.llm.client import Choice
 from gaprag.nodes import option_probability, should_stop
 from gaprag.nodes.short_answer import options, rule_answer, yes_no_question
 from gaprag.prompts import load_prompts
-from gaprag.stores import HashingEmbedder, Store
-from gaprag.stores.documents import Document
+from gaprag.stores import Store
 from gaprag.testing import scripted
-
-
-@pytest.fixture
-def store(tmp_path: Path, tiny_docs: list[Document]) -> Store:
-    return Store.build(tmp_path / "s", tiny_docs, embedder=HashingEmbedder(), progress=False)
 
 
 @pytest.mark.parametrize(

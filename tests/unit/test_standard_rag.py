@@ -13,11 +13,6 @@ from gaprag.stores.documents import Document
 from gaprag.testing import scripted
 
 
-@pytest.fixture
-def store(tmp_path: Path, tiny_docs: list[Document]) -> Store:
-    return Store.build(tmp_path / "s", tiny_docs, embedder=HashingEmbedder(), progress=False)
-
-
 def test_answers_from_top_k_with_usage(store: Store) -> None:
     fake = scripted("Answer: William Shakespeare.")
     graph = build_graph("standard_rag", llm=fake, retriever=store, top_k=2, retrieval_mode="hybrid")

@@ -33,11 +33,6 @@ class CountingEmbedder(HashingEmbedder):
         return super().embed(texts)
 
 
-@pytest.fixture
-def store(tmp_path: Path, tiny_docs: list[Document]) -> Store:
-    return Store.build(tmp_path / "s", tiny_docs, embedder=HashingEmbedder(), progress=False)
-
-
 @pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid"])
 def test_search_finds_the_right_passage(store: Store, mode: str) -> None:
     hits = store.search("Who wrote the tragedy Hamlet?", 2, mode=mode)  # type: ignore[arg-type]

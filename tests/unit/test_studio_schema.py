@@ -14,7 +14,6 @@ from langgraph.graph import END, START, StateGraph
 import gaprag
 import gaprag.studio as studio
 from gaprag.context import field_range
-from gaprag.graphs import METHODS
 
 ROOT = Path(__file__).resolve().parents[2]
 AVAILABLE = gaprag.list_methods()
@@ -48,12 +47,23 @@ def drawn_conditional(mermaid: str) -> set[tuple[str, str]]:
 def test_langgraph_json_lists_every_method_in_studio_module() -> None:
     config = json.loads((ROOT / "langgraph.json").read_text())
     assert config["dependencies"] == ["."]
-    assert set(config["graphs"]) == set(METHODS) and len(METHODS) == 7
+    assert list(config["graphs"]) == AVAILABLE  # every registered method, in registry order
     for name, spec in config["graphs"].items():
         assert spec["path"] == f"./gaprag/studio.py:{name}"
         assert spec["description"].strip()
     assert (ROOT / "gaprag" / "studio.py").is_file()
-    assert set(studio.GRAPH_NAMES) == set(config["graphs"])
+    assert list(studio.GRAPH_NAMES) == AVAILABLE
+
+
+def test_served_config_serves_the_chosen_graphs_from_any_folder(tmp_path: Path) -> None:
+    from gaprag.testing import served_config
+
+    path = served_config(ROOT / "langgraph.json", ["ircot", "migres"], tmp_path)
+    config = json.loads(path.read_text())
+    assert path == tmp_path / "langgraph.json" and list(config["graphs"]) == ["ircot", "migres"]
+    assert config["dependencies"] == [str(ROOT)]
+    assert config["graphs"]["ircot"]["path"] == f"{ROOT / 'gaprag' / 'studio.py'}:ircot"
+    assert config["http"] == json.loads((ROOT / "langgraph.json").read_text())["http"]
 
 
 def test_langgraph_api_dir_is_git_ignored() -> None:
@@ -71,9 +81,9 @@ def test_served_graph_is_a_module_global_without_checkpointer(method: str) -> No
 
 
 def test_unknown_graph_attribute_is_an_attribute_error() -> None:
+    name = "not_a_method"
     with pytest.raises(AttributeError):
-        studio.__getattr__("not_a_method")
-    assert set(AVAILABLE) == set(METHODS)
+        getattr(studio, name)
 
 
 # -- schemas (Studio's forms) ---------------------------------------------------------------

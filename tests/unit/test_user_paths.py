@@ -24,9 +24,9 @@ BAR = "%|"  # what every tqdm progress bar draws
 
 
 @pytest.fixture
-def store(tmp_path: Path, tiny_docs: list[Document]) -> Path:
-    Store.build(tmp_path / "s", tiny_docs, embedder=HashingEmbedder(), progress=False)
-    return tmp_path / "s"
+def store_path(store: Store) -> Path:
+    """The ``store`` fixture's folder, as the command line takes it."""
+    return store.root
 
 
 @pytest.fixture
@@ -49,17 +49,17 @@ def ask_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
 
 # -- any endpoint's model ----------------------------------------------------------------
 def test_endpoint_without_a_named_model_gets_its_listed_model(
-    vllm_like: FakeOpenAI, store: Path, capsys: pytest.CaptureFixture[str]
+    vllm_like: FakeOpenAI, store_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = ask_json(
-        capsys, "Who wrote Hamlet?", "--store", str(store), "--set", "retrieval_mode=bm25"
+        capsys, "Who wrote Hamlet?", "--store", str(store_path), "--set", "retrieval_mode=bm25"
     )
     assert out["answer"] == "William Shakespeare"
     assert {r["model"] for r in vllm_like.requests} == {MODEL_ID}
     # --json reports the settings really in use, and where each comes from
     assert out["settings"]["model"] == {"value": MODEL_ID, "source": "endpoint"}
     assert out["settings"]["base_url"] == {"value": vllm_like.base_url, "source": "environment"}
-    assert out["settings"]["store"] == {"value": str(store), "source": "explicit"}
+    assert out["settings"]["store"] == {"value": str(store_path), "source": "explicit"}
     assert out["settings"]["retrieval_mode"] == {"value": "bm25", "source": "explicit"}
 
 
@@ -85,12 +85,14 @@ def test_an_endpoint_that_lists_no_models_gets_default_and_a_warning(
 
 
 def test_a_named_model_is_sent_as_named(
-    vllm_like: FakeOpenAI, store: Path, capsys: pytest.CaptureFixture[str],
+    vllm_like: FakeOpenAI, store_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     monkeypatch.setenv("GAPRAG_MODEL", "other-model")
     assert (
-        main(["ask", "Who wrote Hamlet?", "--store", str(store), "--set", "retrieval_mode=bm25"])
+        main(
+            ["ask", "Who wrote Hamlet?", "--store", str(store_path), "--set", "retrieval_mode=bm25"]
+        )
         == 2
     )
     assert vllm_like.requests[0]["model"] == "other-model"  # the endpoint refuses it
@@ -98,14 +100,14 @@ def test_a_named_model_is_sent_as_named(
 
 
 def test_eval_records_the_endpoints_model_in_run_json(
-    vllm_like: FakeOpenAI, store: Path, tmp_path: Path, tiny_docs: list[Document]
+    vllm_like: FakeOpenAI, store_path: Path, tmp_path: Path, tiny_docs: list[Document]
 ) -> None:
     dataset = tmp_path / "d.jsonl"
     record = {"id": "q1", "question": "Who wrote Hamlet?", "answers": ["Shakespeare"],
               "supporting": ["hamlet"], "paragraphs": tiny_docs}  # fmt: skip
     dataset.write_text(json.dumps(record) + "\n")
     out = tmp_path / "run"
-    argv = ["eval", "--methods", "standard_rag", "--dataset", str(dataset), "--store", str(store),
+    argv = ["eval", "--methods", "standard_rag", "--dataset", str(dataset), "--store", str(store_path),
             "--out", str(out), "--set", "retrieval_mode=bm25", "--quiet"]  # fmt: skip
     assert main(argv) == 0
     run = json.loads((out / "run.json").read_text())
@@ -121,14 +123,14 @@ def test_eval_records_the_endpoints_model_in_run_json(
     ],
 )
 def test_no_logprobs_decisions_retrieve_more_unless_told_to_trust_the_answer(
-    store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    store_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
     setting: str, stop_reason: str, decisions: list[str],
 ) -> None:  # fmt: skip
     """An endpoint without logprobs whose validator answers "True" every time."""
     with FakeOpenAI(reply="True") as server:
         monkeypatch.setenv("GAPRAG_BASE_URL", server.base_url)
         out = ask_json(
-            capsys, "Who wrote Hamlet?", "--method", "iterkey", "--store", str(store),
+            capsys, "Who wrote Hamlet?", "--method", "iterkey", "--store", str(store_path),
             "--set", "max_iterations=2", "--set", f"no_logprobs={setting}",
         )  # fmt: skip
     assert out["stop_reason"] == stop_reason
@@ -184,13 +186,13 @@ COMMANDS = ["eval", "kb qa-pairs", "kb qa-pairs --historical"]
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("how", ["none", "global --quiet", "GAPRAG_QUIET=1", "command --quiet"])
 def test_quiet_silences_every_command(
-    command: str, how: str, store: Path, tmp_path: Path, tiny_docs: list[Document],
+    command: str, how: str, store_path: Path, tmp_path: Path, tiny_docs: list[Document],
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     monkeypatch.delenv("GAPRAG_QUIET", raising=False)
     monkeypatch.delenv("TQDM_DISABLE", raising=False)
     if command == "eval":
-        argv = _eval_argv(tmp_path, store, tiny_docs)
+        argv = _eval_argv(tmp_path, store_path, tiny_docs)
     else:
         argv = _qa_pairs_argv(tmp_path, tiny_docs, historical="historical" in command)
     if how == "global --quiet":
@@ -211,11 +213,11 @@ def test_quiet_silences_every_command(
 
 # -- --stream --------------------------------------------------------------------------------
 def test_stream_lines_show_decisions_readably(
-    store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    store_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with FakeOpenAI(reply="True") as server:
         monkeypatch.setenv("GAPRAG_BASE_URL", server.base_url)
-        argv = ["ask", "Who wrote Hamlet?", "--method", "iterkey", "--store", str(store),
+        argv = ["ask", "Who wrote Hamlet?", "--method", "iterkey", "--store", str(store_path),
                 "--set", "max_iterations=1", "--stream"]  # fmt: skip
         assert main(argv) == 0
     err = capsys.readouterr().err

@@ -43,7 +43,7 @@ from gaprag.graphs.migres.snippets import round_candidates, snippet_item, strip_
 from gaprag.graphs.migres.state import InfoItem, Snippet, State
 from gaprag.graphs.migres.verify import LLMVerifier, Verifier, entailed
 from gaprag.progress import emit
-from gaprag.prompts import RenderedPrompt
+from gaprag.prompts import follow_up
 from gaprag.state.base import Evidence
 
 #: names that moved out of this module: where they are now (deprecated aliases, one release)
@@ -353,10 +353,7 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
     if not verdict["parsed_ok"]:  # a judge reply nothing could read: keep retrieving
         path = "default"
     elif retrieved_facts(state, ctx):
-        said, ask = reply.raw.strip() or "{}", PROMPTS["sufficiency"].render()
-        follow = RenderedPrompt([*messages, ("assistant", said), *ask])
-        fixed, passages, total = messages.parts
-        follow.parts = (fixed + ask.parts[0], passages, total + len(said) + ask.parts[2])
+        follow = follow_up(messages, reply.raw.strip() or "{}", PROMPTS["sufficiency"].render())
         choice = await llm.achoose(follow, ["Yes", "No"], default="No", call="sufficiency")
         calls["sufficiency"] = 1
         p, path, says = nodes.read_choice(choice, "Yes")

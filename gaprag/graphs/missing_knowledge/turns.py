@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Sequence
 from importlib import resources
 
-from gaprag.prompts import Prompt, RenderedPrompt
+from gaprag.prompts import Prompt, RenderedPrompt, follow_up
 
 EXTRA_KEYS = ("assistant",)
 
@@ -32,29 +31,15 @@ def load_turns(package: str, filename: str = "prompts.toml") -> dict[str, dict[s
     return out
 
 
-def with_turns(
-    rendered: RenderedPrompt, turns: Sequence[tuple[str, str]], *, at: int, fixed_chars: int
-) -> RenderedPrompt:
-    """``rendered`` with ``turns`` inserted before message ``at``; ``fixed_chars`` of the new
-    text count as instructions in the token split (the rest as other variable text)."""
-    out = RenderedPrompt([*rendered[:at], *turns, *rendered[at:]])
-    instructions, passages, total = rendered.parts
-    out.parts = (instructions + fixed_chars, passages, total + sum(len(t) for _, t in turns))
-    return out
-
-
 def with_follow_up(
     rendered: RenderedPrompt, question: Prompt, turns: dict[str, str], *, thought: str
 ) -> RenderedPrompt:
     """The judge prompt, the judge's analysis as the assistant's turn (``assistant`` template,
-    ``{thought}`` as a JSON string), then ``question`` as the next user turn."""
+    ``{thought}`` as a JSON string), then ``question`` as the next user turn; the template's
+    text counts as instructions in the token split (:func:`gaprag.prompts.follow_up`)."""
     value = json.dumps(thought, ensure_ascii=False)
     reply = turns["assistant"].format(thought=value)
-    ask = question.render()[-1][1]
-    fixed = len(reply) - len(value) + len(ask)
-    return with_turns(
-        rendered, [("assistant", reply), ("user", ask)], at=len(rendered), fixed_chars=fixed
-    )
+    return follow_up(rendered, reply, question.render(), reply_fixed_chars=len(reply) - len(value))
 
 
-__all__ = ["load_turns", "with_follow_up", "with_turns"]
+__all__ = ["load_turns", "with_follow_up"]

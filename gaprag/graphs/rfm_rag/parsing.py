@@ -236,10 +236,3 @@ def extract_answer(text: str, task_type: str = "short_answer") -> str:
         yn = re.match(r"\W*(yes|no)\b", span, re.I) or re.search(r"\b(yes|no)\b", span, re.I)
         return yn.group(1).lower() if yn else span
     return span
-
-
-class JudgeReply(BaseModel):
-    """The optional LLM judge's reply (``feedback_mode="llm_judge"``, not in the paper)."""
-
-    sufficient: bool = False
-    missing: list[str] = Field(default_factory=list)
