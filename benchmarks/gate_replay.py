@@ -207,7 +207,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--signals", type=Path, required=True, help="gate_signals.py rows (JSONL)")
     ap.add_argument("--runs", type=Path, nargs="+", required=True, help="calibration run dirs")
-    ap.add_argument("--profile", default="qwen2.5-coder-1.5b", help="model profile (name or path)")
+    ap.add_argument(
+        "--profile",
+        default="qwen2.5-coder-1.5b",
+        help="model profile (name or path; none: defaults)",
+    )
     ap.add_argument("--signal", default=SIGNAL, choices=sorted(SIGNAL_FIELDS))
     ap.add_argument("--cost-per-call", type=float, default=0.005)
     ap.add_argument("--no-caps", action="store_true", help="ignore the papers' call counts")
@@ -218,14 +222,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     signal_rows = [json.loads(x) for x in args.signals.read_text().splitlines() if x.strip()]
     plain = plain_rag(signal_rows, args.signal)
     runs = [d for d in args.runs if (d / "results.jsonl").is_file()]
-    rows = gated_rows(runs, plain, load_profile(args.profile))
+    profile = None if args.profile == "none" else load_profile(args.profile)
+    rows = gated_rows(runs, plain, profile)
     if not rows:
         sys.exit("gate_replay: no method row shares a question with the signal rows")
     curves = report(rows, args.signal, args.cost_per_call, caps=not args.no_caps)
     command = "python benchmarks/gate_replay.py " + " ".join(argv or sys.argv[1:])
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(curves, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(curves, args.signal, command) + "\n")
+    # OUT may hold dots (a model name): the suffixes are appended, not swapped in
+    Path(f"{args.out}.json").write_text(json.dumps(curves, indent=2) + "\n")
+    Path(f"{args.out}.md").write_text(markdown(curves, args.signal, command) + "\n")
     print(markdown(curves, args.signal, command))
 
 

@@ -91,3 +91,13 @@ def test_rows_from_a_gated_run_are_replayed_as_they_are(tmp_path: Path) -> None:
     assert rows[0]["source"] == "gated run" and rows[0]["llm_calls"] == 4
     grid = {pt["threshold"]: pt for pt in gr.report(rows, "logprob_mean", 0.005)["ircot"]["grid"]}
     assert grid[0.95]["f1"] == 1.0 and grid[0.95]["llm_calls"] == 1.0
+
+
+def test_the_command_writes_both_reports_beside_a_dotted_model_name(tmp_path: Path) -> None:
+    signals = tmp_path / "signals.jsonl"
+    signals.write_text(json.dumps(_signal_row("q1", math.log(0.9), "Ann")) + "\n")
+    run = _write(tmp_path / "run", [_method_row("q1", 0.0, 3)])
+    out = tmp_path / "replay" / "qwen2.5-coder-1.5b"
+    gr.main(["--signals", str(signals), "--runs", str(run), "--out", str(out), "--profile", "none"])
+    assert json.loads(Path(f"{out}.json").read_text())["ircot"]["questions"] == 1
+    assert Path(f"{out}.md").read_text().startswith("# The gate replayed")
