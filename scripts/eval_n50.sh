@@ -4,6 +4,10 @@
 #
 #   bash scripts/eval_n50.sh before   # the papers' settings, at commit b99a6b7 (a git worktree)
 #   bash scripts/eval_n50.sh after    # the calibrated profile, at commit a2f8522 (a git worktree)
+#   bash scripts/eval_n50.sh gated    # the shipped profile with the shared gate (every iterative
+#                                     # method, IRCoT included), at commit GATED_COMMIT below;
+#                                     # the sets in turns of 10 questions, so a partial run
+#                                     # covers all three
 #   bash scripts/eval_n50.sh both     # set by set: after, then before (a paired set at a time)
 #   bash scripts/eval_n50.sh rag_ef   # RAG-EF's ladder (S, S ∪ E, Eq. 1) beside standard_rag,
 #                                     # on the corpus of those questions (benchmarks/rag_ef_n50.py);
@@ -19,6 +23,7 @@ cd "$(dirname "$0")/.."
 LABEL=${1:-after}
 BEFORE_COMMIT=b99a6b7  # the papers' settings: 64049d9 + this script's method list
 AFTER_COMMIT=a2f8522  # the calibrated profile, the short-answer step, MIGRES's empty-pool forced answer
+GATED_COMMIT=GATED_PLACEHOLDER  # the profile with the gate and reader settings chosen on questions 60+
 RAG_EF_COMMIT=2b0d498  # RAG-EF's ladder: E_r (near copies replaced by sampled rewordings)
 # beside S and E. The code that builds S and E and evaluates rag_ef_S/SE/standard is the same as
 # at e4ef8ab (E is built with rewrites=0, as it was first built; LLM.generate only gained
@@ -43,6 +48,7 @@ sets_with_rows() {
     if [[ -f $1/$ds/results.jsonl ]]; then echo "$1/$ds"; fi
   done
 }
+variant=()
 case "$LABEL" in
   both)
     for ds in $DATASETS; do
@@ -63,22 +69,33 @@ case "$LABEL" in
     exit 0 ;;
   before) COMMIT=$BEFORE_COMMIT ;;
   after) COMMIT=$AFTER_COMMIT ;;
-  *) echo "usage: bash scripts/eval_n50.sh before|after|both|rag_ef" >&2; exit 2 ;;
+  gated)
+    COMMIT=$GATED_COMMIT
+    # the shipped profile of every method, and IRCoT's gate at p 0.75: the cheapest gated
+    # configuration calibration found a gain for (1.9 calls a question on questions 60+)
+    variant=(--variant "ircot_gate_p75=ircot:gate_threshold=-0.2877")
+    METHODS=${METHODS_GATED:-standard_rag,missing_knowledge,iterkey,migres,rfm_rag,ircot,ircot_gate_p75}
+    STEPS=${STEPS:-10 20 30 40 50} ;;
+  *) echo "usage: bash scripts/eval_n50.sh before|after|gated|both|rag_ef" >&2; exit 2 ;;
 esac
 CODE=$ROOT/.eval-$LABEL
 pinned_worktree "$CODE" "$COMMIT"
 export PYTHONPATH=$CODE
 cd "$CODE"
-for ds in $DATASETS; do
-  extra=()
-  # MIGRES's released code seeds 2Wiki's kinship definitions (docs/methods/migres.md)
-  if [[ $LABEL == after && $ds == 2wikimultihopqa ]]; then extra=(--set migres.seed_facts=true); fi
-  gaprag eval --methods "$METHODS" --dataset "$ds" --limit 50 --resume --out "$OUT/$ds" "${extra[@]}"
+for limit in ${STEPS:-50}; do
+  for ds in $DATASETS; do
+    extra=()
+    # MIGRES's released code seeds 2Wiki's kinship definitions (docs/methods/migres.md)
+    if [[ $LABEL != before && $ds == 2wikimultihopqa ]]; then extra=(--set migres.seed_facts=true); fi
+    gaprag eval --methods "$METHODS" --dataset "$ds" --limit "$limit" --resume --out "$OUT/$ds" "${extra[@]}" "${variant[@]}"
+  done
 done
 cd "$ROOT" && unset PYTHONPATH  # the report with the current code
 mapfile -t dirs < <(sets_with_rows "$OUT")
 versus=()
-if [[ $LABEL == after ]]; then
-  while read -r b; do versus+=(--before "$b"); done < <(sets_with_rows "$ROOT/docs/results/n50/before")
+# after is compared with before (the papers' settings), gated with after (the ungated profile)
+case "$LABEL" in after) earlier=before ;; gated) earlier=after ;; *) earlier= ;; esac
+if [[ -n $earlier ]]; then
+  while read -r b; do versus+=(--before "$b"); done < <(sets_with_rows "$ROOT/docs/results/n50/$earlier")
 fi
 gaprag report "${dirs[@]}" --out "$OUT" "${versus[@]}"
