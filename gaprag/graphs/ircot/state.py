@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import operator
-import warnings
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import Field
 
+from gaprag.errors import deprecated_names
 from gaprag.state import base
 from gaprag.state.base import BaseState, InputState
 
@@ -30,14 +30,4 @@ __all__ = ["InputState", "OutputState", "State"]
 _DEPRECATED = {"IRCoTState": "State", "IRCoTOutput": "OutputState"}
 
 
-def __getattr__(name: str) -> Any:
-    """The classes' old names, kept for one release with a warning."""
-    if name in _DEPRECATED:
-        new = _DEPRECATED[name]
-        warnings.warn(
-            f"{__name__}.{name} is deprecated: use {new} instead",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = deprecated_names(__name__, _DEPRECATED, globals())

@@ -11,8 +11,6 @@ filter, the LLM writes background from its own knowledge instead.
 from __future__ import annotations
 
 import hashlib
-import importlib
-import warnings
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -21,6 +19,7 @@ from gaprag import nodes
 from gaprag.accounting import estimate_tokens
 from gaprag.aio import to_thread
 from gaprag.deps import Deps
+from gaprag.errors import deprecated_names
 from gaprag.graphs.migres.context import Context, threshold
 from gaprag.graphs.migres.filter import knowledge_filter, scorer_for
 from gaprag.graphs.migres.known_info import known_passages, retrieved_facts, seeds_for
@@ -55,16 +54,7 @@ _MOVED = {
     "RETRY_PREFIX": "gaprag.graphs.migres.snippets",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"gaprag.graphs.migres.nodes.{name} is deprecated: import it from {_MOVED[name]} instead",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(importlib.import_module(_MOVED[name]), name)
+__getattr__ = deprecated_names(__name__, _MOVED, globals())
 
 
 # -- nodes -----------------------------------------------------------------------------------

@@ -9,13 +9,13 @@ field is per question: the first node resets it (see :mod:`gaprag.nodes.wiring`)
 from __future__ import annotations
 
 import operator
-import warnings
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
+from gaprag.errors import deprecated_names
 from gaprag.state import base
 from gaprag.state.base import BaseState, Evidence, InputState
 
@@ -120,14 +120,4 @@ __all__ = [
 _DEPRECATED = {"Output": "OutputState"}
 
 
-def __getattr__(name: str) -> Any:
-    """The classes' old names, kept for one release with a warning."""
-    if name in _DEPRECATED:
-        new = _DEPRECATED[name]
-        warnings.warn(
-            f"{__name__}.{name} is deprecated: use {new} instead",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = deprecated_names(__name__, _DEPRECATED, globals())

@@ -10,7 +10,6 @@ the graph goes straight to generate_answer. See docs/methods/missing_knowledge.m
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -19,6 +18,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from gaprag.deps import Deps
+from gaprag.errors import deprecated_names
 from gaprag.graphs.missing_knowledge.context import Context
 from gaprag.graphs.missing_knowledge.nodes import (
     gathered,
@@ -69,14 +69,7 @@ def build(
 
 __all__ = ["Context", "build", "route_after_judge_missing"]
 
-
-def __getattr__(name: str) -> Any:
-    """``route_after_judge``, the router's old name, kept for one release with a warning."""
-    if name == "route_after_judge":
-        warnings.warn(
-            f"{__name__}.route_after_judge is deprecated: use route_after_judge_missing instead",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return route_after_judge_missing
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: the router's old name, kept for one release with a warning
+__getattr__ = deprecated_names(
+    __name__, {"route_after_judge": "route_after_judge_missing"}, globals()
+)
