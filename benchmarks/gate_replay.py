@@ -121,38 +121,17 @@ def gated_rows(
     return list(out.values())
 
 
-def within_cap(entry: dict[str, Any], signal: str, cap: float | None) -> None:
-    """Re-choose ``entry``'s threshold among the grid points at or under ``cap`` mean calls
-    (the same order as :func:`gaprag.eval.calibrate.choose`); the uncapped choice stays as
-    ``uncapped``."""
-    from gaprag.nodes.gate import threshold_setting
-
-    if cap is None:
-        return
-    allowed = [pt for pt in entry["grid"] if pt["llm_calls"] <= cap + 1e-9]
-    if not allowed or entry["chosen"]["llm_calls"] <= cap + 1e-9:
-        return
-    best = max(allowed, key=lambda pt: (round(pt["objective"], 6), pt["threshold"]))
-    entry["uncapped"] = {"chosen": entry["chosen"], "profile": entry["profile"]}
-    entry["chosen"] = best
-    entry["profile"] = (
-        {"gate": signal, "gate_threshold": round(threshold_setting(signal, best["threshold"]), 4)}  # type: ignore[arg-type]
-        if best["stop_rate"] > 0
-        else {"gate": "off"}
-    )
-
-
 def report(
     rows: Sequence[Mapping[str, Any]], signal: str, cost_per_call: float, caps: bool = True
 ) -> dict[str, Any]:
     methods = [m for m in ITERATIVE if any(r.get("method") == m for r in rows)]
-    curves = gate_curves(rows, methods, signal, cost_per_call=cost_per_call)
+    caps_used = PAPER_CALLS if caps else None
+    curves = gate_curves(rows, methods, signal, cost_per_call=cost_per_call, max_calls=caps_used)
     for method, entry in curves.items():
         mine = [r for r in rows if r.get("method") == method]
         # every question stopped at the gate: plain RAG's answer alone
         entry["plain"] = gate_replay(mine, 0.0, cost_per_call=cost_per_call).as_dict()
-        entry["cap"] = PAPER_CALLS.get(method) if caps else None
-        within_cap(entry, signal, entry["cap"])
+        entry["cap"] = (caps_used or {}).get(method)
         entry["sources"] = {
             s: sum(r["source"] == s for r in mine) for s in ("replayed", "gated run")
         }

@@ -459,10 +459,20 @@ def gate_curves(
     *,
     cost_per_call: float = 0.005,
     grid: Sequence[float] = GRID,
+    max_calls: Mapping[str, float] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Per method: the gate's replayed grid, the chosen ``p`` and the profile values it
-    gives (``gate`` and ``gate_threshold``, or ``gate = "off"`` when never stopping wins)."""
+    gives (``gate`` and ``gate_threshold``, or ``gate = "off"`` when never stopping wins).
+    ``max_calls``: per method, the most mean LLM calls a chosen threshold may spend (the
+    choice among the thresholds within it, when there are any); where that changes the
+    choice, the unbounded one is kept as ``uncapped``."""
     from gaprag.nodes.gate import threshold_setting
+
+    def profile(best: Point) -> dict[str, Any]:
+        if best.stop_rate > 0 and best.threshold <= 1.0:
+            setting = threshold_setting(signal, best.threshold)  # type: ignore[arg-type]
+            return {"gate": signal, "gate_threshold": round(setting, 4)}
+        return {"gate": "off"}
 
     out: dict[str, dict[str, Any]] = {}
     for method in methods:
@@ -470,16 +480,16 @@ def gate_curves(
         if not mine:
             continue
         points = [gate_replay(mine, t, cost_per_call=cost_per_call) for t in grid]
-        best = choose(points)
-        profile: dict[str, Any] = {"gate": "off"}
-        if best.stop_rate > 0 and best.threshold <= 1.0:
-            setting = threshold_setting(signal, best.threshold)  # type: ignore[arg-type]
-            profile = {"gate": signal, "gate_threshold": round(setting, 4)}
+        cap = (max_calls or {}).get(method)
+        within = [pt for pt in points if cap is None or pt.llm_calls <= cap + 1e-9]
+        best, unbounded = choose(within or points), choose(points)
         out[method] = {
             "signal": signal,
             "questions": len(mine),
             "chosen": best.as_dict(),
-            "profile": profile,
+            "profile": profile(best),
             "grid": [pt.as_dict() for pt in points],
         }
+        if unbounded != best:
+            out[method]["uncapped"] = {"chosen": unbounded.as_dict(), "profile": profile(unbounded)}
     return out
