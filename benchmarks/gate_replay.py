@@ -74,8 +74,10 @@ def plain_rag(
         if value is None or rag.get("answer") is None:
             continue
         out[(str(r["dataset"]), str(r["id"]))] = {
-            "answer": rag["answer"], "p": gate_p(signal, float(value)), "f1": rag.get("f1"),
-        }  # fmt: skip
+            "answer": rag["answer"],
+            "p": gate_p(signal, float(value)),
+            "f1": rag.get("f1"),
+        }
     return out
 
 
@@ -112,12 +114,21 @@ def gated_rows(
             if key not in plain or (method, *key) in out:
                 continue
             f1, calls = at_profile(row, method, profile.settings(method) if profile else {})
-            gate = {"node": "gate", "round": 0, "decision": "continue", "path": "logprobs",
-                    "p": plain[key]["p"], "answer": plain[key]["answer"]}  # fmt: skip
+            gate = {
+                "node": "gate",
+                "round": 0,
+                "decision": "continue",
+                "path": "logprobs",
+                "p": plain[key]["p"],
+                "answer": plain[key]["answer"],
+            }
             out[(method, *key)] = {
-                **row, "f1": f1, "llm_calls": calls + 1.0, "decisions": [gate],
+                **row,
+                "f1": f1,
+                "llm_calls": calls + 1.0,
+                "decisions": [gate],
                 "source": "replayed",
-            }  # fmt: skip
+            }
     return list(out.values())
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gaprag.eval.stats import unbeaten_on
 from gaprag.traces import method_traces
 
 TEMPLATE = "report.html.j2"
@@ -226,6 +227,7 @@ def render_html(
     )
     env.filters["num"] = _format_number
     env.filters["stat"] = _format_stat
+    env.filters["unbeaten_on"] = unbeaten_on
     index, details = build_data(summary, rows, dirs)
     return env.get_template(TEMPLATE).render(
         summary=summary,

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gaprag.eval.stats import BASELINE, LABELS, POOLED_METRICS
+from gaprag.eval.stats import BASELINE, LABELS, POOLED_METRICS, unbeaten_on
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -59,13 +59,6 @@ def _calls(cost: Mapping[str, Any]) -> str:
     return f"{text} ({_fmt(extra, 2)} short-answer)" if extra else text
 
 
-def _front(method: str, front: Mapping[str, Sequence[str]]) -> str:
-    """Which costs ``method`` is on the quality-per-cost front of ("calls", "s"), or "–"."""
-    marks = [label for cost, label in (("llm_calls", "calls"), ("wall_s", "s"))
-             if method in front.get(cost, ())]  # fmt: skip
-    return ", ".join(marks) or "–"
-
-
 def _split(c: Mapping[str, Any]) -> str:
     parts = [c.get("instruction_tokens"), c.get("passage_tokens"), c.get("other_tokens")]
     if any(p is None for p in parts):
@@ -103,7 +96,7 @@ def _pooled_markdown(summary: Mapping[str, Any]) -> list[str]:
         cells.append(f"{d['wins']} / {d['losses']}" if d else "–")
         c = e["cost"]
         cells += [_fmt(c["llm_calls"], 2), _fmt(c["tokens"], 0), _fmt(c["wall_s"], 1)]
-        cells += [_front(m, front), str(e["errors"])]
+        cells += [unbeaten_on(m, front), str(e["errors"])]
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
 
@@ -206,7 +199,7 @@ def render_markdown(
             cells = [name_cell, str(e["n"])] + [_cell(e.get(k)) for k in metric_keys]
             vs = e.get("vs_baseline")
             cells.append(_cell(vs.get(primary), signed=True) if vs else "–")
-            cells += [_front(m, ds.get("frontier") or {}), str(e["errors"])]
+            cells += [unbeaten_on(m, ds.get("frontier") or {}), str(e["errors"])]
             lines.append("| " + " | ".join(cells) + " |")
         if any(e.get("legacy_recall") for e in ds["methods"].values()):
             lines += [

@@ -142,10 +142,17 @@ def plot_quality_per_cost(summary: Mapping[str, Any], out: Path) -> dict[str, li
                 xlo, xhi = ((e.get("cost_ci") or {}).get(cost)) or (x, x)
                 color = f"C{i % 10}"
                 ax.errorbar(
-                    [x], [y], xerr=[[x - xlo], [xhi - x]], yerr=[[y - ylo], [yhi - y]],
-                    fmt="o", capsize=3, color=color, mfc=color if m in best else "white",
-                    markersize=7, label=m,
-                )  # fmt: skip
+                    [x],
+                    [y],
+                    xerr=[[x - xlo], [xhi - x]],
+                    yerr=[[y - ylo], [yhi - y]],
+                    fmt="o",
+                    capsize=3,
+                    color=color,
+                    mfc=color if m in best else "white",
+                    markersize=7,
+                    label=m,
+                )
                 ax.annotate(m, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
                 if m in best:
                     line.append((x, y))

@@ -120,6 +120,17 @@ def frontier(entries: Mapping[str, Mapping[str, Any]], metric: str) -> dict[str,
     return out
 
 
+#: how reports name each cost of :data:`FRONTIER_COSTS` in their "unbeaten on" column
+FRONTIER_LABELS: dict[str, str] = {"llm_calls": "calls", "wall_s": "s"}
+
+
+def unbeaten_on(method: str, front: Mapping[str, Sequence[str]]) -> str:
+    """The report cell for ``method``: the costs whose front (:func:`frontier`) holds it,
+    e.g. "calls, s", or "–"."""
+    marks = [FRONTIER_LABELS[cost] for cost in FRONTIER_COSTS if method in front.get(cost, ())]
+    return ", ".join(marks) or "–"
+
+
 def _cost_ci(
     rows: Sequence[Mapping[str, Any]], seed: int, n_boot: int
 ) -> dict[str, list[float] | None]:
