@@ -51,6 +51,7 @@ from typing import Any
 
 from gaprag.datasets import Dataset, Example, check_no_overlap, load_dataset
 from gaprag.errors import GapragError, InputError, one_line
+from gaprag.eval.results import read_results as read_rows
 from gaprag.llm.client import LLM
 from gaprag.metrics import support_recall
 from gaprag.nodes.reader import Gathered, Item, Ranker, choose, read
@@ -563,12 +564,6 @@ def plan(runs: Sequence[Run], methods: Sequence[str]) -> Iterator[Task]:
         for row in run.rows:
             if str(row.get("base_method") or row.get("method")) in methods:
                 yield Task(run, row)
-
-
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    from gaprag.eval.results import read_results
-
-    return read_results(path)
 
 
 def run(
