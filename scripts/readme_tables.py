@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,22 @@ LABELS = {
     "migres": "MIGRES",
     "rfm_rag": "RFM-RAG",
     "rag_ef": "RAG-EF",
+    "ircot": "IRCoT",
 }
+#: what ends a run at the shared gate (plain RAG's answer was confident): ``gaprag.nodes.gate``
+GATE_STOP = "gate_confident"
+
+
+def label(summary: Mapping[str, Any], key: str) -> str:
+    """A method's name in the tables; a variant (``--variant``) is its method's name and the
+    variant's key: ``IRCoT (ircot_gate_p75)``."""
+    if key in LABELS:
+        return LABELS[key]
+    for run in summary.get("runs") or []:
+        base = (run.get("variants") or {}).get(key)
+        if base:
+            return f"{LABELS.get(base, base)} (`{key}`)"
+    return key
 
 
 def num(x: float, signed: bool = False, places: int = 2) -> str:
@@ -81,7 +97,7 @@ def absolute(summary: Mapping[str, Any]) -> str:
         p = pooled[m]
         per_set = [summary["datasets"][s]["methods"].get(m, {}).get("f1") for s in sets]
         rows.append(
-            [LABELS.get(m, m)]
+            [label(summary, m)]
             + [num(f["mean"], places=3) if f else "–" for f in per_set]
             + [with_ci(p["f1"]), with_ci(p["support_recall"]), with_ci(p["retrieval_recall"])]
             + [num(p["cost"]["llm_calls"], places=1), f"{p['cost']['tokens']:,.0f}"]
@@ -108,7 +124,7 @@ def deltas(summary: Mapping[str, Any]) -> str:
             cells.append(with_ci(vs, signed=True))
         vs = (pooled[m].get("vs_baseline") or {}).get("f1") or {}
         wl = f"{vs['wins']} / {vs['losses']}" if vs else "–"
-        rows.append([LABELS.get(m, m), *cells, f"**{with_ci(vs, signed=True)}**", wl])
+        rows.append([label(summary, m), *cells, f"**{with_ci(vs, signed=True)}**", wl])
     return table(header, rows)
 
 
@@ -133,7 +149,7 @@ def versus_before(summary: Mapping[str, Any]) -> str | None:
         )
         rows.append(
             [
-                LABELS.get(m, m),
+                label(summary, m),
                 *per_set,
                 f"{num(v['before']['f1'], places=3)} → {num(v['after']['f1'], places=3)}",
                 with_ci(f1, signed=True),
@@ -155,6 +171,15 @@ def value(x: Any) -> str:
     return json.dumps(x) if isinstance(x, bool) else str(x)
 
 
+def setting(settings: Mapping[str, Any], key: str) -> str:
+    """``key=value``; a threshold on the mean token logprob also as the probability it is
+    (``gate_threshold=-0.3567 (p 0.70)``)."""
+    item = f"{key}={value(settings[key])}"
+    if key == "gate_threshold" and settings.get("gate") == "logprob_mean":
+        item += f" (p {math.exp(float(settings[key])):.2f})"
+    return item
+
+
 def settings_cell(summary: Mapping[str, Any], method: str) -> str:
     """``"hybrid top 5; judge_threshold=1.0"``: the retrieval every set used, then each setting
     that did not come from the method's defaults (a model profile or an explicit value), with
@@ -168,7 +193,7 @@ def settings_cell(summary: Mapping[str, Any], method: str) -> str:
     for r in runs:
         for key in (r.get("setting_sources") or {}).get(method) or {}:
             if key not in SHOWN_FIRST:
-                item = f"{key}={value(r['settings'][method][key])}"
+                item = setting(r["settings"][method], key)
                 seen.setdefault(item, []).append(SET_NAMES.get(r["dataset"], r["dataset"]))
     extras = [
         item if len(sets) == len(runs) else f"{item} ({', '.join(sets)})"
@@ -177,23 +202,50 @@ def settings_cell(summary: Mapping[str, Any], method: str) -> str:
     return "; ".join([cell, ", ".join(extras)]) if extras else cell
 
 
+def gated(summary: Mapping[str, Any], method: str) -> bool:
+    """Whether the method ran with the shared gate on in any of the summary's runs."""
+    return any(
+        (r.get("settings") or {}).get(method, {}).get("gate", "off") != "off"
+        for r in summary.get("runs") or []
+    )
+
+
+def looped(summary: Mapping[str, Any], method: str) -> str:
+    """The share of the method's questions that went past the gate into the loop."""
+    reasons: dict[str, int] = {}
+    for entry in summary["datasets"].values():
+        for reason, count in (entry["methods"].get(method, {}).get("stop_reasons") or {}).items():
+            reasons[reason] = reasons.get(reason, 0) + count
+    total = sum(reasons.values())
+    return f"{(total - reasons.get(GATE_STOP, 0)) / total:.0%}" if total else "–"
+
+
 def overview(summary: Mapping[str, Any], ladder: Mapping[str, Any] | None = None) -> str:
     """README.md's results table: the baseline, the methods by pooled ΔF1, then RAG-EF's
-    ladder row (``LADDER_VARIANT`` against the ladder's own baseline) when given."""
+    ladder row (``LADDER_VARIANT`` against the ladder's own baseline) when given. When a
+    method ran gated, a column gives the share of questions each gated method looped on."""
     pooled = summary["pooled"]
     n = max(v["n"] for v in pooled.values())
+    any_gate = any(gated(summary, m) for m in pooled)
     header = ["method", "settings", f"pooled F1, {n} q", "ΔF1 vs plain RAG [95% CI]"]
-    header += ["LLM calls / q", "s / q"]
+    header += ["looped"] * any_gate + ["LLM calls / q", "s / q"]
 
-    def row(label: str, settings: str, entry: Mapping[str, Any]) -> list[str]:
+    def row(label: str, settings: str, entry: Mapping[str, Any], loops: str = "–") -> list[str]:
         vs = (entry.get("vs_baseline") or {}).get("f1")
         cost = entry["cost"]
         return [label, settings, with_ci(entry["f1"]), with_ci(vs, signed=True) if vs else "–",
-                num(cost["llm_calls"], places=1), f"{cost['wall_s']:.0f}"]  # fmt: skip
+                *[loops] * any_gate, num(cost["llm_calls"], places=1), f"{cost['wall_s']:.0f}"]  # fmt: skip
 
     base_name = summary.get("baseline", "standard_rag")
-    labels = {**LABELS, base_name: f"plain RAG (`{base_name}`)"}
-    rows = [row(labels.get(m, m), settings_cell(summary, m), pooled[m]) for m in order(summary)]
+    rows = [
+        row(
+            f"plain RAG (`{m}`)" if m == base_name else label(summary, m),
+            settings_cell(summary, m),
+            pooled[m],
+            looped(summary, m) if gated(summary, m) else "–",
+        )
+        for m in order(summary)
+    ]
     if ladder is not None:
         entry = ladder["pooled"][LADDER_VARIANT]
         base = ladder["pooled"][ladder.get("baseline", "standard_rag")]

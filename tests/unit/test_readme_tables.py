@@ -164,6 +164,42 @@ def test_readme_table_shows_each_method_s_non_default_settings_and_the_ladder_ro
     )
 
 
+def test_gated_runs_get_a_looped_column_variant_labels_and_the_gate_as_a_probability() -> None:
+    mod = load()
+    gate = {"gate": "logprob_mean", "gate_threshold": -0.3567}
+    base = {"retrieval_mode": "hybrid", "top_k": 5, "gate": "off"}
+    sources = {"iterkey": {"gate": "profile qwen", "gate_threshold": "profile qwen"},
+               "migres": {"gate": "profile qwen", "gate_threshold": "explicit"}}  # fmt: skip
+    summary = {
+        **SUMMARY,
+        "datasets": {
+            s: {"methods": {**entry["methods"],
+                            "iterkey": {**entry["methods"]["iterkey"], "stop_reasons": {"gate_confident": 3, "max_iterations": 1}},
+                            "migres": {**entry["methods"]["migres"], "stop_reasons": {"gate_confident": 1, "sufficient": 1}}}}
+            for s, entry in SUMMARY["datasets"].items()
+        },
+        "runs": [
+            run(s, {"standard_rag": base, "iterkey": {**base, **gate},
+                    "migres": {**base, **gate, "gate_threshold": -0.2877}}, sources)
+            for s in ("hotpotqa", "musique")
+        ],
+    }  # fmt: skip
+    summary["pooled"] = {**summary["pooled"], "ircot_p75": {**method(0.45, 0.04), "n": 100}}
+    summary["runs"][0]["variants"] = {"ircot_p75": "ircot"}
+    lines = mod.overview(summary).splitlines()
+    assert lines[0].endswith("| ΔF1 vs plain RAG [95% CI] | looped | LLM calls / q | s / q |")
+    assert lines[2].startswith("| plain RAG (`standard_rag`) | hybrid top 5 |")
+    assert "| – | – | 4.0 | 88 |" in lines[2]
+    assert lines[3].startswith(
+        "| MIGRES | hybrid top 5; gate=logprob_mean, gate_threshold=-0.2877 (p 0.75) |"
+    )
+    assert "| 50% | 4.0 | 88 |" in lines[3]
+    assert lines[4].startswith("| IRCoT (`ircot_p75`) | – |")
+    assert "| 25% | 4.0 | 88 |" in lines[5] and lines[5].startswith("| IterKey |")
+    assert "(p 0.70)" in lines[5]
+    assert "| looped |" not in mod.overview(SUMMARY)
+
+
 def committed(name: str) -> dict[str, Any]:
     summary: dict[str, Any] = json.loads((N50 / name / "summary.json").read_text(encoding="utf-8"))
     return summary
