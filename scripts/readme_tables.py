@@ -35,6 +35,8 @@ LABELS = {
 }
 #: what ends a run at the shared gate (plain RAG's answer was confident): ``gaprag.nodes.gate``
 GATE_STOP = "gate_confident"
+#: the gate's settings, shown in their own column
+GATE_SETTINGS = ("gate", "gate_threshold")
 
 
 def label(summary: Mapping[str, Any], key: str) -> str:
@@ -171,19 +173,10 @@ def value(x: Any) -> str:
     return json.dumps(x) if isinstance(x, bool) else str(x)
 
 
-def setting(settings: Mapping[str, Any], key: str) -> str:
-    """``key=value``; a threshold on the mean token logprob also as the probability it is
-    (``gate_threshold=-0.3567 (p 0.70)``)."""
-    item = f"{key}={value(settings[key])}"
-    if key == "gate_threshold" and settings.get("gate") == "logprob_mean":
-        item += f" (p {math.exp(float(settings[key])):.2f})"
-    return item
-
-
-def settings_cell(summary: Mapping[str, Any], method: str) -> str:
+def settings_cell(summary: Mapping[str, Any], method: str, skip: Sequence[str] = ()) -> str:
     """``"hybrid top 5; judge_threshold=1.0"``: the retrieval every set used, then each setting
     that did not come from the method's defaults (a model profile or an explicit value), with
-    the sets it applied to when not all."""
+    the sets it applied to when not all; the settings in ``skip`` left out."""
     runs = [r for r in summary.get("runs") or [] if method in (r.get("settings") or {})]
     if not runs:
         return "–"
@@ -192,8 +185,8 @@ def settings_cell(summary: Mapping[str, Any], method: str) -> str:
     seen: dict[str, list[str]] = {}
     for r in runs:
         for key in (r.get("setting_sources") or {}).get(method) or {}:
-            if key not in SHOWN_FIRST:
-                item = setting(r["settings"][method], key)
+            if key not in SHOWN_FIRST and key not in skip:
+                item = f"{key}={value(r['settings'][method][key])}"
                 seen.setdefault(item, []).append(SET_NAMES.get(r["dataset"], r["dataset"]))
     extras = [
         item if len(sets) == len(runs) else f"{item} ({', '.join(sets)})"
@@ -210,6 +203,23 @@ def gated(summary: Mapping[str, Any], method: str) -> bool:
     )
 
 
+def gate_cell(summary: Mapping[str, Any], method: str) -> str:
+    """When the method loops: ``p < 0.75`` (the gate's threshold as the probability it
+    compares, for a logprob signal; ``logprob_margin``'s and ``agreement``'s named), ``–``
+    ungated."""
+    runs = [
+        r["settings"][method] for r in summary.get("runs") or [] if method in r.get("settings", {})
+    ]
+    ctx = next((c for c in runs if c.get("gate", "off") != "off"), None)
+    if ctx is None:
+        return "–"
+    signal, threshold = ctx["gate"], float(ctx.get("gate_threshold", 0.0))
+    if signal == "agreement":
+        return "answers differ"
+    p = 1 - math.exp(-threshold) if signal == "logprob_margin" else math.exp(threshold)
+    return f"p < {p:.2f}" if signal == "logprob_mean" else f"{signal} p < {p:.2f}"
+
+
 def looped(summary: Mapping[str, Any], method: str) -> str:
     """The share of the method's questions that went past the gate into the loop."""
     reasons: dict[str, int] = {}
@@ -223,26 +233,29 @@ def looped(summary: Mapping[str, Any], method: str) -> str:
 def overview(summary: Mapping[str, Any], ladder: Mapping[str, Any] | None = None) -> str:
     """README.md's results table: the baseline, the methods by pooled ΔF1, then RAG-EF's
     ladder row (``LADDER_VARIANT`` against the ladder's own baseline) when given. When a
-    method ran gated, a column gives the share of questions each gated method looped on."""
+    method ran gated, two columns give when each gated method loops (plain RAG's answer under
+    the gate's threshold) and on what share of the questions it did."""
     pooled = summary["pooled"]
     n = max(v["n"] for v in pooled.values())
     any_gate = any(gated(summary, m) for m in pooled)
     header = ["method", "settings", f"pooled F1, {n} q", "ΔF1 vs plain RAG [95% CI]"]
-    header += ["looped"] * any_gate + ["LLM calls / q", "s / q"]
+    header += ["loops when", "looped"] * any_gate + ["LLM calls / q", "s / q"]
 
-    def row(label: str, settings: str, entry: Mapping[str, Any], loops: str = "–") -> list[str]:
+    def row(
+        label: str, settings: str, entry: Mapping[str, Any], gate: Sequence[str] = ("–", "–")
+    ) -> list[str]:
         vs = (entry.get("vs_baseline") or {}).get("f1")
         cost = entry["cost"]
         return [label, settings, with_ci(entry["f1"]), with_ci(vs, signed=True) if vs else "–",
-                *[loops] * any_gate, num(cost["llm_calls"], places=1), f"{cost['wall_s']:.0f}"]  # fmt: skip
+                *gate[: 2 * any_gate], num(cost["llm_calls"], places=1), f"{cost['wall_s']:.0f}"]  # fmt: skip
 
     base_name = summary.get("baseline", "standard_rag")
     rows = [
         row(
             f"plain RAG (`{m}`)" if m == base_name else label(summary, m),
-            settings_cell(summary, m),
+            settings_cell(summary, m, skip=GATE_SETTINGS),
             pooled[m],
-            looped(summary, m) if gated(summary, m) else "–",
+            (gate_cell(summary, m), looped(summary, m)) if gated(summary, m) else ("–", "–"),
         )
         for m in order(summary)
     ]

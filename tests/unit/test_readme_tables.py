@@ -164,7 +164,7 @@ def test_readme_table_shows_each_method_s_non_default_settings_and_the_ladder_ro
     )
 
 
-def test_gated_runs_get_a_looped_column_variant_labels_and_the_gate_as_a_probability() -> None:
+def test_gated_runs_get_gate_columns_and_variant_labels() -> None:
     mod = load()
     gate = {"gate": "logprob_mean", "gate_threshold": -0.3567}
     base = {"retrieval_mode": "hybrid", "top_k": 5, "gate": "off"}
@@ -187,16 +187,16 @@ def test_gated_runs_get_a_looped_column_variant_labels_and_the_gate_as_a_probabi
     summary["pooled"] = {**summary["pooled"], "ircot_p75": {**method(0.45, 0.04), "n": 100}}
     summary["runs"][0]["variants"] = {"ircot_p75": "ircot"}
     lines = mod.overview(summary).splitlines()
-    assert lines[0].endswith("| ΔF1 vs plain RAG [95% CI] | looped | LLM calls / q | s / q |")
-    assert lines[2].startswith("| plain RAG (`standard_rag`) | hybrid top 5 |")
-    assert "| – | – | 4.0 | 88 |" in lines[2]
-    assert lines[3].startswith(
-        "| MIGRES | hybrid top 5; gate=logprob_mean, gate_threshold=-0.2877 (p 0.75) |"
+    assert lines[0].endswith(
+        "| ΔF1 vs plain RAG [95% CI] | loops when | looped | LLM calls / q | s / q |"
     )
-    assert "| 50% | 4.0 | 88 |" in lines[3]
+    assert lines[2].startswith("| plain RAG (`standard_rag`) | hybrid top 5 |")
+    assert lines[2].endswith("| – | – | – | 4.0 | 88 |")
+    assert lines[3].startswith("| MIGRES | hybrid top 5 | 0.52 ")
+    assert lines[3].endswith("| p < 0.75 | 50% | 4.0 | 88 |")
     assert lines[4].startswith("| IRCoT (`ircot_p75`) | – |")
-    assert "| 25% | 4.0 | 88 |" in lines[5] and lines[5].startswith("| IterKey |")
-    assert "(p 0.70)" in lines[5]
+    assert lines[5].startswith("| IterKey | hybrid top 5 |")
+    assert lines[5].endswith("| p < 0.70 | 25% | 4.0 | 88 |")
     assert "| looped |" not in mod.overview(SUMMARY)
 
 
@@ -225,3 +225,17 @@ def test_results_page_quotes_the_committed_n50_tables() -> None:
     for table in (mod.absolute(before), mod.deltas(before)):
         assert table in page
     assert mod.ladder(committed("rag_ef")) in page
+
+
+def test_gate_column_states_the_threshold_as_the_probability_each_signal_compares() -> None:
+    mod = load()
+
+    def cell(gate: str, threshold: float) -> str:
+        ctx = {"gate": gate, "gate_threshold": threshold}
+        return str(mod.gate_cell({"runs": [run("hotpotqa", {"m": ctx}, {})]}, "m"))
+
+    assert cell("logprob_mean", -0.1054) == "p < 0.90"
+    assert cell("logprob_min", -0.6931) == "logprob_min p < 0.50"
+    assert cell("logprob_margin", 0.6931) == "logprob_margin p < 0.50"
+    assert cell("agreement", 1.0) == "answers differ"
+    assert cell("off", 0.0) == "–"
