@@ -63,10 +63,11 @@ def save_screenshot(
     report: str | Path, png: str | Path, question: int = 0, methods: int = 2
 ) -> None:
     """Open ``report``, open its ``question``-th question and the first ``methods`` method
-    blocks and their first LLM call, and save a PNG of it (used for docs/results/report.png)::
+    blocks and their first LLM call, and save a PNG of it (used for docs/results/report.png,
+    from a report rebuilt with ``gaprag report docs/results/n50/after/* --out /tmp/after``)::
 
         python -c "from tests.integration.test_report_browser import save_screenshot as s; \\
-                   s('docs/results/report.html', 'docs/results/report.png')"
+                   s('/tmp/after/report.html', 'docs/results/report.png')"
     """
     from selenium.webdriver.common.by import By
 
