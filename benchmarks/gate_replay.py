@@ -35,6 +35,7 @@ from gaprag.eval.calibrate import GATE_NODES, gate_curves, gate_replay, replay
 from gaprag.eval.results import read_results
 from gaprag.eval.stats import pareto_front
 from gaprag.graphs import ITERATIVE, calibration, context_class
+from gaprag.nodes.gate import probability
 from gaprag.profiles import load_profile
 
 SIGNAL = "logprob_mean"
@@ -50,13 +51,6 @@ SIGNAL_FIELDS = {
     "logprob_min": "lp_min",
     "logprob_margin": "lp_first_margin",
 }
-
-
-def gate_p(signal: str, value: float) -> float:
-    """The gate's probability of stopping for a signal value (as :mod:`gaprag.nodes.gate`)."""
-    from gaprag.nodes.gate import probability
-
-    return probability(signal, value)  # type: ignore[arg-type]
 
 
 def plain_rag(
@@ -75,7 +69,7 @@ def plain_rag(
             continue
         out[(str(r["dataset"]), str(r["id"]))] = {
             "answer": rag["answer"],
-            "p": gate_p(signal, float(value)),
+            "p": probability(signal, float(value)),  # type: ignore[arg-type]
             "f1": rag.get("f1"),
         }
     return out

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from gaprag.nodes.gate import GATE_STOP, probability
 
 SET_NAMES = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue"}
 LABELS = {
@@ -33,8 +35,6 @@ LABELS = {
     "rag_ef": "RAG-EF",
     "ircot": "IRCoT",
 }
-#: what ends a run at the shared gate (plain RAG's answer was confident): ``gaprag.nodes.gate``
-GATE_STOP = "gate_confident"
 #: the gate's settings, shown in their own column
 GATE_SETTINGS = ("gate", "gate_threshold")
 
@@ -195,39 +195,30 @@ def settings_cell(summary: Mapping[str, Any], method: str, skip: Sequence[str] =
     return "; ".join([cell, ", ".join(extras)]) if extras else cell
 
 
-def gated(summary: Mapping[str, Any], method: str) -> bool:
-    """Whether the method ran with the shared gate on in any of the summary's runs."""
-    return any(
-        (r.get("settings") or {}).get(method, {}).get("gate", "off") != "off"
-        for r in summary.get("runs") or []
-    )
-
-
 def gate_cell(summary: Mapping[str, Any], method: str) -> str:
     """When the method loops: ``p < 0.75`` (the gate's threshold as the probability it
-    compares, for a logprob signal; ``logprob_margin``'s and ``agreement``'s named), ``–``
-    ungated."""
+    compares, :func:`gaprag.nodes.gate.probability`; signals other than ``logprob_mean``
+    named), ``–`` when no run of the summary gated it."""
     runs = [
         r["settings"][method] for r in summary.get("runs") or [] if method in r.get("settings", {})
     ]
     ctx = next((c for c in runs if c.get("gate", "off") != "off"), None)
     if ctx is None:
         return "–"
-    signal, threshold = ctx["gate"], float(ctx.get("gate_threshold", 0.0))
+    signal = ctx["gate"]
     if signal == "agreement":
         return "answers differ"
-    p = 1 - math.exp(-threshold) if signal == "logprob_margin" else math.exp(threshold)
+    p = probability(signal, float(ctx.get("gate_threshold", 0.0)))
     return f"p < {p:.2f}" if signal == "logprob_mean" else f"{signal} p < {p:.2f}"
 
 
 def looped(summary: Mapping[str, Any], method: str) -> str:
     """The share of the method's questions that went past the gate into the loop."""
-    reasons: dict[str, int] = {}
+    reasons: Counter[str] = Counter()
     for entry in summary["datasets"].values():
-        for reason, count in (entry["methods"].get(method, {}).get("stop_reasons") or {}).items():
-            reasons[reason] = reasons.get(reason, 0) + count
-    total = sum(reasons.values())
-    return f"{(total - reasons.get(GATE_STOP, 0)) / total:.0%}" if total else "–"
+        reasons.update(entry["methods"].get(method, {}).get("stop_reasons") or {})
+    total = reasons.total()
+    return f"{(total - reasons[GATE_STOP]) / total:.0%}" if total else "–"
 
 
 def overview(summary: Mapping[str, Any], ladder: Mapping[str, Any] | None = None) -> str:
@@ -237,7 +228,8 @@ def overview(summary: Mapping[str, Any], ladder: Mapping[str, Any] | None = None
     the gate's threshold) and on what share of the questions it did."""
     pooled = summary["pooled"]
     n = max(v["n"] for v in pooled.values())
-    any_gate = any(gated(summary, m) for m in pooled)
+    gates = {m: gate_cell(summary, m) for m in pooled}
+    any_gate = any(cell != "–" for cell in gates.values())
     header = ["method", "settings", f"pooled F1, {n} q", "ΔF1 vs plain RAG [95% CI]"]
     header += ["loops when", "looped"] * any_gate + ["LLM calls / q", "s / q"]
 
@@ -255,7 +247,7 @@ def overview(summary: Mapping[str, Any], ladder: Mapping[str, Any] | None = None
             f"plain RAG (`{m}`)" if m == base_name else label(summary, m),
             settings_cell(summary, m, skip=GATE_SETTINGS),
             pooled[m],
-            (gate_cell(summary, m), looped(summary, m)) if gated(summary, m) else ("–", "–"),
+            (gates[m], looped(summary, m)) if gates[m] != "–" else ("–", "–"),
         )
         for m in order(summary)
     ]
