@@ -64,8 +64,8 @@ def save_screenshot(
 ) -> None:
     """Open ``report``, open its ``question``-th question and the first ``methods`` method
     blocks and their first LLM call, and save a PNG of it (used for docs/results/report.png,
-    from a report rebuilt with ``gaprag report docs/results/n50/after/{hotpotqa,2wikimultihopqa,musique}
-    --out /tmp/after``)::
+    from a report rebuilt with ``gaprag report
+    docs/results/n50/after/{hotpotqa,2wikimultihopqa,musique} --out /tmp/after``)::
 
         python -c "from tests.integration.test_report_browser import save_screenshot as s; \\
                    s('/tmp/after/report.html', 'docs/results/report.png')"
