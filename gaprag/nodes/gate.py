@@ -2,8 +2,9 @@
 answer is unsure (``gate`` setting; off by default).
 
 The gate is the first step of every iterative method. It retrieves plain RAG's passages
-(:data:`PLAIN_TOP_K` for the question, :data:`PLAIN_MODE`), answers with plain RAG's own
-prompt (``answer`` of ``gaprag/graphs/standard_rag/prompts.toml``) and scores that answer:
+(:data:`PLAIN_TOP_K` for the question, :data:`PLAIN_MODE`, cut at the method's
+``max_passage_words``), answers with plain RAG's own prompt (``answer`` of
+``gaprag/graphs/standard_rag/prompts.toml``) and scores that answer:
 
 - ``logprob_mean`` / ``logprob_min``: the mean / lowest logprob of the answer's tokens;
 - ``logprob_margin``: the first answer token's top-1 minus top-2 logprob;
