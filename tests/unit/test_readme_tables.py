@@ -207,21 +207,23 @@ def committed(name: str) -> dict[str, Any]:
 
 def test_readme_quotes_the_committed_results_table() -> None:
     mod = load()
-    after, ladder = committed("after"), committed("rag_ef")
+    gated, ladder = committed("gated"), committed("rag_ef")
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert mod.overview(after, ladder) in readme
+    assert mod.overview(gated, ladder) in readme
     prose = " ".join(readme.split())
-    serving = next(iter(after["serving"].values()))
+    serving = next(iter(gated["serving"].values()))
     assert f"{serving['engine']} {serving['engine_version']}" in prose
-    assert f"on {after['generated'][:10]}" in prose
+    assert f"on {gated['generated'][:10]}" in prose
+    assert "docs/results/n50/gated/plots/pooled_f1_per_cost.png" in readme
 
 
 def test_results_page_quotes_the_committed_n50_tables() -> None:
     mod = load()
     page = (ROOT / "docs" / "results" / "README.md").read_text(encoding="utf-8")
-    after, before = committed("after"), committed("before")
-    for table in (mod.absolute(after), mod.deltas(after), mod.versus_before(after)):
-        assert table and table in page
+    gated, after, before = committed("gated"), committed("after"), committed("before")
+    for run in (gated, after):
+        for table in (mod.absolute(run), mod.deltas(run), mod.versus_before(run)):
+            assert table and table in page
     for table in (mod.absolute(before), mod.deltas(before)):
         assert table in page
     assert mod.ladder(committed("rag_ef")) in page
