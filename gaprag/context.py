@@ -29,6 +29,7 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from gaprag.errors import InputError
 from gaprag.operator import OperatorKind, admit
+from gaprag.stores.filters import MetadataFilter, check_filter
 
 C = TypeVar("C", bound="BaseContext")
 
@@ -132,6 +133,11 @@ class BaseContext(metaclass=_Checked):
         "demo corpus.",
         operator="path",
     )
+    filter: MetadataFilter = describe(
+        {},
+        'Metadata filter applied to every search of the run, e.g. {"department": "hr"} or '
+        '{"source": ["a.md", "b.md"]}: each key must have the value (or one of the values).',
+    )
     answer_max_tokens: int = describe(48, "Output cap for the final answer call.", minimum=1)
     max_passage_words: int = describe(
         150, "Passages are cut to this many words in prompts.", minimum=1
@@ -185,6 +191,7 @@ class BaseContext(metaclass=_Checked):
     def __post_init__(self) -> None:
         if self.answer_style in ("short", "paper") and self.reader == "short":
             self.reader = self.answer_style
+        self.filter = check_filter(self.filter)
         hints = typing.get_type_hints(type(self))
         method = method_of(type(self))
         for f in dataclasses.fields(self):
@@ -270,6 +277,20 @@ def effective_settings(cls: type[Any] | None) -> dict[str, dict[str, Any]]:
         f.name: {"value": getattr(ctx, f.name), "source": sources.get(f.name, "default")}
         for f in dataclasses.fields(ctx)
     }
+
+
+def explicit_value(ctx: BaseContext, name: str) -> Any:
+    """The value of setting ``name`` when the user set it (at build or run time), else None
+    (the method's default, or a model profile's value)."""
+    if not hasattr(ctx, name):
+        return None
+    value = getattr(ctx, name)
+    cls = type(ctx)
+    if setting_sources(cls).get(name) == "explicit":
+        return value
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    return value if value != default else None
 
 
 def resolve_context(cls: type[C], value: Any) -> C:

@@ -26,11 +26,17 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gaprag.aio import to_thread
-from gaprag.context import BaseContext
+from gaprag.context import BaseContext, explicit_value
 from gaprag.llm.client import LLM
 from gaprag.llm.factory import default_llm, openai_llm, resolve_llm
+from gaprag.llm.memo import current_run
 from gaprag.operator import operator_endpoint, policy_of
-from gaprag.stores.retriever import Retriever, as_retriever
+from gaprag.stores.retriever import (
+    LangChainRetrieverAdapter,
+    Retriever,
+    RunRetriever,
+    as_retriever,
+)
 
 if TYPE_CHECKING:
     from gaprag.graphs.migres.filter import Scorer
@@ -133,10 +139,21 @@ class Deps:
 
     def search(self, ctx: BaseContext) -> Retriever:
         """The passage retriever: injected, the store at ``ctx.store`` (``GAPRAG_STORE`` when the
-        graph was built without one), or the demo corpus."""
+        graph was built without one), or the demo corpus; as the run uses it
+        (:meth:`for_run`)."""
         if self.retriever is not None:
-            return self.retriever
-        return self.cached(("store", ctx.store), lambda: _open_store(ctx.store))
+            return self.for_run(self.retriever, ctx)
+        return self.for_run(self.cached(("store", ctx.store), lambda: _open_store(ctx.store)), ctx)
+
+    @staticmethod
+    def for_run(retriever: Retriever, ctx: BaseContext) -> Retriever:
+        """``retriever`` with the run's metadata ``filter`` on every search; a LangChain
+        retriever also warns, once per run, about settings it cannot honour."""
+        where = getattr(ctx, "filter", None) or {}
+        if isinstance(retriever, LangChainRetrieverAdapter):
+            mode = explicit_value(ctx, "retrieval_mode")
+            return RunRetriever(retriever, filter=where, run=current_run(), explicit_mode=mode)
+        return RunRetriever(retriever, filter=where) if where else retriever
 
     # -- the same lookups for nodes: never block the event loop ---------------------------
     async def acached(self, key: Any, make: Callable[[], T]) -> T:
@@ -171,8 +188,9 @@ class Deps:
         """:meth:`search` for nodes: the store is opened (or the demo store built) in a worker
         thread the first time."""
         if self.retriever is not None:
-            return self.retriever
-        return await self.acached(("store", ctx.store), lambda: _open_store(ctx.store))
+            return self.for_run(self.retriever, ctx)
+        store = await self.acached(("store", ctx.store), lambda: _open_store(ctx.store))
+        return self.for_run(store, ctx)
 
 
 def _endpoint_env() -> tuple[tuple[str, str], ...]:

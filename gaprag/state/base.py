@@ -27,9 +27,12 @@ class Evidence(TypedDict):
     id: str
     title: str
     text: str
-    source: str  # "bm25" | "dense" | "hybrid" | "feedback" | "llm"
+    source: str  # how it was found: "bm25" | "dense" | "hybrid" | "feedback" | "llm" ...
     score: float
     round: int
+    # the passage's own metadata: source (relative path or URL), page, title, section, and
+    # any fields of its record (url, department...); absent for facts and older stores
+    metadata: NotRequired[dict[str, Any]]
 
 
 class Usage(TypedDict):

@@ -51,16 +51,26 @@ class DenseIndex:
         self.collection = collection
 
     @classmethod
-    def create(cls, client: Any, name: str, ids: Sequence[str], vectors: Vectors) -> DenseIndex:
+    def create(
+        cls,
+        client: Any,
+        name: str,
+        ids: Sequence[str],
+        vectors: Vectors,
+        metadatas: Sequence[dict[str, Any] | None] | None = None,
+    ) -> DenseIndex:
+        """A new collection of ``ids`` with their vectors and (filterable) metadata."""
         with contextlib.suppress(Exception):
             client.delete_collection(name)
         col = client.create_collection(
             name, embedding_function=None, metadata={"hnsw:space": "cosine"}
         )
         for start in range(0, len(ids), BATCH):
+            batch = list(metadatas[start : start + BATCH]) if metadatas else None
             col.add(
                 ids=list(ids[start : start + BATCH]),
                 embeddings=vectors[start : start + BATCH].tolist(),
+                metadatas=batch if batch and any(batch) else None,
             )
         return cls(col)
 
@@ -74,13 +84,19 @@ class DenseIndex:
                 hint="rebuild the store with `gaprag index`",
             ) from None
 
-    def search(self, vector: np.ndarray[Any, Any], k: int) -> list[tuple[str, float]]:
-        """(id, cosine similarity) pairs, best first."""
+    def search(
+        self, vector: np.ndarray[Any, Any], k: int, where: dict[str, Any] | None = None
+    ) -> list[tuple[str, float]]:
+        """(id, cosine similarity) pairs, best first; ``where`` filters on metadata (Chroma's
+        syntax, :func:`gaprag.stores.filters.chroma_where`)."""
         count = self.collection.count()
         if count == 0 or k <= 0:
             return []
         res = self.collection.query(
-            query_embeddings=[vector.tolist()], n_results=min(k, count), include=["distances"]
+            query_embeddings=[vector.tolist()],
+            n_results=min(k, count),
+            where=where or None,
+            include=["distances"],
         )
         return [
             (i, 1.0 - float(d)) for i, d in zip(res["ids"][0], res["distances"][0], strict=True)

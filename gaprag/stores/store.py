@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -33,7 +33,15 @@ from gaprag.state.base import Evidence
 from gaprag.stores.bm25 import BM25Index, BM25Settings, Engine
 from gaprag.stores.dense import DenseIndex, make_client
 from gaprag.stores.documents import Document, corpus_hash, passage_text
-from gaprag.stores.embeddings import Embedder, Vectors, default_embedder, embedder_by_name
+from gaprag.stores.embeddings import (
+    Embedder,
+    Vectors,
+    as_embedder,
+    default_embedder,
+    embedder_from_spec,
+    spec_of,
+)
+from gaprag.stores.filters import chroma_metadata, chroma_where, matches
 from gaprag.stores.hybrid import rrf
 
 RetrievalMode = Literal["bm25", "dense", "hybrid"]
@@ -68,7 +76,7 @@ def _fsync_tree(root: Path) -> None:
 
 
 def _evidence(doc: Document, score: float, source: str) -> Evidence:
-    return Evidence(
+    hit = Evidence(
         id=doc["id"],
         title=doc["title"],
         text=doc["text"],
@@ -76,6 +84,19 @@ def _evidence(doc: Document, score: float, source: str) -> Evidence:
         score=round(score, 6),
         round=0,
     )
+    if "metadata" in doc:
+        hit["metadata"] = public_metadata(doc["metadata"])
+    return hit
+
+
+def public_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """A passage's metadata as callers see it: an absolute file path in ``source`` (a store
+    indexed from absolute paths) is cut to the file's name, so no server path leaves it."""
+    out = dict(metadata)
+    source = out.get("source")
+    if isinstance(source, str) and "://" not in source and Path(source).is_absolute():
+        out["source"] = Path(source).name
+    return out
 
 
 @dataclass
@@ -83,6 +104,7 @@ class Store:
     """Open with :meth:`Store.open`; create with :meth:`Store.build`."""
 
     records_retrievals: ClassVar[bool] = True  # each search records itself (gaprag.accounting)
+    takes_filter: ClassVar[bool] = True  # search(..., filter=) filters on metadata
 
     root: Path
     version_dir: Path
@@ -104,7 +126,7 @@ class Store:
         *,
         bm25_engine: Engine | None = None,
         bm25: BM25Settings | None = None,
-        embedder: Embedder | None = None,
+        embedder: Embedder | Any = None,
         chroma_url: str | None = None,
         progress: bool = True,
         batch_size: int = 64,
@@ -116,7 +138,7 @@ class Store:
             raise StoreError("document ids are not unique", hint="give each document its own id")
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
-        embedder = embedder or default_embedder()
+        embedder = as_embedder(embedder) if embedder is not None else default_embedder()
         settings = bm25 or BM25Settings()
         if bm25_engine is not None and bm25_engine != settings.engine:
             settings = BM25Settings(**{**settings.as_dict(), "engine": bm25_engine})
@@ -146,7 +168,8 @@ class Store:
             collection = f"gaprag-{stamp}"
             client = make_client(None, chroma_url) if chroma_url else make_client(tmp / "chroma")
             t0 = time.perf_counter()
-            DenseIndex.create(client, collection, ids, vectors)
+            metadatas = [chroma_metadata(d.get("metadata")) for d in docs]
+            DenseIndex.create(client, collection, ids, vectors, metadatas)
             chroma_s = time.perf_counter() - t0
             manifest = {
                 "format": FORMAT_VERSION,
@@ -155,6 +178,7 @@ class Store:
                 "bm25_engine": settings.engine,
                 "bm25": settings.as_dict(),
                 "embedder": embedder.name,
+                "embedder_spec": spec_of(embedder),
                 "dim": int(vectors.shape[1]),
                 "chroma": {"url": chroma_url, "collection": collection},
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -208,7 +232,9 @@ class Store:
         return bool(manifest.get("format") == FORMAT_VERSION)
 
     @classmethod
-    def open(cls, root: str | Path, *, embedder: Embedder | None = None) -> Store:
+    def open(cls, root: str | Path, *, embedder: Embedder | Any = None) -> Store:
+        """The store's live version; ``embedder`` (a gaprag Embedder or LangChain Embeddings)
+        replaces the one its manifest records."""
         root = Path(root)
         current = root / "CURRENT"
         if not current.is_file():
@@ -243,7 +269,7 @@ class Store:
             manifest=manifest,
             docs=docs,
             bm25=bm25,
-            _embedder=embedder,
+            _embedder=as_embedder(embedder) if embedder is not None else None,
         )
         store._row = {d["id"]: i for i, d in enumerate(docs)}
         return store
@@ -259,7 +285,9 @@ class Store:
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            self._embedder = embedder_by_name(self.manifest["embedder"])
+            self._embedder = embedder_from_spec(
+                self.manifest.get("embedder_spec"), self.manifest["embedder"]
+            )
         return self._embedder
 
     def dense_index(self) -> DenseIndex:
@@ -281,8 +309,11 @@ class Store:
         *,
         mode: RetrievalMode | None = None,
         exclude: Collection[str] = (),
+        filter: Mapping[str, Any] | None = None,
     ) -> list[Evidence]:
-        """Top-``k`` passages for ``query``; ``exclude`` drops already-seen ids."""
+        """Top-``k`` passages for ``query``; ``exclude`` drops already-seen ids; ``filter``
+        keeps passages whose metadata matches (:mod:`gaprag.stores.filters`): Chroma's
+        ``where`` on the dense side, BM25 fetching deeper until enough match."""
         asked = mode
         mode = mode or "hybrid"
         if mode not in MODES:
@@ -290,14 +321,15 @@ class Store:
                 f"unknown retrieval mode {mode!r}", hint=f"use one of {', '.join(MODES)}"
             )
         want = k + len(exclude)
+        where = dict(filter or {})
         if mode == "bm25":
-            ranked = [(self.docs[r]["id"], s) for r, s in self.bm25.search(query, want)]
+            ranked = self._sparse_ranked(query, want, where)
         elif mode == "dense":
-            ranked = self.dense_index().search(self.embed_query(query)[0], want)
+            ranked = self._dense_ranked(query, want, where)
         else:
             depth = max(want, 20)
-            sparse = [self.docs[r]["id"] for r, _ in self.bm25.search(query, depth)]
-            dense = [i for i, _ in self.dense_index().search(self.embed_query(query)[0], depth)]
+            sparse = [i for i, _ in self._sparse_ranked(query, depth, where)]
+            dense = [i for i, _ in self._dense_ranked(query, depth, where)]
             ranked = rrf([sparse, dense])
         out: list[Evidence] = []
         for doc_id, score in ranked:
@@ -309,6 +341,23 @@ class Store:
                 break
         record_retrieval(query, [h["id"] for h in out], mode=asked)
         return out
+
+    def _sparse_ranked(self, query: str, want: int, where: dict[str, Any]) -> list[tuple[str, float]]:
+        """BM25's best ``want`` (id, score) pairs among the passages ``where`` keeps: bm25s
+        cannot filter, so it is asked for ever more rows until enough match or none are left."""
+        depth = want if not where else max(4 * want, 50)
+        while True:
+            rows = self.bm25.search(query, depth)
+            kept = [(r, s) for r, s in rows if not where or matches(self._meta(r), where)]
+            if len(kept) >= want or len(rows) < depth or depth >= len(self.docs):
+                return [(self.docs[r]["id"], s) for r, s in kept[:want]]
+            depth *= 4
+
+    def _dense_ranked(self, query: str, want: int, where: dict[str, Any]) -> list[tuple[str, float]]:
+        return self.dense_index().search(self.embed_query(query)[0], want, chroma_where(where))
+
+    def _meta(self, row: int) -> dict[str, Any] | None:
+        return self.docs[row].get("metadata")
 
     def similarity(self, query: str, doc_ids: Sequence[str]) -> np.ndarray[Any, Any]:
         """Cosine similarity of ``query`` to each document (embeds the documents on the fly)."""

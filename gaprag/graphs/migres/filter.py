@@ -25,6 +25,7 @@ from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on
 from gaprag.graphs.migres.state import Snippet
 from gaprag.state.base import Evidence
 from gaprag.stores.embeddings import Embedder, Vectors, default_embedder
+from gaprag.stores.retriever import unwrap
 from gaprag.stores.store import Store
 
 if TYPE_CHECKING:  # the settings import this module (the default delta)
@@ -191,7 +192,7 @@ def scorer_for(ctx: Context, deps: Deps) -> Scorer:
     if ctx.reranker:
         path = ctx.reranker
         return deps.cached(("migres.cross_encoder", path), lambda: CrossEncoderScorer(path))
-    retriever = deps.search(ctx)
+    retriever = unwrap(deps.search(ctx))
 
     def make() -> Scorer:
         if isinstance(retriever, Store):

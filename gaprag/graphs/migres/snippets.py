@@ -11,7 +11,7 @@ from gaprag.graphs.migres.prompting import FORMATS, WHOLE
 from gaprag.graphs.migres.state import Snippet
 from gaprag.prompts import Passages
 from gaprag.state.base import Evidence
-from gaprag.stores.retriever import Retriever
+from gaprag.stores.retriever import Retriever, unwrap
 from gaprag.stores.store import Store
 
 RETRY_PREFIX = "Find information about "
@@ -36,7 +36,8 @@ async def round_candidates(
     """The hits of every query, de-duplicated by text; a query with fewer than ``n_retrieve``
     hits is searched again with :data:`RETRY_PREFIX` (``retry_prefix``) while the store holds
     more passages."""
-    total = len(retriever) if isinstance(retriever, Store) else None
+    store = unwrap(retriever)
+    total = len(store) if isinstance(store, Store) and not ctx.filter else None
     seen: set[str] = set()
     out: list[Evidence] = []
     for query in queries:
