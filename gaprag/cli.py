@@ -115,7 +115,7 @@ def _summary(update: Any) -> str:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    from gaprag.options import options_for, parse_sets
+    from gaprag.options import options_for, parse_filter, parse_sets
     from gaprag.validate import check_question
 
     try:
@@ -130,6 +130,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
         retriever = Store.open(args.store)
     options = options_for(args.method, parse_sets(args.set or [], args.method))
+    if args.filter:
+        options["filter"] = {**options.get("filter", {}), **parse_filter(args.filter)}
     checkpointer = None
     config: dict[str, Any] = {}
     if args.thread:
@@ -295,7 +297,9 @@ def cmd_settings(args: argparse.Namespace) -> int:
 
 # -- index ---------------------------------------------------------------------------------
 def cmd_index(args: argparse.Namespace) -> int:
+    from gaprag.stores.bm25 import BM25Settings
     from gaprag.stores.documents import load_documents
+    from gaprag.stores.embeddings import parse_embedder
     from gaprag.stores.store import Store
 
     skipped: list[str] = []
@@ -308,7 +312,13 @@ def cmd_index(args: argparse.Namespace) -> int:
         )
         print(f"gaprag: skipped {len(skipped)} file(s): {shown}", file=sys.stderr)
     _progress(f"gaprag: {len(docs)} documents from {len(args.paths)} source(s)")
-    store = Store.build(args.store, docs, bm25_engine=args.bm25, chroma_url=args.chroma_url)
+    store = Store.build(
+        args.store,
+        docs,
+        bm25=BM25Settings(engine=args.bm25, language=args.bm25_language),
+        embedder=parse_embedder(args.embedder),
+        chroma_url=args.chroma_url,
+    )
     t = store.manifest["timings_s"]
     print(
         f"gaprag: indexed {len(store)} documents into {args.store} "
@@ -451,6 +461,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a method option, e.g. top_k=3 (repeatable; `gaprag settings METHOD` lists them)",
     )
+    p.add_argument(
+        "--filter",
+        action="append",
+        metavar="KEY=VALUE",
+        help="search only passages whose metadata has this value, e.g. department=hr "
+        "(repeatable; a key given twice matches either value)",
+    )
     p.add_argument("--thread", help="persist the run under this thread id (SQLite in GAPRAG_HOME)")
     p.add_argument("--quiet", action="store_true", help="no progress messages or bars")
     p.set_defaults(func=cmd_ask)
@@ -478,6 +495,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--store", required=True, help="directory of the store")
     p.add_argument("--bm25", default="bm25s", choices=["bm25s", "rank_bm25"])
+    p.add_argument(
+        "--bm25-language",
+        default="english",
+        help="BM25 stop words and stemmer: english, german, french, ... or none (default: "
+        "english); kept in the store and used for queries",
+    )
+    p.add_argument(
+        "--embedder",
+        default="minilm",
+        help="minilm (the bundled MiniLM, default), a sentence-transformers model folder, "
+        "openai:MODEL[@BASE_URL] (an OpenAI-compatible /v1/embeddings endpoint; key from "
+        "GAPRAG_EMBEDDINGS_API_KEY or OPENAI_API_KEY) or hashing-DIM; kept in the store, so "
+        "`gaprag ask --store` embeds queries with it",
+    )
     p.add_argument(
         "--chroma-url", help="use a Chroma server (e.g. http://127.0.0.1:8000) instead of embedded"
     )

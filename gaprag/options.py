@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import typing
 from collections.abc import Iterable
 from typing import Any
@@ -38,12 +39,44 @@ def coerce(cls: type[Any], key: str, raw: str) -> Any:
             return int(raw)
         if hint is float:
             return float(raw)
+        if typing.get_origin(hint) is dict:  # a mapping (the metadata filter): JSON
+            value = json.loads(raw)
+            if not isinstance(value, dict):
+                raise ValueError(raw)
+            return value
     except ValueError:
         raise InputError(
             f"option {key}={raw!r} is not a valid {getattr(hint, '__name__', hint)}",
-            hint="fix the value",
+            hint='a mapping is JSON, e.g. filter={"department": "hr"}'
+            if typing.get_origin(hint) is dict
+            else "fix the value",
         ) from None
     return raw
+
+
+def parse_filter(pairs: Iterable[str]) -> dict[str, Any]:
+    """``["department=hr", "page=3"]`` -> ``{"department": "hr", "page": 3}`` (a value that
+    reads as a JSON number or boolean is one; a key given twice matches any of its values)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(
+                f"--filter expects KEY=VALUE, got {pair!r}", hint="e.g. --filter department=hr"
+            )
+        try:
+            value: Any = json.loads(raw)
+            if not isinstance(value, int | float | bool):
+                value = raw
+        except ValueError:
+            value = raw
+        key = key.strip()
+        if key in out:
+            before = out[key] if isinstance(out[key], list) else [out[key]]
+            out[key] = [*before, value]
+        else:
+            out[key] = value
+    return out
 
 
 def parse_sets(pairs: Iterable[str], method: str | None = None) -> dict[str, dict[str, str]]:

@@ -97,6 +97,7 @@ class FakeOpenAI:
         self.finish_reason = finish_reason
         self.model = model
         self.requests: list[dict[str, Any]] = []
+        self.embedding_requests: list[dict[str, Any]] = []  # each /v1/embeddings body
         self.headers: list[dict[str, str]] = []  # each chat request's HTTP headers
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -151,6 +152,9 @@ class FakeOpenAI:
                 except ValueError:
                     self._send(400, {"error": {"message": "invalid JSON"}})
                     return
+                if self.path.rstrip("/") in ("/v1/embeddings", "/embeddings"):
+                    self._embeddings(body)
+                    return
                 if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
                     return
@@ -195,6 +199,25 @@ class FakeOpenAI:
                         ],
                         "usage": usage,
                     },
+                )
+
+            def _embeddings(self, body: dict[str, Any]) -> None:
+                """Deterministic bag-of-words vectors (gaprag's HashingEmbedder, 32 dims)."""
+                from gaprag.stores.embeddings import HashingEmbedder
+
+                texts = body.get("input") or []
+                texts = [texts] if isinstance(texts, str) else texts
+                with fake._lock:
+                    fake.embedding_requests.append(body)
+                vectors = HashingEmbedder(32).embed([str(t) for t in texts])
+                data = [
+                    {"object": "embedding", "index": i, "embedding": v.tolist()}
+                    for i, v in enumerate(vectors)
+                ]
+                usage = {"prompt_tokens": 1, "total_tokens": 1}
+                self._send(
+                    200,
+                    {"object": "list", "data": data, "model": body.get("model"), "usage": usage},
                 )
 
             def _raw(self, raw: RawReply) -> None:

@@ -76,7 +76,14 @@ def _trace_view(trace: Mapping[str, Any]) -> dict[str, Any]:
         "shown_ids": trace.get("shown_ids"),
         "retrieved_ids": trace.get("retrieved_ids"),
         "evidence": [
-            {k: e.get(k) for k in ("id", "title", "source", "round")}
+            {
+                **{k: e.get(k) for k in ("id", "title", "source", "round")},
+                **(
+                    {"origin": _origin(e["metadata"])}
+                    if isinstance(e.get("metadata"), Mapping)
+                    else {}
+                ),
+            }
             for e in trace.get("evidence") or []
             if isinstance(e, Mapping)
         ],
@@ -88,6 +95,17 @@ def _trace_view(trace: Mapping[str, Any]) -> dict[str, Any]:
         if trace.get("traceback")
         else None,
     }
+
+
+def _origin(metadata: Mapping[str, Any]) -> str:
+    """Where a passage comes from, as the drill-down shows it: its source (path or URL),
+    page and section."""
+    parts = [str(metadata["source"])] if metadata.get("source") else []
+    if metadata.get("page") not in (None, ""):
+        parts.append(f"p. {metadata['page']}")
+    if metadata.get("section"):
+        parts.append(str(metadata["section"]))
+    return ", ".join(parts)[:300]
 
 
 def _pack(data: Any) -> str:

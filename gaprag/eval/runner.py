@@ -223,7 +223,11 @@ async def run_one(
         "wall_s": row["wall_s"],
         "queries": list(output.get("queries") or []),
         "evidence": [
-            {k: ev.get(k) for k in ("id", "title", "source", "score", "round")}
+            {
+                k: ev.get(k)
+                for k in ("id", "title", "source", "score", "round", "metadata")
+                if k != "metadata" or ev.get(k)
+            }
             for ev in output.get("evidence") or []
             if isinstance(ev, dict)
         ],

@@ -9,9 +9,9 @@ A store records how to reopen its embedder (:attr:`Embedder.spec`, kept in its m
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import threading
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -280,7 +280,8 @@ def parse_embedder(text: str) -> Embedder:
         model, _, base_url = text.removeprefix("openai:").partition("@")
         if not model:
             raise GapragError(
-                f"no model in --embedder {text!r}", hint="e.g. openai:nomic-embed-text@http://127.0.0.1:8080/v1"
+                f"no model in --embedder {text!r}",
+                hint="e.g. openai:nomic-embed-text@http://127.0.0.1:8080/v1",
             )
         return openai_embedder(model, base_url)
     if Path(text).expanduser().is_dir():

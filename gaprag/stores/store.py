@@ -342,7 +342,9 @@ class Store:
         record_retrieval(query, [h["id"] for h in out], mode=asked)
         return out
 
-    def _sparse_ranked(self, query: str, want: int, where: dict[str, Any]) -> list[tuple[str, float]]:
+    def _sparse_ranked(
+        self, query: str, want: int, where: dict[str, Any]
+    ) -> list[tuple[str, float]]:
         """BM25's best ``want`` (id, score) pairs among the passages ``where`` keeps: bm25s
         cannot filter, so it is asked for ever more rows until enough match or none are left."""
         depth = want if not where else max(4 * want, 50)
@@ -353,7 +355,9 @@ class Store:
                 return [(self.docs[r]["id"], s) for r, s in kept[:want]]
             depth *= 4
 
-    def _dense_ranked(self, query: str, want: int, where: dict[str, Any]) -> list[tuple[str, float]]:
+    def _dense_ranked(
+        self, query: str, want: int, where: dict[str, Any]
+    ) -> list[tuple[str, float]]:
         return self.dense_index().search(self.embed_query(query)[0], want, chroma_where(where))
 
     def _meta(self, row: int) -> dict[str, Any] | None:

@@ -1,0 +1,160 @@
+"""Passage metadata end to end: kept by the store, carried by evidence, narrowed by filters."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gaprag import build_graph
+from gaprag.errors import InputError
+from gaprag.graphs import ITERATIVE
+from gaprag.llm.client import LLM
+from gaprag.stores import HashingEmbedder, Store
+from gaprag.stores.documents import Document, load_documents
+from gaprag.stores.filters import MAX_KEYS, check_filter, chroma_where, matches
+from gaprag.stores.retriever import GapragRetriever
+from gaprag.testing import ScriptedChatModel, scripted
+
+HR = {"source": "hr/leave.md", "page": 2, "department": "hr"}
+IT = {"source": "it/vpn.md", "page": 1, "department": "it"}
+
+
+@pytest.fixture
+def store_docs() -> list[Document]:
+    """Two departments' passages on the same words, so only a filter tells them apart."""
+    return [
+        {"id": "hr1", "title": "Leave", "text": "Annual leave is 25 days for every employee.",
+         "metadata": HR},
+        {"id": "hr2", "title": "Sick leave", "text": "Sick leave needs a note after 3 days.",
+         "metadata": {**HR, "page": 3}},
+        {"id": "it1", "title": "Leave VPN", "text": "Leave the VPN on when you work remotely "
+         "for more than 25 days.", "metadata": IT},
+        {"id": "it2", "title": "Laptops", "text": "Every employee gets a laptop on day one.",
+         "metadata": {**IT, "page": 4}},
+        {"id": "plain", "title": "Old", "text": "An employee passage without metadata: leave."},
+    ]  # fmt: skip
+
+
+def test_jsonl_extra_fields_become_metadata(tmp_path: Path) -> None:
+    corpus = tmp_path / "c.jsonl"
+    rows = [{"id": "a", "title": "T", "text": "alpha", "url": "https://x/a", "department": "hr"}]
+    corpus.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (doc,) = load_documents([corpus])
+    assert (doc["id"], doc["title"], doc["text"]) == ("a", "T", "alpha")
+    assert doc["metadata"] == {"url": "https://x/a", "department": "hr"}
+
+
+def test_a_plain_jsonl_record_has_no_metadata(tmp_path: Path) -> None:
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"id": "a", "title": "T", "text": "alpha"}\n')
+    assert load_documents([corpus]) == [{"id": "a", "title": "T", "text": "alpha"}]
+
+
+@pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid"])
+def test_evidence_carries_the_passage_metadata(store: Store, mode: Any) -> None:
+    hits = {h["id"]: h for h in store.search("annual leave employee", 5, mode=mode)}
+    assert hits["hr1"]["metadata"] == HR and hits["hr1"]["source"] == mode
+    assert "metadata" not in hits.get("plain", {"id": "plain"})
+
+
+def test_metadata_survives_reopening(store: Store) -> None:
+    again = Store.open(store.root, embedder=HashingEmbedder())
+    assert again.get("it2") == {**store.get("it2"), "metadata": {**IT, "page": 4}}  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid"])
+def test_a_filter_keeps_only_matching_passages(store: Store, mode: Any) -> None:
+    hits = store.search("leave days employee", 5, mode=mode, filter={"department": "it"})
+    assert {h["id"] for h in hits} == {"it1", "it2"}
+    hits = store.search("leave days", 5, mode=mode, filter={"department": "hr", "page": 3})
+    assert [h["id"] for h in hits] == ["hr2"]
+    hits = store.search("leave", 5, mode=mode, filter={"page": [1, 3]})
+    assert {h["id"] for h in hits} == {"it1", "hr2"}
+
+
+def test_bm25_fetches_deeper_until_enough_passages_match(tmp_path: Path) -> None:
+    docs: list[Document] = [
+        {"id": f"n{i}", "title": "", "text": "leave leave leave policy", "metadata": {"d": "x"}}
+        for i in range(120)
+    ]
+    docs.append({"id": "far", "title": "", "text": "leave policy of another department",
+                 "metadata": {"d": "y"}})  # fmt: skip
+    st = Store.build(tmp_path / "s", docs, embedder=HashingEmbedder(), progress=False)
+    assert [h["id"] for h in st.search("leave", 3, mode="bm25", filter={"d": "y"})] == ["far"]
+
+
+def test_filters_are_checked_and_bounded() -> None:
+    assert check_filter({"department": "hr", "page": [1, 2]}) == {"department": "hr", "page": [1, 2]}
+    for bad in ({"k": {"nested": 1}}, {"": "x"}, {"k": []}, {"k": "x" * 300}, ["k"],
+                {f"k{i}": 1 for i in range(MAX_KEYS + 1)}):  # fmt: skip
+        with pytest.raises(InputError):
+            check_filter(bad)
+
+
+def test_a_boolean_filter_matches_booleans_only() -> None:
+    assert matches({"public": True}, {"public": True})
+    assert not matches({"public": 1}, {"public": True})
+    assert chroma_where({"a": 1, "b": ["x", "y"]}) == {"$and": [{"a": 1}, {"b": {"$in": ["x", "y"]}}]}
+
+
+def test_the_run_setting_filters_every_search_of_a_method(store: Store) -> None:
+    graph = build_graph("standard_rag", llm=scripted(default="25 days"), retriever=store, top_k=5)
+    out = graph.invoke({"question": "How many days of leave?"}, context={"filter": {"department": "hr"}})
+    assert {e["id"] for e in out["evidence"]} == {"hr1", "hr2"}
+    assert all(e["metadata"]["department"] == "hr" for e in out["evidence"])
+    unfiltered = graph.invoke({"question": "How many days of leave?"})
+    assert len(unfiltered["evidence"]) == 5
+
+
+def test_a_bad_filter_is_refused_before_the_run(store: Store) -> None:
+    graph = build_graph("standard_rag", llm=scripted(default="x"), retriever=store)
+    with pytest.raises(InputError, match="filter"):
+        graph.invoke({"question": "q?"}, context={"filter": {"department": {"$ne": "hr"}}})
+
+
+@pytest.mark.parametrize("method", ["iterkey", "migres"])
+@pytest.mark.parametrize(("gate", "stop"), [("agreement", "gate_confident"), ("off", "max_iterations")])
+def test_the_gate_and_the_loop_search_within_the_filter(
+    store: Store, method: str, gate: str, stop: str
+) -> None:
+    assert method in ITERATIVE
+    model = ScriptedChatModel(default="Unknown")
+    graph = build_graph(
+        method, llm=LLM(model, supports_logprobs=False), retriever=store, gate=gate,
+        max_iterations=1, filter={"department": "it"},
+    )  # fmt: skip
+    out = graph.invoke({"question": "How many days of leave?"})
+    assert out["stop_reason"] == stop  # the gate's search, or the loop's
+    assert out["retrieved_ids"] and set(out["retrieved_ids"]) <= {"it1", "it2"}
+
+
+def test_absolute_source_paths_are_not_shown(tmp_path: Path) -> None:
+    docs: list[Document] = [
+        {"id": "a", "title": "", "text": "alpha beta", "metadata": {"source": "/srv/data/a.md"}},
+        {"id": "u", "title": "", "text": "alpha gamma", "metadata": {"source": "https://x/u"}},
+    ]
+    st = Store.build(tmp_path / "s", docs, embedder=HashingEmbedder(), progress=False)
+    sources = {h["id"]: h["metadata"]["source"] for h in st.search("alpha", 2, mode="bm25")}
+    assert sources == {"a": "a.md", "u": "https://x/u"}
+
+
+def test_a_store_built_without_metadata_opens_and_filters_to_nothing(
+    tmp_path: Path, tiny_docs: list[Document]
+) -> None:
+    st = Store.build(tmp_path / "old", tiny_docs, embedder=HashingEmbedder(), progress=False)
+    again = Store.open(st.root, embedder=HashingEmbedder())
+    hits = again.search("Paris", 2)
+    assert hits and all("metadata" not in h for h in hits)
+    assert again.search("Paris", 2, filter={"department": "hr"}) == []
+
+
+def test_the_gaprag_retriever_returns_metadata_and_filters(store: Store) -> None:
+    lc = GapragRetriever(store=store, k=3, mode="bm25")
+    docs = lc.invoke("leave days", filter={"department": "hr"})
+    assert {d.id for d in docs} == {"hr1", "hr2"}
+    first = next(d for d in docs if d.id == "hr1")
+    assert first.metadata["source"] == "hr/leave.md" and first.metadata["page"] == 2
+    assert first.metadata["id"] == "hr1" and first.metadata["title"] == "Leave"
