@@ -159,7 +159,11 @@ class SentenceTransformerEmbedder:
         self.spec = {"kind": "sentence-transformers", "path": self.path}
         self._model: Any = None
         self._lock = threading.Lock()
-        self.dim = int(self._load().get_sentence_embedding_dimension() or 0)
+        model = self._load()
+        size = getattr(model, "get_embedding_dimension", None) or (
+            model.get_sentence_embedding_dimension
+        )
+        self.dim = int(size() or 0)
 
     def _load(self) -> Any:
         with self._lock:

@@ -87,7 +87,11 @@ def test_bm25_fetches_deeper_until_enough_passages_match(tmp_path: Path) -> None
 
 
 def test_filters_are_checked_and_bounded() -> None:
-    assert check_filter({"department": "hr", "page": [1, 2]}) == {"department": "hr", "page": [1, 2]}
+    assert check_filter({"department": "hr", "page": [1, 2]}) == {
+        "department": "hr",
+        "page": [1, 2],
+    }
+    bad: Any
     for bad in ({"k": {"nested": 1}}, {"": "x"}, {"k": []}, {"k": "x" * 300}, ["k"],
                 {f"k{i}": 1 for i in range(MAX_KEYS + 1)}):  # fmt: skip
         with pytest.raises(InputError):
@@ -97,12 +101,16 @@ def test_filters_are_checked_and_bounded() -> None:
 def test_a_boolean_filter_matches_booleans_only() -> None:
     assert matches({"public": True}, {"public": True})
     assert not matches({"public": 1}, {"public": True})
-    assert chroma_where({"a": 1, "b": ["x", "y"]}) == {"$and": [{"a": 1}, {"b": {"$in": ["x", "y"]}}]}
+    assert chroma_where({"a": 1, "b": ["x", "y"]}) == {
+        "$and": [{"a": 1}, {"b": {"$in": ["x", "y"]}}]
+    }
 
 
 def test_the_run_setting_filters_every_search_of_a_method(store: Store) -> None:
     graph = build_graph("standard_rag", llm=scripted(default="25 days"), retriever=store, top_k=5)
-    out = graph.invoke({"question": "How many days of leave?"}, context={"filter": {"department": "hr"}})
+    out = graph.invoke(
+        {"question": "How many days of leave?"}, context={"filter": {"department": "hr"}}
+    )
     assert {e["id"] for e in out["evidence"]} == {"hr1", "hr2"}
     assert all(e["metadata"]["department"] == "hr" for e in out["evidence"])
     unfiltered = graph.invoke({"question": "How many days of leave?"})
@@ -116,7 +124,9 @@ def test_a_bad_filter_is_refused_before_the_run(store: Store) -> None:
 
 
 @pytest.mark.parametrize("method", ["iterkey", "migres"])
-@pytest.mark.parametrize(("gate", "stop"), [("agreement", "gate_confident"), ("off", "max_iterations")])
+@pytest.mark.parametrize(
+    ("gate", "stop"), [("agreement", "gate_confident"), ("off", "max_iterations")]
+)
 def test_the_gate_and_the_loop_search_within_the_filter(
     store: Store, method: str, gate: str, stop: str
 ) -> None:
