@@ -89,6 +89,8 @@ def describe(
     if operator is not None:
         metadata["operator"] = operator
     if isinstance(default, list | dict | set):
+        # Studio's form shows the default: pydantic leaves a factory's value out of the schema
+        metadata["json_schema_extra"] = {"default": type(default)(default)}
         return field(default_factory=lambda: type(default)(default), metadata=metadata)
     return field(default=default, metadata=metadata)
 

@@ -168,3 +168,40 @@ def test_the_gaprag_retriever_returns_metadata_and_filters(store: Store) -> None
     first = next(d for d in docs if d.id == "hr1")
     assert first.metadata["source"] == "hr/leave.md" and first.metadata["page"] == 2
     assert first.metadata["id"] == "hr1" and first.metadata["title"] == "Leave"
+
+
+def test_ask_json_shows_sources_and_pages_and_filters(
+    tmp_path: Path,
+    store_docs: list[Document],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from gaprag.cli import main
+    from tests.fake_openai import FakeOpenAI
+
+    corpus = tmp_path / "c.jsonl"
+    rows = [
+        {k: v for k, v in d.items() if k != "metadata"} | d.get("metadata", {}) for d in store_docs
+    ]
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = str(tmp_path / "s")
+    assert (
+        main(["index", str(corpus), "--store", store, "--embedder", "hashing-64", "--quiet"]) == 0
+    )
+    with FakeOpenAI(reply="25 days") as server:
+        monkeypatch.setenv("GAPRAG_BASE_URL", server.base_url)
+        capsys.readouterr()
+        args = [
+            "ask",
+            "How many days of leave?",
+            "--store",
+            store,
+            "--json",
+            "--filter",
+            "department=hr",
+        ]
+        assert main(args) == 0, capsys.readouterr().err
+    out = json.loads(capsys.readouterr().out)
+    origins = {e["id"]: (e["metadata"]["source"], e["metadata"]["page"]) for e in out["evidence"]}
+    assert origins == {"hr1": ("hr/leave.md", 2), "hr2": ("hr/leave.md", 3)}
+    assert out["settings"]["filter"] == {"value": {"department": "hr"}, "source": "explicit"}

@@ -128,3 +128,16 @@ def test_long_texts_are_cut_in_the_drilldown(tmp_path: Path) -> None:
     view = _trace_view({"llm_calls": [call]})
     content = view["calls"][0]["messages"][0]["content"]
     assert content.startswith("x" * MAX_TEXT) and "10 more characters in the trace file" in content
+
+
+def test_the_drilldown_shows_where_each_passage_comes_from() -> None:
+    from gaprag.eval.html import _trace_view
+
+    evidence = [
+        {"id": "a", "title": "A", "source": "hybrid", "round": 1,
+         "metadata": {"source": "hr/leave.pdf", "page": 2, "section": "Annual leave"}},
+        {"id": "b", "title": "B", "source": "bm25", "round": 1},
+    ]  # fmt: skip
+    view = _trace_view({"evidence": evidence})
+    assert view["evidence"][0]["origin"] == "hr/leave.pdf, p. 2, Annual leave"
+    assert "origin" not in view["evidence"][1]
