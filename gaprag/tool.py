@@ -54,7 +54,8 @@ def _snippet(text: str, words: int = SNIPPET_WORDS) -> str:
 
 
 def compact_result(result: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a run an agent needs: answer, stop reason, cost and short evidence."""
+    """The parts of a run an agent needs: answer, stop reason, cost and short evidence (with
+    each passage's metadata, so the agent can cite its source and page)."""
     evidence = [
         {
             "id": ev.get("id", ""),
@@ -62,6 +63,7 @@ def compact_result(result: dict[str, Any]) -> dict[str, Any]:
             "snippet": _snippet(str(ev.get("text", ""))),
             "source": ev.get("source", ""),
             "round": ev.get("round", 0),
+            **({"metadata": dict(ev["metadata"])} if ev.get("metadata") else {}),
         }
         for ev in result.get("evidence", [])
     ]
@@ -75,13 +77,22 @@ def compact_result(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _cite(ev: dict[str, Any]) -> str:
+    """`` (source, p. N)`` for a passage whose metadata names where it comes from."""
+    meta = ev.get("metadata") or {}
+    parts = [str(meta["source"])] if meta.get("source") else []
+    if meta.get("page") not in (None, ""):
+        parts.append(f"p. {meta['page']}")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def format_result(compact: dict[str, Any], limit: int = EVIDENCE_ITEMS) -> str:
     """The tool's text: answer, stop reason, and up to ``limit`` evidence lines."""
     lines = [f"answer: {compact['answer']}", f"stop_reason: {compact['stop_reason']}"]
     evidence = compact["evidence"][:limit]
     if evidence:
         lines.append("evidence:")
-        lines += [f"- [{ev['id']}] {ev['title']}: {ev['snippet']}" for ev in evidence]
+        lines += [f"- [{ev['id']}] {ev['title']}{_cite(ev)}: {ev['snippet']}" for ev in evidence]
     else:
         lines.append("evidence: none")
     return "\n".join(lines)

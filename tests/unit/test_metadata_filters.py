@@ -205,3 +205,14 @@ def test_ask_json_shows_sources_and_pages_and_filters(
     origins = {e["id"]: (e["metadata"]["source"], e["metadata"]["page"]) for e in out["evidence"]}
     assert origins == {"hr1": ("hr/leave.md", 2), "hr2": ("hr/leave.md", 3)}
     assert out["settings"]["filter"] == {"value": {"department": "hr"}, "source": "explicit"}
+
+
+def test_the_tool_result_cites_source_and_page(store: Store) -> None:
+    from gaprag.tool import compact_result, format_result
+
+    out = build_graph("standard_rag", llm=scripted(default="25 days"), retriever=store).invoke(
+        {"question": "annual leave"}, context={"filter": {"source": "hr/leave.md"}, "top_k": 1}
+    )
+    compact = compact_result(out)
+    assert compact["evidence"][0]["metadata"]["source"] == "hr/leave.md"
+    assert "] Leave (hr/leave.md, p. 2): Annual leave" in format_result(compact)
