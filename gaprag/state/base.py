@@ -8,6 +8,7 @@ LangGraph's templates.
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, NotRequired, TypeVar
 
@@ -71,6 +72,16 @@ class Decision(TypedDict):
     threshold: float | None
     # the answer the method would return if it stopped here (calibration runs record it)
     answer: NotRequired[str]
+
+
+M = TypeVar("M", bound=Mapping[str, Any])
+
+
+def carry_metadata(item: M, origin: Mapping[str, Any]) -> M:
+    """``item`` with the ``metadata`` of the passage it was made from, when it has some."""
+    if origin.get("metadata"):
+        item["metadata"] = dict(origin["metadata"])  # type: ignore[index]
+    return item
 
 
 def empty_usage() -> Usage:

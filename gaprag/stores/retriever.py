@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 import warnings
 from collections.abc import Collection, Mapping
@@ -21,8 +20,6 @@ from gaprag.state.base import Evidence
 from gaprag.stores.documents import content_id
 from gaprag.stores.filters import check_filter, matches
 from gaprag.stores.store import RetrievalMode, Store
-
-log = logging.getLogger("gaprag")
 
 
 @runtime_checkable
@@ -59,15 +56,13 @@ class LangChainRetrieverAdapter:
         self._warn_lock = threading.Lock()
 
     def warn_once(self, run: str, kind: str, message: str) -> None:
-        """Say ``message`` as a :class:`UserWarning` (and in the ``gaprag`` log), once per run
-        and kind."""
+        """Say ``message`` as a :class:`UserWarning`, once per run and kind."""
         with self._warn_lock:
             if (run, kind) in self._warned:
                 return
             if len(self._warned) >= 1024:
                 self._warned.clear()
             self._warned.add((run, kind))
-        log.warning(message)
         warnings.warn(message, UserWarning, stacklevel=3)
 
     def takes_k(self) -> bool:

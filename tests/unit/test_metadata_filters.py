@@ -216,3 +216,41 @@ def test_the_tool_result_cites_source_and_page(store: Store) -> None:
     compact = compact_result(out)
     assert compact["evidence"][0]["metadata"]["source"] == "hr/leave.md"
     assert "] Leave (hr/leave.md, p. 2): Annual leave" in format_result(compact)
+
+
+def test_migres_facts_keep_the_metadata_of_their_passages(tmp_path: Path) -> None:
+    from tests.unit import test_migres as tm
+
+    docs = [{**d, "metadata": {"source": f"films/{d['id']}.md"}} for d in tm.LEVITY]
+    st = Store.build(tmp_path / "s", docs, embedder=HashingEmbedder(), progress=False)  # type: ignore[arg-type]
+    leaf = tm.leaf_json(("Levity was directed by Ed Solomon.", [0]))
+    rules = [
+        (tm.LEAF, leaf),
+        (tm.MAIN, tm.UNANSWERABLE),
+        (tm.QUERY, "x"),
+        (tm.FINAL, tm.FINAL_REPLY),
+    ]
+    out, _ = tm.run(st, rules, max_iterations=1)
+    assert out["evidence"]
+    assert all(e["metadata"]["source"] == f"films/{e['id']}.md" for e in out["evidence"])
+
+
+def test_rfm_rag_facts_list_the_metadata_of_their_passages(store: Store) -> None:
+    out = build_graph("rfm_rag", llm=scripted(default="25 days"), retriever=store).invoke(
+        {"question": "How many days of annual leave?"}, context={"filter": {"department": "hr"}}
+    )
+    (fact,) = out["evidence"]
+    assert fact["source"] == "llm"
+    assert fact["metadata"]["sources"] == [HR, {**HR, "page": 3}]
+
+
+@pytest.mark.parametrize(
+    "method", ["standard_rag", "missing_knowledge", "iterkey", "rag_ef", "ircot"]
+)
+def test_every_passage_method_returns_its_passages_metadata(store: Store, method: str) -> None:
+    out = build_graph(method, llm=scripted(default="25 days"), retriever=store).invoke(
+        {"question": "How many days of annual leave?"}
+    )
+    assert out["evidence"]
+    for e in out["evidence"]:
+        assert e.get("metadata") == store.get(e["id"]).get("metadata"), e["id"]  # type: ignore[union-attr]

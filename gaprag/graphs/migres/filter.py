@@ -23,7 +23,7 @@ import numpy as np
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
 from gaprag.graphs.migres.state import Snippet
-from gaprag.state.base import Evidence
+from gaprag.state.base import Evidence, carry_metadata
 from gaprag.stores.embeddings import Embedder, Vectors, default_embedder
 from gaprag.stores.retriever import unwrap
 from gaprag.stores.store import Store
@@ -283,14 +283,17 @@ def knowledge_filter(
                     continue
                 text = " ".join(picked)
         snippets.append(
-            Snippet(
-                id=cand["id"],
-                title=cand["title"],
-                text=text,
-                origin_text=cand["text"],
-                score=best[i],
-                query=query,
-                source="corpus",
+            carry_metadata(
+                Snippet(
+                    id=cand["id"],
+                    title=cand["title"],
+                    text=text,
+                    origin_text=cand["text"],
+                    score=best[i],
+                    query=query,
+                    source="corpus",
+                ),
+                cand,
             )
         )
     log = {

@@ -43,7 +43,7 @@ from gaprag.graphs.migres.state import InfoItem, Snippet, State
 from gaprag.graphs.migres.verify import LLMVerifier, Verifier, entailed
 from gaprag.progress import emit
 from gaprag.prompts import follow_up
-from gaprag.state.base import Evidence
+from gaprag.state.base import Evidence, carry_metadata
 
 #: names that moved out of this module: where they are now (deprecated aliases, one release)
 _MOVED = {
@@ -236,13 +236,16 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
         sn = state.leaf_passages[idx]
         seen[sn["origin_text"]] = seen.get(sn["origin_text"], 0) + 1
         new.append(
-            Evidence(
-                id=sn["id"],
-                title=sn["title"],
-                text=sn["text"],
-                source="llm" if sn["source"] == "llm" else runtime.context.retrieval_mode,
-                score=float(sn["score"] or 0.0),
-                round=state.iterations,
+            carry_metadata(
+                Evidence(
+                    id=sn["id"],
+                    title=sn["title"],
+                    text=sn["text"],
+                    source="llm" if sn["source"] == "llm" else runtime.context.retrieval_mode,
+                    score=float(sn["score"] or 0.0),
+                    round=state.iterations,
+                ),
+                sn,
             )
         )
     evidence, _ = nodes.update_evidence_pool(

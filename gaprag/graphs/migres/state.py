@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
@@ -33,6 +33,7 @@ class Snippet(TypedDict):
     score: float | None  # passage-level relevance score (the snippet inherits it)
     query: str  # the query that scored best against the passage
     source: SnippetSource
+    metadata: NotRequired[dict[str, Any]]  # the origin passage's own metadata (source, page...)
 
 
 class InfoItem(TypedDict):

@@ -20,7 +20,7 @@ from gaprag.aio import run_sync
 from gaprag.errors import GapragError
 from gaprag.graphs.missing_knowledge.context import BudgetMode, MergedOrder
 from gaprag.graphs.missing_knowledge.state import Chunk, ChunkKind, KnowledgeBase
-from gaprag.state.base import Evidence
+from gaprag.state.base import Evidence, carry_metadata
 from gaprag.stores.retriever import LangChainRetrieverAdapter, Retriever, as_retriever
 from gaprag.stores.store import RetrievalMode
 
@@ -60,18 +60,21 @@ def _chunks(
     query: str,
 ) -> list[Chunk]:
     return [
-        Chunk(
-            id=h["id"],
-            title=h.get("title", "") or "",
-            text=h["text"],
-            kind=kind,
-            kb=kb,
-            source=h.get("source", ""),
-            score=float(h.get("score", 0.0)),
-            rank=i,
-            retrieved_by=by,
-            query=query,
-            md5=md5_text(h["text"]),
+        carry_metadata(
+            Chunk(
+                id=h["id"],
+                title=h.get("title", "") or "",
+                text=h["text"],
+                kind=kind,
+                kb=kb,
+                source=h.get("source", ""),
+                score=float(h.get("score", 0.0)),
+                rank=i,
+                retrieved_by=by,
+                query=query,
+                md5=md5_text(h["text"]),
+            ),
+            h,
         )
         for i, h in enumerate(hits, 1)
     ]
@@ -203,13 +206,16 @@ def open_pair_store(path: str) -> Any:
 
 
 def to_evidence(chunk: Chunk, round: int) -> Evidence:
-    return Evidence(
-        id=chunk["id"],
-        title=chunk["title"],
-        text=chunk["text"],
-        source=chunk["source"],
-        score=chunk["score"],
-        round=round,
+    return carry_metadata(
+        Evidence(
+            id=chunk["id"],
+            title=chunk["title"],
+            text=chunk["text"],
+            source=chunk["source"],
+            score=chunk["score"],
+            round=round,
+        ),
+        chunk,
     )
 
 

@@ -9,7 +9,7 @@ merge by md5 within the budget, answer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
@@ -34,6 +34,7 @@ class Chunk(TypedDict):
     rank: int  # 1-based rank within the query that retrieved it
     retrieved_by: Literal["orig", "mk"]  # the user question, or a missing-knowledge query
     query: str
+    metadata: NotRequired[dict[str, Any]]  # the passage's own metadata (source, page...)
     md5: str  # md5 of the stripped text: the paper's duplicate test
 
 

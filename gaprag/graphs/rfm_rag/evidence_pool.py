@@ -27,11 +27,12 @@ def add_to_pool(
     query: str,
     question: str,
     source_passage_ids: Sequence[str],
+    sources: Sequence[dict[str, Any]] = (),
 ) -> tuple[list[EvidenceItem], int]:
     """Add sentences to the pool: exact duplicates (case, spacing, final period) are dropped, a
     sentence contained in an existing one is dropped, and an existing sentence contained in a
     new one is replaced by it in place. Returns the new pool and how many sentences were added
-    or replaced."""
+    or replaced. ``sources``: the metadata of the passages the sentences came from."""
     out = list(pool)
     changed = 0
     for sentence in sentences:
@@ -46,6 +47,8 @@ def add_to_pool(
             question=question,
             source_passage_ids=list(source_passage_ids),
         )
+        if sources:
+            item["sources"] = [dict(s) for s in sources]
         norms = [_norm_fact(e["text"]) for e in out]
         if any(norm == n or norm in n for n in norms):
             continue
@@ -80,10 +83,17 @@ def facts_of(pool: Sequence[EvidenceItem], ids: Sequence[str]) -> list[EvidenceI
 
 
 def pool_as_evidence(pool: Sequence[EvidenceItem]) -> list[Evidence]:
-    return [
-        Evidence(id=e["id"], title="", text=e["text"], source="llm", score=0.0, round=e["round"])
-        for e in pool
-    ]
+    """The pool's facts as evidence; a fact's ``metadata`` lists the ``sources`` (metadata) of
+    the passages it was extracted from, where they have any."""
+    out: list[Evidence] = []
+    for e in pool:
+        fact = Evidence(
+            id=e["id"], title="", text=e["text"], source="llm", score=0.0, round=e["round"]
+        )
+        if e.get("sources"):
+            fact["metadata"] = {"sources": [dict(s) for s in e["sources"]]}
+        out.append(fact)
+    return out
 
 
 def facts_for_prompt(pool: Sequence[EvidenceItem]) -> list[dict[str, Any]]:

@@ -134,6 +134,7 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
         query=state.current_query or state.question,
         question=state.question,
         source_passage_ids=[p["id"] for p in state.retrieved],
+        sources=[p["metadata"] for p in state.retrieved if p.get("metadata")],
     )
     coverage = coverage_map(state.entities, [e["text"] for e in pool], ctx.coverage_length_unit)
     s_f = syntactic_coverage(coverage)

@@ -12,7 +12,7 @@ that owns it (plain replace semantics), so nothing accumulates by surprise.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any, NotRequired
 
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
@@ -38,6 +38,7 @@ class EvidenceItem(TypedDict):
     query: str  # the query of that round
     question: str  # the question (turn) it was gathered for
     source_passage_ids: list[str]  # the passages shown to the extraction prompt that round
+    sources: NotRequired[list[dict[str, Any]]]  # those passages' metadata (source, page...)
 
 
 @dataclass(kw_only=True)
