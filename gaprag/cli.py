@@ -161,8 +161,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         for ev in result.get("evidence", [])[:5]:
+            meta = ev.get("metadata") or {}
+            where = f", {meta['source']}" if meta.get("source") else ""
+            where += f" p. {meta['page']}" if meta.get("page") not in (None, "") else ""
             print(
-                f"  - {ev.get('title') or ev.get('id')} (round {ev.get('round')}, {ev.get('source')})",
+                f"  - {ev.get('title') or ev.get('id')} (round {ev.get('round')}, "
+                f"{ev.get('source')}{where})",
                 file=sys.stderr,
             )
     return 0

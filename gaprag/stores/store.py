@@ -147,7 +147,7 @@ class Store:
         try:
             with (tmp / "docs.jsonl").open("w", encoding="utf-8") as fh:
                 for d in docs:
-                    fh.write(json.dumps(d, ensure_ascii=False) + "\n")
+                    fh.write(json.dumps(d, ensure_ascii=False, default=str) + "\n")
             t0 = time.perf_counter()
             sparse = BM25Index.build([f"{d['title']} {d['text']}" for d in docs], settings)
             sparse.save(tmp / "bm25")

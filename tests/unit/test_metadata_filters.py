@@ -201,10 +201,13 @@ def test_ask_json_shows_sources_and_pages_and_filters(
             "department=hr",
         ]
         assert main(args) == 0, capsys.readouterr().err
-    out = json.loads(capsys.readouterr().out)
+        out = json.loads(capsys.readouterr().out)
+        assert main([a for a in args if a != "--json"]) == 0
+        text = capsys.readouterr().err
     origins = {e["id"]: (e["metadata"]["source"], e["metadata"]["page"]) for e in out["evidence"]}
     assert origins == {"hr1": ("hr/leave.md", 2), "hr2": ("hr/leave.md", 3)}
     assert out["settings"]["filter"] == {"value": {"department": "hr"}, "source": "explicit"}
+    assert "hr/leave.md p. 2)" in text and "it/vpn.md" not in text
 
 
 def test_the_tool_result_cites_source_and_page(store: Store) -> None:
