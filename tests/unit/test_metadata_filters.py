@@ -257,3 +257,17 @@ def test_every_passage_method_returns_its_passages_metadata(store: Store, method
     assert out["evidence"]
     for e in out["evidence"]:
         assert e.get("metadata") == store.get(e["id"]).get("metadata"), e["id"]  # type: ignore[union-attr]
+
+
+def test_set_and_filter_flags_read_a_filter() -> None:
+    from gaprag.options import options_for, parse_filter, parse_sets
+
+    sets = parse_sets(['filter={"department": "hr", "page": [1, 2]}'], "standard_rag")
+    assert options_for("standard_rag", sets) == {"filter": {"department": "hr", "page": [1, 2]}}
+    assert parse_filter(["department=hr", "page=3", "source=a.md", "source=b.md"]) == {
+        "department": "hr", "page": 3, "source": ["a.md", "b.md"],
+    }  # fmt: skip
+    with pytest.raises(InputError, match="filter"):
+        options_for("standard_rag", parse_sets(["filter=department=hr"], "standard_rag"))
+    with pytest.raises(InputError, match="--filter expects KEY=VALUE"):
+        parse_filter(["department"])
