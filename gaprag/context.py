@@ -247,6 +247,7 @@ def with_defaults(
         if sources.get(name, "explicit") != "explicit":
             metadata["description"] = f"{metadata.get('description', '')} [from {sources[name]}]"
         if isinstance(value, list | dict | set):
+            metadata["json_schema_extra"] = {"default": type(value)(value)}
             spec = field(default_factory=_copier(value), metadata=metadata)
         else:
             spec = field(default=value, metadata=metadata)

@@ -271,3 +271,11 @@ def test_set_and_filter_flags_read_a_filter() -> None:
         options_for("standard_rag", parse_sets(["filter=department=hr"], "standard_rag"))
     with pytest.raises(InputError, match="--filter expects KEY=VALUE"):
         parse_filter(["department"])
+
+
+def test_studios_form_shows_the_filter_and_its_build_time_value() -> None:
+    plain = build_graph("standard_rag", llm=scripted()).get_context_jsonschema()
+    built = build_graph("standard_rag", llm=scripted(), filter={"department": "hr"})
+    assert plain is not None and plain["properties"]["filter"]["default"] == {}
+    schema = built.get_context_jsonschema()
+    assert schema is not None and schema["properties"]["filter"]["default"] == {"department": "hr"}
