@@ -1,7 +1,15 @@
 """Documents and ids, BM25, Chroma, hybrid fusion, embeddings, the retriever interface."""
 
 from gaprag.stores.documents import Document, load_documents, make_document
-from gaprag.stores.embeddings import Embedder, HashingEmbedder, MiniLMEmbedder, default_embedder
+from gaprag.stores.embeddings import (
+    Embedder,
+    HashingEmbedder,
+    LangChainEmbedder,
+    MiniLMEmbedder,
+    SentenceTransformerEmbedder,
+    default_embedder,
+    openai_embedder,
+)
 from gaprag.stores.pairs import PairStore, QAPair
 from gaprag.stores.retriever import (
     GapragRetriever,
@@ -17,15 +25,18 @@ __all__ = [
     "Embedder",
     "GapragRetriever",
     "HashingEmbedder",
+    "LangChainEmbedder",
     "LangChainRetrieverAdapter",
     "MiniLMEmbedder",
     "PairStore",
     "QAPair",
     "RetrievalMode",
     "Retriever",
+    "SentenceTransformerEmbedder",
     "Store",
     "as_retriever",
     "default_embedder",
     "load_documents",
     "make_document",
+    "openai_embedder",
 ]
