@@ -75,13 +75,14 @@ class LangChainRetrieverAdapter:
     def _with_k(self, k: int) -> BaseRetriever:
         """The retriever returning ``k`` documents, where it has a setting for that (a
         shallow copy: the user's object is not changed)."""
-        retriever: Any = self.retriever
+        retriever = self.retriever
         search_kwargs = getattr(retriever, "search_kwargs", None)
+        update: dict[str, Any] = {}
         if isinstance(search_kwargs, dict) and search_kwargs.get("k") != k:
-            return retriever.model_copy(update={"search_kwargs": {**search_kwargs, "k": k}})  # type: ignore[no-any-return]
-        if isinstance(getattr(retriever, "k", None), int) and retriever.k != k:
-            return retriever.model_copy(update={"k": k})  # type: ignore[no-any-return]
-        return self.retriever
+            update = {"search_kwargs": {**search_kwargs, "k": k}}
+        elif isinstance(current := getattr(retriever, "k", None), int) and current != k:
+            update = {"k": k}
+        return retriever.model_copy(update=update) if update else retriever
 
     def search(
         self,
@@ -321,7 +322,10 @@ class RunRetriever:
             return inner.search(query, k, mode=mode, exclude=exclude)
         if getattr(inner, "takes_filter", False):
             filtering: Any = inner
-            return filtering.search(query, k, mode=mode, exclude=exclude, filter=self.filter)  # type: ignore[no-any-return]
+            found: list[Evidence] = filtering.search(
+                query, k, mode=mode, exclude=exclude, filter=self.filter
+            )
+            return found
         hits = inner.search(query, 4 * k + len(exclude), mode=mode, exclude=exclude)
         return [h for h in hits if matches(h.get("metadata"), self.filter)][:k]
 
