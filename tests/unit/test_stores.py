@@ -198,7 +198,8 @@ def test_langchain_adapters(store: Store) -> None:
             ]
 
     adapted = as_retriever(Fixed())
-    hits = adapted.search("anything", 5)
+    with pytest.warns(UserWarning, match="top_k=5 but the LangChain retriever Fixed returned 2"):
+        hits = adapted.search("anything", 5)
     assert next(h["id"] for h in hits) == "x1" and hits[1]["id"].startswith("d_")
     assert adapted.search("anything", 5, exclude={"x1"})[0]["text"] == "two"
     assert as_retriever(store) is store
