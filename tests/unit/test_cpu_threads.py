@@ -88,3 +88,18 @@ def test_the_count_reaches_a_worker_thread_that_computed_before(
         assert worker.submit(torch.get_num_threads).result() >= 2
         after = worker.submit(lambda: (config.apply_torch_threads(), torch.get_num_threads()))
         assert after.result()[1] == 1
+
+
+def test_the_gaprag_command_and_the_served_graphs_are_gaprags_processes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import importlib
+
+    from gaprag import cli, studio
+
+    assert cli.main(["llm", "models"]) == 0
+    capsys.readouterr()
+    assert config._torch["managed"] is True
+    config._torch["managed"] = False
+    importlib.reload(studio)  # what `langgraph dev` does: import the graphs' module
+    assert config._torch["managed"] is True
