@@ -529,10 +529,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gaprag.config import environ, offline_env, quiet, quiet_libraries
+    from gaprag.config import environ, manage_torch_threads, offline_env, quiet, quiet_libraries
 
     offline_env()
     quiet_libraries()  # dependencies' bars and warnings stay off the terminal
+    manage_torch_threads()  # the embedder leaves an LLM server on this machine its cores
     # a plain `kill` should still run exit hooks (they stop the embedded LLM server)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
+from gaprag.config import apply_torch_threads
 from gaprag.graphs.migres.state import Snippet
 from gaprag.state.base import Evidence
 from gaprag.stores.embeddings import Embedder, Vectors, default_embedder
@@ -171,7 +172,9 @@ class CrossEncoderScorer:
         if not docs:
             return []
         pairs = [(query, f"{d['title']} [SEP] {d['text']}") for d in docs]
-        scores = self._load().predict(pairs, batch_size=self.batch_size, show_progress_bar=False)
+        model = self._load()
+        apply_torch_threads()
+        scores = model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False)
         return [round(float(s), 6) for s in np.asarray(scores).reshape(-1)]
 
 
