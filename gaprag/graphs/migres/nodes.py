@@ -10,6 +10,7 @@ filter, the LLM writes background from its own knowledge instead.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any
 
@@ -39,10 +40,11 @@ from gaprag.graphs.migres.parsing import (
 )
 from gaprag.graphs.migres.prompting import FORMATS, PROMPTS, prompt
 from gaprag.graphs.migres.snippets import round_candidates, snippet_item, strip_markup
-from gaprag.graphs.migres.state import InfoItem, Snippet, State
+from gaprag.graphs.migres.state import InfoItem, Judgement, Snippet, State
 from gaprag.graphs.migres.verify import LLMVerifier, Verifier, entailed
+from gaprag.llm.client import LLM, Structured
 from gaprag.progress import emit
-from gaprag.prompts import follow_up
+from gaprag.prompts import RenderedPrompt, follow_up
 from gaprag.state.base import Evidence
 
 #: names that moved out of this module: where they are now (deprecated aliases, one release)
@@ -292,6 +294,141 @@ async def _pool_answer(
     return value, clean_answer_text(value.answer.text) if value is not None else ""
 
 
+# -- judge_missing: the main module, then the sufficiency decision -------------------------------
+@dataclasses.dataclass(frozen=True)
+class _Candidate:
+    """The answer a judged round would stop with, and where it comes from."""
+
+    text: str
+    confidence: int
+    explanation: str
+    source: str  # "judge" (the main module's answer) or "final" (the final-answer prompt)
+
+
+def _skipped_judge(state: State, ctx: Context, rounds: int) -> dict[str, Any] | None:
+    """The skip rule: with ``skip_judge_if_no_new_info``, a round after the first that added no
+    fact is not judged; the loop continues (decision path ``rule``, the candidate answer so far
+    recorded) without a model call. Returns that round's update, or None when the judge runs."""
+    if not (ctx.skip_judge_if_no_new_info and rounds > 1 and state.new_info_this_round == 0):
+        return None
+    nodes.log_decision(
+        "sufficiency",
+        rounds,
+        "continue",
+        path="rule",
+        threshold=ctx.sufficiency_threshold,
+        answer=state.candidate_answer or None,
+    )
+    return {
+        "judge_rounds": rounds,
+        "trace": [{"node": "judge_missing", "event": "skipped", "reason": "no new facts"}],
+    }
+
+
+async def _ask_judge(state: State, ctx: Context, llm: LLM) -> tuple[RenderedPrompt, str, Judgement]:
+    """The main call over the known facts (``main``, or ``main_yesno`` for StrategyQA): its
+    messages, its raw reply and its verdict (what is missing, an explanation, an answer or
+    "unanswerable")."""
+    messages = prompt("main_yesno" if ctx.task_type == "strategyqa" else "main", ctx).render(
+        known_info=known_passages(state), question=state.question
+    )
+    reply = await llm.astructured(
+        messages,
+        MainReply,
+        default=MainReply(answer=AnswerField(text="unanswerable")),
+        max_tokens=ctx.judge_max_tokens,
+        call="main",
+    )
+    return messages, reply.raw, _verdict(reply)
+
+
+def _verdict(reply: Structured[MainReply]) -> Judgement:
+    """The salvage: the parsed reply's verdict, else that of the key-scan salvage of its raw
+    text; a reply neither can read gives a verdict with ``parsed_ok`` False."""
+    if reply.path != "default":
+        return judgement(reply.value)
+    salvaged = salvage_main(reply.raw)
+    return judgement(salvaged or reply.value, parsed_ok=salvaged is not None)
+
+
+async def _ask_sufficiency(
+    state: State, ctx: Context, llm: LLM, messages: RenderedPrompt, raw: str, verdict: Judgement
+) -> nodes.Reading | None:
+    """The follow-up question: after the judge's reply, "is the information enough?" as a
+    forced Yes/No choice, read as p = P(Yes). Not asked (None) when the verdict was unreadable
+    or the pool holds no retrieved fact."""
+    if not verdict["parsed_ok"] or not retrieved_facts(state, ctx):
+        return None
+    follow = follow_up(messages, raw.strip() or "{}", PROMPTS["sufficiency"].render())
+    choice = await llm.achoose(follow, ["Yes", "No"], default="No", call="sufficiency")
+    return nodes.read_choice(choice, "Yes")
+
+
+async def _candidate_answer(
+    state: State, ctx: Context, deps: Deps, verdict: Judgement, stop: bool
+) -> _Candidate:
+    """The candidate answer: the judge's own; when it said "unanswerable" and the loop stops
+    (or at every judged round of a calibration run), the final-answer prompt's over the pool
+    ("" when neither gives one)."""
+    judged = _Candidate(
+        verdict["answer_text"] if verdict["answered"] else "",
+        verdict["confidence"],
+        verdict["explanation"],
+        "judge",
+    )
+    if judged.text or not (stop or ctx.calibration):
+        return judged
+    final, text = await _pool_answer(state, ctx, deps, call="candidate")
+    if final is None:
+        return dataclasses.replace(judged, text=text, source="final")
+    return _Candidate(text, final.answer.confidence, final.explanation, "final")
+
+
+def _judged_update(
+    state: State,
+    rounds: int,
+    verdict: Judgement,
+    reading: nodes.Reading,
+    stop: bool,
+    candidate: _Candidate,
+    calls: dict[str, int],
+) -> dict[str, Any]:
+    """The trace and update of a judged round: its count, calls by kind, candidate answer and
+    trace event; on a stop the answer with its confidence and explanation (``stop_reason``
+    ``answered``), else what is missing (the judge's words; when it names nothing, the
+    previous missing information or the question)."""
+    update: dict[str, Any] = {
+        "judge_rounds": rounds,
+        "llm_calls_by_kind": calls,
+        "candidate_answer": candidate.text,
+        "trace": [
+            {
+                "node": "judge_missing",
+                "round": rounds,
+                "answered": verdict["answered"],
+                "p_sufficient": reading.p,
+                "path": reading.path,
+                "stop": stop,
+                "answer_from": candidate.source,
+            }
+        ],
+    }
+    if stop:
+        update.update(
+            answer=candidate.text,
+            confidence=candidate.confidence,
+            explanation=candidate.explanation,
+            status="answered",
+            stop_reason="answered",
+        )
+    else:
+        missing = verdict["missing_information"]
+        if missing.strip().lower() in ("", "none"):
+            missing = state.missing_info or state.question
+        update["missing_info"] = missing
+    return update
+
+
 async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     """The main module, then the sufficiency decision.
 
@@ -306,98 +443,48 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
     """
     ctx = runtime.context
     rounds = state.judge_rounds + 1
-    t = ctx.sufficiency_threshold
-    if ctx.skip_judge_if_no_new_info and rounds > 1 and state.new_info_this_round == 0:
-        nodes.log_decision(
-            "sufficiency",
-            rounds,
-            "continue",
-            path="rule",
-            threshold=t,
-            answer=state.candidate_answer or None,
-        )
-        return {
-            "judge_rounds": rounds,
-            "trace": [{"node": "judge_missing", "event": "skipped", "reason": "no new facts"}],
-        }
+    skipped = _skipped_judge(state, ctx, rounds)
+    if skipped is not None:
+        return skipped
     llm = await deps.achat(ctx)
-    messages = prompt("main_yesno" if ctx.task_type == "strategyqa" else "main", ctx).render(
-        known_info=known_passages(state), question=state.question
-    )
-    reply = await llm.astructured(
-        messages,
-        MainReply,
-        default=MainReply(answer=AnswerField(text="unanswerable")),
-        max_tokens=ctx.judge_max_tokens,
-        call="main",
-    )
-    if reply.path != "default":
-        verdict = judgement(reply.value)
-    else:  # the key-scan salvage of the raw reply
-        salvaged = salvage_main(reply.raw)
-        verdict = judgement(salvaged or reply.value, parsed_ok=salvaged is not None)
+    messages, raw, verdict = await _ask_judge(state, ctx, llm)
     calls: dict[str, int] = {"main": 1}
-    p: float | None = None
-    says: bool | None = None  # the judge's own Yes, where it answered without a probability
-    path: str = "rule"  # nothing retrieved yet: never a model stop
-    if not verdict["parsed_ok"]:  # a judge reply nothing could read: keep retrieving
-        path = "default"
-    elif retrieved_facts(state, ctx):
-        follow = follow_up(messages, reply.raw.strip() or "{}", PROMPTS["sufficiency"].render())
-        choice = await llm.achoose(follow, ["Yes", "No"], default="No", call="sufficiency")
+    asked = await _ask_sufficiency(state, ctx, llm, messages, raw, verdict)
+    if asked is not None:
         calls["sufficiency"] = 1
-        p, path, says = nodes.read_choice(choice, "Yes")
-    stop = nodes.should_stop(
-        p, t, calibration=ctx.calibration, says_stop=says, no_logprobs=ctx.no_logprobs
+    # not asked: a reply nothing could read (default), or nothing retrieved yet (rule)
+    reading = (
+        asked
+        if asked is not None
+        else nodes.Reading(None, "rule" if verdict["parsed_ok"] else "default", None)
     )
-    answer = verdict["answer_text"] if verdict["answered"] else ""
-    confidence, explanation, source = verdict["confidence"], verdict["explanation"], "judge"
-    if not answer and (stop or ctx.calibration):
-        final, answer = await _pool_answer(state, ctx, deps, call="candidate")
-        if final is not None:
-            confidence, explanation = final.answer.confidence, final.explanation
+    stop = nodes.should_stop(
+        reading.p,
+        ctx.sufficiency_threshold,
+        calibration=ctx.calibration,
+        says_stop=reading.says_stop,
+        no_logprobs=ctx.no_logprobs,
+    )
+    candidate = await _candidate_answer(state, ctx, deps, verdict, stop)
+    if candidate.source == "final":
         calls["candidate"] = 1
-        source = "final"
-    stop = stop and bool(answer)
+    stop = stop and bool(candidate.text)
     nodes.log_decision(
         "sufficiency",
         rounds,
         "stop" if stop else "continue",
-        p=p,
-        path=path,
-        threshold=t,
-        answer=answer or None,
+        p=reading.p,
+        path=reading.path,
+        threshold=ctx.sufficiency_threshold,
+        answer=candidate.text or None,
     )
-    update: dict[str, Any] = {
-        "judge_rounds": rounds,
-        "llm_calls_by_kind": calls,
-        "candidate_answer": answer,
-        "trace": [
-            {
-                "node": "judge_missing",
-                "round": rounds,
-                "answered": verdict["answered"],
-                "p_sufficient": p,
-                "path": path,
-                "stop": stop,
-                "answer_from": source,
-            }
-        ],
-    }
-    if stop:
-        update.update(
-            answer=answer,
-            confidence=confidence,
-            explanation=explanation,
-            status="answered",
-            stop_reason="answered",
-        )
-    else:
-        missing = verdict["missing_information"]
-        if missing.strip().lower() in ("", "none"):
-            missing = state.missing_info or state.question
-        update["missing_info"] = missing
-    emit(round=state.iterations, answered=stop, p_sufficient=p, missing=update.get("missing_info"))
+    update = _judged_update(state, rounds, verdict, reading, stop, candidate, calls)
+    emit(
+        round=state.iterations,
+        answered=stop,
+        p_sufficient=reading.p,
+        missing=update.get("missing_info"),
+    )
     return update
 
 
