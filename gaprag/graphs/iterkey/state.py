@@ -16,7 +16,6 @@ from typing import Annotated, Any
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
-from gaprag.errors import deprecated_names
 from gaprag.state import base
 from gaprag.state.base import BaseState, Evidence, InputState
 
@@ -97,8 +96,3 @@ __all__ = [
     "State",
     "VerdictScores",
 ]
-
-_DEPRECATED = {"IterKeyState": "State", "IterKeyOutput": "OutputState"}
-
-
-__getattr__ = deprecated_names(__name__, _DEPRECATED, globals())

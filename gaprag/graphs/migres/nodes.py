@@ -19,7 +19,6 @@ from gaprag import nodes
 from gaprag.accounting import estimate_tokens
 from gaprag.aio import to_thread
 from gaprag.deps import Deps
-from gaprag.errors import deprecated_names
 from gaprag.graphs.migres.context import Context, threshold
 from gaprag.graphs.migres.filter import knowledge_filter, scorer_for
 from gaprag.graphs.migres.known_info import known_passages, retrieved_facts, seeds_for
@@ -44,17 +43,6 @@ from gaprag.graphs.migres.verify import LLMVerifier, Verifier, entailed
 from gaprag.progress import emit
 from gaprag.prompts import follow_up
 from gaprag.state.base import Evidence
-
-#: names that moved out of this module: where they are now (deprecated aliases, one release)
-_MOVED = {
-    "SEED_FACTS": "gaprag.graphs.migres.known_info",
-    "DEMOS": "gaprag.graphs.migres.prompting",
-    "FEW_SHOT": "gaprag.graphs.migres.prompting",
-    "WHOLE": "gaprag.graphs.migres.prompting",
-    "RETRY_PREFIX": "gaprag.graphs.migres.snippets",
-}
-
-__getattr__ = deprecated_names(__name__, _MOVED, globals())
 
 
 # -- nodes -----------------------------------------------------------------------------------

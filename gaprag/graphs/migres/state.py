@@ -15,7 +15,6 @@ from typing import Annotated, Literal
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
-from gaprag.errors import deprecated_names
 from gaprag.state import base
 from gaprag.state.base import BaseState, Evidence, InputState
 
@@ -115,9 +114,3 @@ __all__ = [
     "Status",
     "add_counts",
 ]
-
-
-_DEPRECATED = {"Output": "OutputState"}
-
-
-__getattr__ = deprecated_names(__name__, _DEPRECATED, globals())
