@@ -37,9 +37,7 @@ def current_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
 def current_methods(per_method: Mapping[str, Any]) -> dict[str, Any]:
     """``{method: options or settings}`` of a run.json (``methods``, ``settings``) under
     today's setting names (:func:`current_settings`)."""
-    return {
-        m: current_settings(v) if isinstance(v, Mapping) else v for m, v in per_method.items()
-    }
+    return {m: current_settings(v) if isinstance(v, Mapping) else v for m, v in per_method.items()}
 
 
 def portable_path(path: str | Path) -> str:
