@@ -47,6 +47,11 @@ from gaprag.state.base import Evidence
 
 # -- nodes -----------------------------------------------------------------------------------
 def init(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Start the question: the first query is the question; the seed facts are known.
+
+    Reads: `question`; writes: `pending_queries`, `query_history`, `known_info`, `known_sources`,
+    `missing_info`.
+    """
     q0 = state.question.strip()
     seeds = seeds_for(q0, runtime.context)
     return {
@@ -59,6 +64,12 @@ def init(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
 
 
 async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """A new round: every pending query's candidate passages; the round's artefacts cleared.
+
+    Reads: `question`, `pending_queries`, `known_info`, `iterations`; writes: `raw_candidates`,
+    `iterations`, `queries`, `known_info_len_at_round_start`, `filtered_snippets`,
+    `llm_knowledge_used`, `leaf_passages`, `extracted_info`, `verified_info`.
+    """
     ctx = runtime.context
     retriever = await deps.aretriever(ctx)
     queries = [q for q in state.pending_queries if q.strip()] or [state.question]
@@ -79,6 +90,11 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
 
 
 async def rerank_filter(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The knowledge filter: the candidates' sentences that the scorer finds relevant.
+
+    Reads: `question`, `raw_candidates`, `pending_queries`, `seen_counts`, `iterations`; writes:
+    `filtered_snippets`, `trace`.
+    """
     ctx = runtime.context
     scorer = await to_thread(scorer_for, ctx, deps)
     cleaned = [Evidence(**{**c, "text": strip_markup(c["text"])}) for c in state.raw_candidates]
@@ -97,6 +113,11 @@ async def rerank_filter(state: State, runtime: Runtime[Context], deps: Deps) -> 
 
 
 async def llm_knowledge(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The model's own knowledge on the first pending query, as one snippet if usable.
+
+    Reads: `question`, `pending_queries`; writes: `filtered_snippets`, `llm_knowledge_used`,
+    `llm_calls_by_kind`, `trace`.
+    """
     ctx = runtime.context
     query = (state.pending_queries or [state.question])[0]
     llm = await deps.achat(ctx)
@@ -126,6 +147,15 @@ async def llm_knowledge(state: State, runtime: Runtime[Context], deps: Deps) -> 
 
 
 async def extract(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The leaf module: the useful facts in the snippets shown (at most ``top_k``).
+
+    A snippet is shown at most ``max_shown`` times per question; the first snippets shown are kept
+    for an answer without retrieved facts.
+
+    Reads: `question`, `filtered_snippets`, `seen_counts`, `llm_knowledge_used`, `pending_queries`,
+    `question_snippets`; writes: `leaf_passages`, `seen_counts`, `extracted_info`,
+    `question_snippets`, `knowledge_tokens`, `llm_calls_by_kind`.
+    """
     ctx = runtime.context
     seen = dict(state.seen_counts)
     shown: list[Snippet] = []
@@ -171,6 +201,11 @@ async def extract(state: State, runtime: Runtime[Context], deps: Deps) -> dict[s
 
 
 async def verify_nli(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """Keep the new facts a cited snippet entails (all of them with ``verifier="off"``).
+
+    Reads: `extracted_info`, `known_info`, `leaf_passages`, `iterations`; writes: `verified_info`,
+    `trace`, `llm_calls_by_kind`.
+    """
     ctx = runtime.context
     check: Verifier | None = deps.fact_verifier
     if check is None and ctx.verifier == "llm":
@@ -204,6 +239,12 @@ async def verify_nli(state: State, runtime: Runtime[Context], deps: Deps) -> dic
 
 
 def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Add the verified facts to the known information, with the passages behind them.
+
+    Reads: `verified_info`, `known_info`, `known_sources`, `leaf_passages`, `seen_counts`,
+    `evidence`, `known_info_len_at_round_start`, `iterations`; writes: `known_info`,
+    `known_sources`, `seen_counts`, `evidence`, `new_info_this_round`, `passages_per_round`.
+    """
     known = list(state.known_info)
     sources = [list(s) for s in state.known_sources[: len(known)]]
     sources += [[] for _ in range(len(known) - len(sources))]
@@ -392,6 +433,11 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
 async def regenerate_keywords(
     state: State, runtime: Runtime[Context], deps: Deps
 ) -> dict[str, Any]:
+    """New queries for the missing information, none repeating an earlier one.
+
+    Reads: `question`, `query_history`, `known_info`, `known_sources`, `missing_info`, `iterations`;
+    writes: `pending_queries`, `query_history`, `llm_calls_by_kind`.
+    """
     ctx = runtime.context
     history = state.query_history or [state.question]
     llm = await deps.achat(ctx)
@@ -421,6 +467,13 @@ async def regenerate_keywords(
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The forced answer when the loop ran out: one call over the known facts.
+
+    No call when the shared reader answers after this step.
+
+    Reads: `question`, `known_info`, `known_sources`, `question_snippets`; writes: `answer`,
+    `confidence`, `explanation`, `status`, `stop_reason`, `llm_calls_by_kind`.
+    """
     if nodes.reader_answers(runtime.context):  # the shared reader answers after this step
         return {"status": "forced", "stop_reason": "max_iterations"}
     value, text = await _pool_answer(state, runtime.context, deps, call="final")
@@ -436,6 +489,10 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
 
 
 def finalize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """The question's closing trace record: why it stopped, its status and its rounds.
+
+    Reads: `stop_reason`, `status`, `judge_rounds`, `iterations`, `known_info`; writes: `trace`.
+    """
     emit(done=True, stop_reason=state.stop_reason, iterations=state.iterations)
     return {
         "trace": [
