@@ -166,9 +166,6 @@ class BaseContext(metaclass=_Checked):
         "logprob_mean and logprob_min, a logprob margin (>= 0) for logprob_margin; agreement "
         "stops when the two answers agree.",
     )
-    answer_style: Literal["", "short", "paper"] = describe(
-        "", "Deprecated alias of reader (short or paper); applies when reader is left at short."
-    )
     no_logprobs: Literal["retrieve_more", "trust_answer"] = describe(
         "retrieve_more",
         "A loop decision the endpoint gives no probability for (no logprobs): retrieve_more "
@@ -183,8 +180,6 @@ class BaseContext(metaclass=_Checked):
     )
 
     def __post_init__(self) -> None:
-        if self.answer_style in ("short", "paper") and self.reader == "short":
-            self.reader = self.answer_style
         hints = typing.get_type_hints(type(self))
         method = method_of(type(self))
         for f in dataclasses.fields(self):

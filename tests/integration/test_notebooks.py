@@ -26,11 +26,25 @@ NOTEBOOKS = ["quickstart", "feedback"]
 CELL_TIMEOUT_S = 900
 
 
+#: run first in the kernel: a DeprecationWarning that names gaprag (an old name or path kept
+#: for one release) fails the cell that triggers it
+STRICT_WARNINGS = (
+    "import warnings\n"
+    "warnings.filterwarnings('error', message=r'(?s).*\\bgaprag\\b', category=DeprecationWarning)"
+)
+
+
 def execute(name: str, workdir: Path) -> Any:
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), (
         "commit notebooks without outputs"
     )
+    return run_cells(nb, workdir)
+
+
+def run_cells(nb: Any, workdir: Path) -> Any:
+    """Execute ``nb`` with gaprag's deprecation warnings as errors; returns it with outputs."""
+    nb.cells.insert(0, nbformat.v4.new_code_cell(STRICT_WARNINGS))
     client = nbclient.NotebookClient(
         nb,
         timeout=CELL_TIMEOUT_S,
@@ -89,3 +103,16 @@ def test_notebook_plumbing_with_a_fake_endpoint(
         nb = execute(name, tmp_path)
     check(name, nb)
     assert len(server.requests) >= 5  # every LLM call went to the endpoint
+
+
+def test_a_gaprag_deprecation_warning_fails_the_notebook(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("import warnings\nwarnings.warn('other', DeprecationWarning)"),
+        nbformat.v4.new_code_cell(
+            "warnings.warn('gaprag.old_module is deprecated: import gaprag.new_module instead',"
+            " DeprecationWarning)"
+        ),
+    ]
+    with pytest.raises(nbclient.exceptions.CellExecutionError, match=r"gaprag\.old_module"):
+        run_cells(nb, tmp_path)

@@ -213,9 +213,7 @@ def run(
     ``p_yes`` (default: agrees with the judge's reply), and "Yes" when parsed as text."""
     chat = ChoiceChat(rules=[(SUFF, "Yes"), *rules], p_yes=p_yes)
     ctx.setdefault("verifier", "off")
-    ctx.setdefault(
-        "answer_style", "paper"
-    )  # MIGRES's own answers (the shared step is tested apart)
+    ctx.setdefault("reader", "paper")  # MIGRES's own answers (the shared step is tested apart)
     graph = build_graph(
         "migres", llm=LLM(chat, supports_logprobs=True), retriever=store,
         scorer=scorer if scorer is not None else FakeScorer(1.0), fact_verifier=verify_with, **ctx,

@@ -20,7 +20,6 @@ from gaprag import nodes
 from gaprag.accounting import estimate_tokens
 from gaprag.aio import to_thread
 from gaprag.deps import Deps
-from gaprag.errors import deprecated_names
 from gaprag.graphs.migres.context import Context, threshold
 from gaprag.graphs.migres.filter import knowledge_filter, scorer_for
 from gaprag.graphs.migres.known_info import known_passages, retrieved_facts, seeds_for
@@ -47,20 +46,14 @@ from gaprag.progress import emit
 from gaprag.prompts import RenderedPrompt, follow_up
 from gaprag.state.base import Evidence
 
-#: names that moved out of this module: where they are now (deprecated aliases, one release)
-_MOVED = {
-    "SEED_FACTS": "gaprag.graphs.migres.known_info",
-    "DEMOS": "gaprag.graphs.migres.prompting",
-    "FEW_SHOT": "gaprag.graphs.migres.prompting",
-    "WHOLE": "gaprag.graphs.migres.prompting",
-    "RETRY_PREFIX": "gaprag.graphs.migres.snippets",
-}
-
-__getattr__ = deprecated_names(__name__, _MOVED, globals())
-
 
 # -- nodes -----------------------------------------------------------------------------------
 def init(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Start the question: the first query is the question; the seed facts are known.
+
+    Reads: `question`; writes: `pending_queries`, `query_history`, `known_info`, `known_sources`,
+    `missing_info`.
+    """
     q0 = state.question.strip()
     seeds = seeds_for(q0, runtime.context)
     return {
@@ -73,6 +66,12 @@ def init(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
 
 
 async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """A new round: every pending query's candidate passages; the round's artefacts cleared.
+
+    Reads: `question`, `pending_queries`, `known_info`, `iterations`; writes: `raw_candidates`,
+    `iterations`, `queries`, `known_info_len_at_round_start`, `filtered_snippets`,
+    `llm_knowledge_used`, `leaf_passages`, `extracted_info`, `verified_info`.
+    """
     ctx = runtime.context
     retriever = await deps.aretriever(ctx)
     queries = [q for q in state.pending_queries if q.strip()] or [state.question]
@@ -93,6 +92,11 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
 
 
 async def rerank_filter(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The knowledge filter: the candidates' sentences that the scorer finds relevant.
+
+    Reads: `question`, `raw_candidates`, `pending_queries`, `seen_counts`, `iterations`; writes:
+    `filtered_snippets`, `trace`.
+    """
     ctx = runtime.context
     scorer = await to_thread(scorer_for, ctx, deps)
     cleaned = [Evidence(**{**c, "text": strip_markup(c["text"])}) for c in state.raw_candidates]
@@ -111,6 +115,11 @@ async def rerank_filter(state: State, runtime: Runtime[Context], deps: Deps) -> 
 
 
 async def llm_knowledge(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The model's own knowledge on the first pending query, as one snippet if usable.
+
+    Reads: `question`, `pending_queries`; writes: `filtered_snippets`, `llm_knowledge_used`,
+    `llm_calls_by_kind`, `trace`.
+    """
     ctx = runtime.context
     query = (state.pending_queries or [state.question])[0]
     llm = await deps.achat(ctx)
@@ -140,6 +149,15 @@ async def llm_knowledge(state: State, runtime: Runtime[Context], deps: Deps) -> 
 
 
 async def extract(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The leaf module: the useful facts in the snippets shown (at most ``top_k``).
+
+    A snippet is shown at most ``max_shown`` times per question; the first snippets shown are kept
+    for an answer without retrieved facts.
+
+    Reads: `question`, `filtered_snippets`, `seen_counts`, `llm_knowledge_used`, `pending_queries`,
+    `question_snippets`; writes: `leaf_passages`, `seen_counts`, `extracted_info`,
+    `question_snippets`, `knowledge_tokens`, `llm_calls_by_kind`.
+    """
     ctx = runtime.context
     seen = dict(state.seen_counts)
     shown: list[Snippet] = []
@@ -185,6 +203,11 @@ async def extract(state: State, runtime: Runtime[Context], deps: Deps) -> dict[s
 
 
 async def verify_nli(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """Keep the new facts a cited snippet entails (all of them with ``verifier="off"``).
+
+    Reads: `extracted_info`, `known_info`, `leaf_passages`, `iterations`; writes: `verified_info`,
+    `trace`, `llm_calls_by_kind`.
+    """
     ctx = runtime.context
     check: Verifier | None = deps.fact_verifier
     if check is None and ctx.verifier == "llm":
@@ -218,6 +241,12 @@ async def verify_nli(state: State, runtime: Runtime[Context], deps: Deps) -> dic
 
 
 def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Add the verified facts to the known information, with the passages behind them.
+
+    Reads: `verified_info`, `known_info`, `known_sources`, `leaf_passages`, `seen_counts`,
+    `evidence`, `known_info_len_at_round_start`, `iterations`; writes: `known_info`,
+    `known_sources`, `seen_counts`, `evidence`, `new_info_this_round`, `passages_per_round`.
+    """
     known = list(state.known_info)
     sources = [list(s) for s in state.known_sources[: len(known)]]
     sources += [[] for _ in range(len(known) - len(sources))]
@@ -491,6 +520,11 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
 async def regenerate_keywords(
     state: State, runtime: Runtime[Context], deps: Deps
 ) -> dict[str, Any]:
+    """New queries for the missing information, none repeating an earlier one.
+
+    Reads: `question`, `query_history`, `known_info`, `known_sources`, `missing_info`, `iterations`;
+    writes: `pending_queries`, `query_history`, `llm_calls_by_kind`.
+    """
     ctx = runtime.context
     history = state.query_history or [state.question]
     llm = await deps.achat(ctx)
@@ -520,6 +554,13 @@ async def regenerate_keywords(
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The forced answer when the loop ran out: one call over the known facts.
+
+    No call when the shared reader answers after this step.
+
+    Reads: `question`, `known_info`, `known_sources`, `question_snippets`; writes: `answer`,
+    `confidence`, `explanation`, `status`, `stop_reason`, `llm_calls_by_kind`.
+    """
     if nodes.reader_answers(runtime.context):  # the shared reader answers after this step
         return {"status": "forced", "stop_reason": "max_iterations"}
     value, text = await _pool_answer(state, runtime.context, deps, call="final")
@@ -535,6 +576,10 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
 
 
 def finalize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """The question's closing trace record: why it stopped, its status and its rounds.
+
+    Reads: `stop_reason`, `status`, `judge_rounds`, `iterations`, `known_info`; writes: `trace`.
+    """
     emit(done=True, stop_reason=state.stop_reason, iterations=state.iterations)
     return {
         "trace": [
