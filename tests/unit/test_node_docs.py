@@ -32,7 +32,7 @@ SHARED: dict[str, Callable[..., Any]] = {
     "short_answer": short_answer,
 }
 #: nodes whose steps are documented where they are defined, not in one Reads/writes line
-STEPWISE = {("migres", "judge_missing")}
+STEPWISE: set[tuple[str, str]] = set()
 READS_WRITES = re.compile(r"^Reads:\s+(?P<reads>.+?);\s+writes:\s+(?P<writes>.+?)\.?$", re.DOTALL)
 
 

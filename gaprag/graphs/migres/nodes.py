@@ -469,6 +469,11 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
     run: continue. A stop whose judge said "unanswerable" takes its answer from the
     final-answer prompt; calibration runs get that answer at every judged round, so that
     ``gaprag calibrate`` can replay any threshold from the records.
+
+    Reads: `question`, `known_info`, `known_sources`, `missing_info`, `judge_rounds`,
+    `iterations`; writes: `judge_rounds`, `llm_calls_by_kind`, `candidate_answer`, `trace`, and
+    on a stop `answer`, `confidence`, `explanation`, `status`, `stop_reason`, else
+    `missing_info`.
     """
     ctx = runtime.context
     rounds = state.judge_rounds + 1
