@@ -21,7 +21,8 @@ from gaprag.aio import to_thread
 from gaprag.deps import Deps
 from gaprag.errors import deprecated_names
 from gaprag.graphs.migres.context import Context, threshold
-from gaprag.graphs.migres.filter import knowledge_filter, scorer_for
+from gaprag.graphs.migres.deps import MigresDeps, scorer_for
+from gaprag.graphs.migres.filter import knowledge_filter
 from gaprag.graphs.migres.known_info import known_passages, retrieved_facts, seeds_for
 from gaprag.graphs.migres.parsing import (
     AnswerField,
@@ -90,7 +91,9 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
     }
 
 
-async def rerank_filter(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+async def rerank_filter(
+    state: State, runtime: Runtime[Context], deps: MigresDeps
+) -> dict[str, Any]:
     ctx = runtime.context
     scorer = await to_thread(scorer_for, ctx, deps)
     cleaned = [Evidence(**{**c, "text": strip_markup(c["text"])}) for c in state.raw_candidates]
@@ -182,7 +185,7 @@ async def extract(state: State, runtime: Runtime[Context], deps: Deps) -> dict[s
     return update
 
 
-async def verify_nli(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+async def verify_nli(state: State, runtime: Runtime[Context], deps: MigresDeps) -> dict[str, Any]:
     ctx = runtime.context
     check: Verifier | None = deps.fact_verifier
     if check is None and ctx.verifier == "llm":
