@@ -12,7 +12,6 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from gaprag import build_graph
 from gaprag.context import with_defaults
-from gaprag.deps import Deps
 from gaprag.errors import InputError
 from gaprag.graphs import METHODS, context_class, deps_class
 from gaprag.graphs.standard_rag.context import Context
