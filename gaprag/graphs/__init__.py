@@ -99,10 +99,10 @@ def build_graph(
     (default: the bundled demo corpus). ``deps``: a :class:`gaprag.deps.Deps` with the other
     objects a method can use, or the method's own subclass (:func:`deps_class`, e.g.
     ``MigresDeps`` with MIGRES's ``scorer``); their fields may also be given as keywords, e.g.
-    ``validator_llm=...`` or ``scorer=...``. ``options``: fields of the method's context schema, e.g.
-    ``max_iterations=3``; per-run values go in ``invoke(..., context={...})`` and win, except
-    for the operator's settings (endpoints, models, paths, ``calibration``), which a run may
-    change only as ``policy`` allows.
+    ``validator_llm=...`` or ``scorer=...``. ``options``: fields of the method's context
+    schema, e.g. ``max_iterations=3``; per-run values go in ``invoke(..., context={...})``
+    and win, except for the operator's settings (endpoints, models, paths, ``calibration``),
+    which a run may change only as ``policy`` allows.
     ``profile``: the model profile whose thresholds and switches apply under ``options``
     (:mod:`gaprag.profiles`): ``"auto"`` (the shipped profile of the model in use, if any),
     None (none), a model name or a ``.toml`` path. The graph's context class reports every
