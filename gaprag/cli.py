@@ -1,6 +1,7 @@
 """The ``gaprag`` command (see the README's Usage section).
 
-Subcommands live beside what they drive: a module in ``PLUGINS`` that defines
+Subcommands live beside what they drive: :func:`build_parser` imports each such module (the
+evaluation's, RAG-EF's, Missing-Knowledge's and RFM-RAG's ``cli``) and its
 ``register(subparsers)`` adds its own commands. User errors print one line and a hint.
 """
 
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import math
 import os
@@ -21,13 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from gaprag.errors import EndpointError, GapragError, InputError, one_line
-
-PLUGINS = (
-    "gaprag.eval.cli",
-    "gaprag.graphs.rag_ef.cli",
-    "gaprag.graphs.missing_knowledge.cli",
-    "gaprag.graphs.rfm_rag.cli",
-)
 
 
 def _fail(err: GapragError) -> int:
@@ -420,7 +413,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from gaprag.eval import cli as eval_cli
     from gaprag.graphs import METHODS
+    from gaprag.graphs.missing_knowledge import cli as kb_cli
+    from gaprag.graphs.rag_ef import cli as feedback_cli
+    from gaprag.graphs.rfm_rag import cli as rf_cli
 
     parser = _Parser(prog="gaprag", description="Iterative RAG methods as LangGraph graphs.")
     parser.add_argument(
@@ -517,14 +514,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--out", help="FILE.mmd / FILE.md for mermaid, FILE.png for PNG")
     q.set_defaults(func=cmd_graph_draw)
 
-    for module in PLUGINS:
-        try:
-            plugin = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name and module.startswith(exc.name):
-                continue
-            raise
-        plugin.register(sub)
+    for commands in (eval_cli, feedback_cli, kb_cli, rf_cli):
+        commands.register(sub)
     return parser
 
 

@@ -15,6 +15,20 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 
+def pytest_report_header() -> str:
+    """The framework versions the run used (gaprag supports any LangGraph 1.x)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    names = ("langgraph", "langchain-core", "langgraph-api")
+    return "frameworks: " + ", ".join(f"{n} {installed(n)}" for n in names)
+
+
 OPERATOR_VARS = (
     "GAPRAG_ALLOWED_ENDPOINTS", "GAPRAG_STORE_ROOT", "GAPRAG_DEV_ALLOW_RUNTIME_SETTINGS",
     "GAPRAG_MAX_BOUNDS", "GAPRAG_RUN_DEADLINE", "GAPRAG_RUN_TOKEN_BUDGET",

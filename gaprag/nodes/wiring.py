@@ -44,15 +44,16 @@ import inspect
 import time
 import typing
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import is_dataclass
 from typing import Any, get_args, get_origin
 
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.constants import START
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.runtime import Runtime
+from langgraph.runtime import Runtime, get_runtime
 from langgraph.types import Overwrite
 
 from gaprag.accounting import metered
@@ -148,6 +149,17 @@ def _mark_limit(update: Any, state: Any, ctx: Any) -> Any:
     return update
 
 
+class _Node(RunnableLambda[Any, Any]):
+    """A node: its sync and async implementation, each run once per task. Streamed
+    (``astream_events``, ``stream_mode="messages"``) it answers once, as when invoked, so the
+    trace holds the same runs and events in every mode."""
+
+    async def astream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any | None
+    ) -> AsyncIterator[Any]:
+        yield await self.ainvoke(input, config, **kwargs)
+
+
 def as_node(
     fn: NodeFn,
     deps: Deps,
@@ -156,9 +168,9 @@ def as_node(
     first: bool = False,
     inputs: frozenset[str] = frozenset(),
 ) -> Any:
-    """``fn`` as a LangGraph node that runs natively in sync and async mode."""
-    from langgraph._internal._runnable import RunnableCallable
-
+    """``fn`` as a LangGraph node that runs natively in sync and async mode: a
+    ``RunnableLambda`` with both implementations, each given the run's runtime by
+    :func:`langgraph.runtime.get_runtime`."""
     name = fn.__name__
     takes_deps = "deps" in inspect.signature(fn).parameters
     is_async = inspect.iscoroutinefunction(fn)
@@ -185,10 +197,13 @@ def as_node(
         update = _mark_limit(update, state, run.context)
         return _start_update(update, stale, state.question, run_key) if starting else update
 
-    def func(state: Any, runtime: Runtime[Any]) -> Any:
-        return run_sync(afunc(state, runtime))
+    async def anode(state: Any) -> Any:
+        return await afunc(state, get_runtime())
 
-    return RunnableCallable(func, afunc, name=name)
+    def node(state: Any) -> Any:
+        return run_sync(afunc(state, get_runtime()))
+
+    return _Node(node, afunc=anode, name=name)
 
 
 def add_nodes(

@@ -24,6 +24,7 @@ from gaprag import build_graph
 from gaprag.accounting import metered
 from gaprag.deps import Deps
 from gaprag.graphs.migres.context import Context, budget, threshold
+from gaprag.graphs.migres.deps import MigresDeps
 from gaprag.graphs.migres.filter import (
     DEFAULT_EMBEDDING_DELTA,
     CrossEncoderScorer,
@@ -1142,7 +1143,7 @@ def test_a_rejected_fact_records_the_probability_of_yes() -> None:
     ctx = Context(verifier="llm")
     with metered() as meter:
         update = asyncio.run(
-            verify_nli(state, Runtime(context=ctx), Deps.of(llm=with_logprobs(chat)))
+            verify_nli(state, Runtime(context=ctx), MigresDeps.of(llm=with_logprobs(chat)))
         )
     assert update["verified_info"] == []
     (decision,) = meter.loop_decisions
@@ -1155,7 +1156,7 @@ def test_a_custom_verifier_decision_has_no_probability() -> None:
     snippet = levity_snippet()
     item = {"info": "Levity won an Oscar.", "support_passages": [0]}
     state = State(question=Q0, leaf_passages=[snippet], extracted_info=[item], iterations=3)
-    deps = Deps(fact_verifier=FakeVerifier(lambda _p, _s: False))
+    deps = MigresDeps(fact_verifier=FakeVerifier(lambda _p, _s: False))
     with metered() as meter:
         update = asyncio.run(verify_nli(state, Runtime(context=Context()), deps))
     assert update["verified_info"] == []

@@ -21,7 +21,8 @@ from gaprag.accounting import estimate_tokens
 from gaprag.aio import to_thread
 from gaprag.deps import Deps
 from gaprag.graphs.migres.context import Context, threshold
-from gaprag.graphs.migres.filter import knowledge_filter, scorer_for
+from gaprag.graphs.migres.deps import MigresDeps, scorer_for
+from gaprag.graphs.migres.filter import knowledge_filter
 from gaprag.graphs.migres.known_info import known_passages, retrieved_facts, seeds_for
 from gaprag.graphs.migres.parsing import (
     AnswerField,
@@ -91,7 +92,9 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
     }
 
 
-async def rerank_filter(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+async def rerank_filter(
+    state: State, runtime: Runtime[Context], deps: MigresDeps
+) -> dict[str, Any]:
     """The knowledge filter: the candidates' sentences that the scorer finds relevant.
 
     Reads: `question`, `raw_candidates`, `pending_queries`, `seen_counts`, `iterations`; writes:
@@ -202,7 +205,7 @@ async def extract(state: State, runtime: Runtime[Context], deps: Deps) -> dict[s
     return update
 
 
-async def verify_nli(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+async def verify_nli(state: State, runtime: Runtime[Context], deps: MigresDeps) -> dict[str, Any]:
     """Keep the new facts a cited snippet entails (all of them with ``verifier="off"``).
 
     Reads: `extracted_info`, `known_info`, `leaf_passages`, `iterations`; writes: `verified_info`,

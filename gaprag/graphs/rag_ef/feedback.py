@@ -7,8 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER
-
 from gaprag.config import gaprag_home
 from gaprag.deps import Deps
 from gaprag.errors import InputError
@@ -57,11 +55,13 @@ async def documents(ctx: Context, deps: Deps) -> Retriever | None:
 
 def require_checkpointer(ctx: Context, configurable: dict[str, Any] | None) -> None:
     """An InputError if this run may pause for expert feedback but has no checkpointer (the
-    pause could never be resumed). ``configurable``: the run's config; None skips the check
-    (a node called outside a graph)."""
+    pause could never be resumed). A checkpointed run has a thread: LangGraph requires a
+    ``thread_id`` of every run of a graph compiled with a checkpointer, and a subgraph runs in
+    its parent's thread. ``configurable``: the run's config; None skips the check (a node
+    called outside a graph)."""
     if configurable is None or not ctx.pauses:
         return
-    if configurable.get(CONFIG_KEY_CHECKPOINTER) is not None:
+    if configurable.get("thread_id") is not None:
         return
     why = "review=True" if ctx.review else f"judge={ctx.judge!r}"
     raise InputError(

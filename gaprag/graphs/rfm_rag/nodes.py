@@ -19,6 +19,7 @@ from gaprag.accounting import record_decision
 from gaprag.aio import to_thread
 from gaprag.deps import Deps
 from gaprag.graphs.rfm_rag.context import Context
+from gaprag.graphs.rfm_rag.deps import RfmRagDeps
 from gaprag.graphs.rfm_rag.evidence_pool import (
     add_to_pool,
     facts_for_prompt,
@@ -173,7 +174,7 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
 
 
 async def feedback_classifier(
-    state: State, runtime: Runtime[Context], deps: Deps
+    state: State, runtime: Runtime[Context], deps: RfmRagDeps
 ) -> dict[str, Any]:
     """Is the pool sufficient? The R-Feedback Model's (or judge's) P(sufficient).
 
