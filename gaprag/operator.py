@@ -32,6 +32,7 @@ shared feedback store.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -99,20 +100,28 @@ def parse_endpoints(text: str) -> tuple[AllowedEndpoint, ...]:
     return tuple(out)
 
 
-def parse_bounds(text: str) -> dict[str, int]:
-    """``"max_iterations=3,max_steps=5"`` -> ``{"max_iterations": 3, "max_steps": 5}``."""
-    out: dict[str, int] = {}
+def parse_bounds(text: str) -> dict[str, int | float]:
+    """``"max_iterations=3,gate_threshold=0.5"`` -> ``{"max_iterations": 3,
+    "gate_threshold": 0.5}``: a cap for any numeric setting (whole numbers stay ints)."""
+    out: dict[str, int | float] = {}
     for item in (p.strip() for p in text.split(",")):
         if not item:
             continue
         name, _, raw = item.partition("=")
+        value: int | float | None
         try:
-            out[name.strip()] = int(raw)
+            value = int(raw)
         except ValueError:
+            try:
+                value = float(raw)
+            except ValueError:
+                value = None
+        if not name.strip() or value is None or not math.isfinite(value):
             raise GapragError(
                 f"GAPRAG_MAX_BOUNDS: {item!r} is not NAME=NUMBER",
                 hint='e.g. GAPRAG_MAX_BOUNDS="max_iterations=3,max_steps=5"',
-            ) from None
+            )
+        out[name.strip()] = value
     return out
 
 
@@ -127,7 +136,7 @@ class OperatorPolicy:
     """The directory under which a run may name stores and model files (``GAPRAG_STORE_ROOT``)."""
     dev_allow_runtime_settings: bool = False
     """A developer's own machine: runs may change every operator setting."""
-    max_bounds: Mapping[str, int] = field(default_factory=dict)
+    max_bounds: Mapping[str, int | float] = field(default_factory=dict)
     """Caps on numeric settings by name (``GAPRAG_MAX_BOUNDS``)."""
     deadline_s: float | None = None
     """Seconds of node time a run may spend before it answers with what it has."""
@@ -284,14 +293,14 @@ def admit(ctx: T) -> T:
         )
     for name, cap in policy.max_bounds.items():
         value = getattr(ctx, name, None)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= cap:
+        if not isinstance(value, int | float) or isinstance(value, bool) or value <= cap:
             continue
         if value != _default(cls, name):
             raise InputError(
                 f"{method}: {name}={value} is above the operator's cap of {cap}",
                 hint=f"set {name}={cap} or less (GAPRAG_MAX_BOUNDS)",
             )
-        changes[name] = cap
+        changes[name] = type(value)(cap)
     return dataclasses.replace(ctx, **changes) if changes else ctx  # type: ignore[type-var]
 
 
