@@ -7,9 +7,11 @@ context={...})``, Studio's form, a LangGraph server's runs, assistants and MCP c
 operator's: their fields are made with ``describe(..., operator=KIND)`` and a run may not
 change them unless the operator allowed it (:class:`OperatorPolicy`):
 
-- ``endpoint`` (``base_url``, ``keywords_base_url``, ``validator_base_url``): a URL that starts
-  with one of ``allowed_endpoints`` (``GAPRAG_ALLOWED_ENDPOINTS``). The operator's API key is
-  never sent to such an endpoint: it gets the key the operator tied to that prefix, or none.
+- ``endpoint`` (``base_url``, ``keywords_base_url``, ``validator_base_url``): a URL under one
+  of ``allowed_endpoints`` (``GAPRAG_ALLOWED_ENDPOINTS``), compared parsed: the same scheme,
+  host and port, and the prefix's path on a segment boundary; a URL with user information is
+  never allowed. The operator's API key is never sent to such an endpoint: it gets the key the
+  operator tied to that prefix, or none.
 - ``model`` (``model``, ``keywords_model``, ``validator_model``): only together with an allowed
   run-time endpoint for it.
 - ``path`` (``store``, ``feedback_store``, ``qa_store``, ``rf_weights``, ``reranker``): inside
@@ -39,6 +41,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+
+import httpx
 
 from gaprag import config
 from gaprag.errors import GapragError, InputError
@@ -73,11 +77,60 @@ def _number(name: str, kind: type[T]) -> T | None:
 
 
 @dataclass(frozen=True)
+class Location:
+    """Where a URL sends requests, as the HTTP client parses it: scheme, host, port (the
+    scheme's default when none is given) and path (``..`` resolved, no trailing ``/``)."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str
+
+    def under(self, prefix: Location) -> bool:
+        """Whether this location is ``prefix`` or below it: the same scheme, host and port,
+        and ``prefix``'s path followed by nothing or by ``/`` (``/v1`` holds ``/v1/chat``,
+        not ``/v10``)."""
+        same = (self.scheme, self.host, self.port) == (prefix.scheme, prefix.host, prefix.port)
+        return same and (
+            not prefix.path or self.path == prefix.path or self.path.startswith(prefix.path + "/")
+        )
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+#: characters no endpoint URL needs and parsers disagree on
+_ODD = re.compile(r"[\x00-\x20\x7f\\]|%(2f|2e|5c|00)", re.IGNORECASE)
+
+
+def location(url: str) -> Location | None:
+    """The :class:`Location` of an ``http(s)`` URL; None for anything else: another scheme,
+    no host, a bad port, user information (``http://a:1@b/``: the request goes to ``b``),
+    whitespace, control characters, backslashes or encoded ``/``, ``.``, ``\\``."""
+    if not isinstance(url, str) or _ODD.search(url):
+        return None
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError, TypeError):
+        return None
+    port = parsed.port or _DEFAULT_PORTS.get(parsed.scheme)
+    if parsed.scheme not in _DEFAULT_PORTS or not parsed.host or parsed.userinfo or port is None:
+        return None
+    if not 0 < port < 65536 or "@" in url.split("//", 1)[-1].split("/", 1)[0]:
+        return None
+    return Location(parsed.scheme, parsed.host.lower(), port, parsed.path.rstrip("/"))
+
+
+@dataclass(frozen=True)
 class AllowedEndpoint:
-    """A URL prefix runs may name as an endpoint, and the variable holding its key (if any)."""
+    """A URL prefix runs may name as an endpoint, and the variable holding its key (if any).
+    URLs are compared parsed (:func:`location`), never as text."""
 
     prefix: str
     key_env: str | None = None
+
+    def holds(self, url: str) -> bool:
+        """Whether ``url`` is this prefix or below it (:meth:`Location.under`)."""
+        mine, theirs = location(self.prefix), location(url)
+        return mine is not None and theirs is not None and theirs.under(mine)
 
 
 def parse_endpoints(text: str) -> tuple[AllowedEndpoint, ...]:
@@ -92,10 +145,11 @@ def parse_endpoints(text: str) -> tuple[AllowedEndpoint, ...]:
         else:
             out.append(AllowedEndpoint(item))
     for entry in out:
-        if "://" not in entry.prefix:
+        if location(entry.prefix) is None:
             raise GapragError(
-                f"GAPRAG_ALLOWED_ENDPOINTS: {entry.prefix!r} is not a URL prefix",
-                hint="list prefixes like https://api.example.com/v1/ (optionally =KEY_VARIABLE)",
+                f"GAPRAG_ALLOWED_ENDPOINTS: {entry.prefix!r} is not an http(s) URL prefix",
+                hint="list prefixes like https://api.example.com/v1 (optionally =KEY_VARIABLE), "
+                "with a host, no user name or password",
             )
     return tuple(out)
 
@@ -163,7 +217,7 @@ class OperatorPolicy:
 
     def endpoint(self, url: str) -> AllowedEndpoint | None:
         """The allow-list entry ``url`` falls under, if any."""
-        return next((e for e in self.allowed_endpoints if url.startswith(e.prefix)), None)
+        return next((e for e in self.allowed_endpoints if e.holds(url)), None)
 
     def key_for(self, url: str) -> str:
         """The key sent to a run-time endpoint: the one tied to its prefix, else none (a

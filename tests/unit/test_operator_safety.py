@@ -100,7 +100,7 @@ def test_allowed_runtime_endpoint_gets_no_operator_key(
     store_in_root: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    policy = OperatorPolicy(allowed_endpoints=(AllowedEndpoint("http://127.0.0.1:"),))
+    policy = OperatorPolicy(allowed_endpoints=(AllowedEndpoint(recorder.base_url),))
     g = build_graph("standard_rag", retriever=store_in_root, policy=policy)
     context = {"base_url": recorder.base_url, "model": "m", "retrieval_mode": "bm25"}
     out = g.invoke({"question": Q}, context=context)
@@ -113,7 +113,7 @@ def test_allowed_runtime_endpoint_asked_for_its_model_gets_no_operator_key(
     store_in_root: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    policy = OperatorPolicy(allowed_endpoints=(AllowedEndpoint("http://127.0.0.1:"),))
+    policy = OperatorPolicy(allowed_endpoints=(AllowedEndpoint(recorder.base_url),))
     g = build_graph("standard_rag", retriever=store_in_root, policy=policy)
     g.invoke({"question": Q}, context={"base_url": recorder.base_url, "retrieval_mode": "bm25"})
     assert recorder.model_lookups == 1, "no model named: the endpoint was asked for its model"
@@ -125,10 +125,67 @@ def test_allowed_endpoint_gets_the_key_tied_to_its_prefix(
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("LOCAL_KEY", "sk-tied-to-loopback-42")
-    monkeypatch.setenv("GAPRAG_ALLOWED_ENDPOINTS", "http://127.0.0.1:=LOCAL_KEY")
+    monkeypatch.setenv("GAPRAG_ALLOWED_ENDPOINTS", f"http://127.0.0.1:{recorder.port}=LOCAL_KEY")
     g = build_graph("standard_rag", retriever=store_in_root)  # the policy from the environment
     g.invoke({"question": Q}, context={"base_url": recorder.base_url, "retrieval_mode": "bm25"})
     assert {h["authorization"] for h in recorder.headers} == {"Bearer sk-tied-to-loopback-42"}
+
+
+def _under_allowed(port: int) -> list[str]:
+    """Spellings of an endpoint under ``http://127.0.0.1:PORT/v1``."""
+    return [
+        f"http://127.0.0.1:{port}/v1", f"http://127.0.0.1:{port}/v1/", f"HTTP://127.0.0.1:{port}/v1",
+        f"http://127.0.0.1:{port}/v1/chat/../", f"http://127.0.0.1:{port}/v1/sub",
+    ]  # fmt: skip
+
+
+def _not_under_allowed(port: int) -> list[str]:
+    """URLs that start with the text ``http://127.0.0.1:PORT/v1`` or name it, and send
+    requests elsewhere."""
+    return [
+        f"http://127.0.0.1:{port}/v10", f"https://127.0.0.1:{port}/v1", f"http://localhost:{port}/v1",
+        f"http://127.0.0.1:{port}/v1/../v2", f"http://127.0.0.1:{port}/v1%2f..%2fv2",
+        f"http://127.0.0.1:{port}/v1@127.0.0.1:1/v1", f"http://user:pw@127.0.0.1:{port}/v1",
+        f"http://127.0.0.1:{port}\\@127.0.0.1:1/v1", f"http://127.0.0.1:{port}0/v1",
+        f" http://127.0.0.1:{port}/v1", "file:///etc/passwd", "",
+    ]  # fmt: skip
+
+
+def test_allow_list_compares_parsed_urls() -> None:
+    entry = AllowedEndpoint("http://127.0.0.1:1801/v1")
+    assert all(entry.holds(url) for url in _under_allowed(1801))
+    assert not any(entry.holds(url) for url in _not_under_allowed(1801))
+    assert AllowedEndpoint("https://api.example.com").holds("https://API.example.com:443/v1/x")
+    assert not AllowedEndpoint("https://api.example.com").holds("https://api.example.com.evil/v1")
+
+
+@pytest.mark.parametrize(
+    "entry", ["127.0.0.1:1801", "ftp://127.0.0.1/", "http://u:p@127.0.0.1:1801/", "http://:80/"]
+)
+def test_allow_list_entry_that_is_no_http_prefix_is_refused(
+    entry: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAPRAG_ALLOWED_ENDPOINTS", f"http://127.0.0.1:1801/v1,{entry}")
+    with pytest.raises(GapragError, match=r"GAPRAG_ALLOWED_ENDPOINTS: .* not an http"):
+        OperatorPolicy.from_env()
+
+
+def test_endpoint_sharing_the_allowed_text_gets_neither_key_nor_requests(
+    store_in_root: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``http://127.0.0.1:1801=TIED_KEY`` allows neither port 18011 nor a URL whose user
+    information spells the allowed prefix (``http://127.0.0.1:1801@127.0.0.1:18011/v1``)."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("TIED_KEY", "sk-tied-42")
+    prefix = f"http://127.0.0.1:{recorder.port // 10}"  # the recorder's URL starts with it
+    assert recorder.base_url.startswith(prefix)
+    monkeypatch.setenv("GAPRAG_ALLOWED_ENDPOINTS", f"{prefix}=TIED_KEY")
+    g = build_graph("standard_rag", retriever=store_in_root)
+    userinfo = recorder.base_url.replace("http://", f"{prefix}@")
+    for url in (recorder.base_url, userinfo):
+        with pytest.raises(InputError, match=r"base_url=.* operator's setting"):
+            g.invoke({"question": Q}, context={"base_url": url, "retrieval_mode": "bm25"})
+    assert recorder.requests == []
 
 
 def test_operator_endpoint_gets_the_operator_key(
