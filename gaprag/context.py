@@ -31,8 +31,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
+from gaprag.aio import to_thread
 from gaprag.errors import InputError
-from gaprag.operator import OperatorKind, admit
+from gaprag.operator import OperatorKind, admit, touches_files
 
 C = TypeVar("C", bound="BaseContext")
 
@@ -386,6 +387,13 @@ def resolve_context(cls: type[C], value: Any) -> C:
     policy (:func:`gaprag.operator.admit`: the one place a run's settings are checked against
     what the operator allows)."""
     return admit(_context(cls, value))
+
+
+async def aresolve_context(cls: type[C], value: Any) -> C:
+    """:func:`resolve_context` for nodes and routers: a run-time path is resolved (symbolic
+    links read) in a worker thread, never on the event loop of an async run."""
+    ctx = _context(cls, value)
+    return await to_thread(admit, ctx) if touches_files(ctx) else admit(ctx)
 
 
 def _context(cls: type[C], value: Any) -> C:

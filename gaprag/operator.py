@@ -15,8 +15,9 @@ change them unless the operator allowed it (:class:`OperatorPolicy`):
 - ``model`` (``model``, ``keywords_model``, ``validator_model``): only together with an allowed
   run-time endpoint for it.
 - ``path`` (``store``, ``feedback_store``, ``qa_store``, ``rf_weights``, ``reranker``): inside
-  ``store_root`` (``GAPRAG_STORE_ROOT``) after resolving ``..`` and symbolic links; without a
-  root, never.
+  ``store_root`` (``GAPRAG_STORE_ROOT``) after resolving ``..`` and symbolic links, and every
+  symbolic link inside a named folder (a store's files) leading inside it too; without a root,
+  never. A run-time ``feedback_store`` or ``qa_store`` opens only an existing pair store.
 - ``switch`` (``calibration``): never.
 
 A run-time value equal to the operator's (the build-time value, or the ``GAPRAG_<NAME>``
@@ -228,14 +229,25 @@ class OperatorPolicy:
 
     def inside_root(self, method: str, name: str, value: str) -> Path:
         """``value`` resolved under the store root (relative to it, ``..`` and symbolic links
-        followed); an InputError when it leaves the root."""
+        followed), with every symbolic link inside it (a store's files) leading inside the
+        root too; an InputError when it leaves the root or is no path. Reads the file system:
+        nodes call it through :func:`gaprag.context.aresolve_context`, off the event loop."""
         assert self.store_root is not None
+        shown = _shown(value)
+        if len(value) > _MAX_PATH or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+            raise InputError(
+                f"{method}: {name}={shown} is not a path (control characters or too long)",
+                hint="name a path under the store root (GAPRAG_STORE_ROOT)",
+            )
         root = self.store_root.resolve()
         path = (root / Path(value).expanduser()).resolve()
-        if not path.is_relative_to(root):
+        escaped = path if not path.is_relative_to(root) else _link_out_of(path, root)
+        if escaped is not None:
+            where = "" if escaped == path else f" (its {escaped.relative_to(path)} leads out)"
             raise InputError(
-                f"{method}: {name}={value!r} is outside the store root {root}",
-                hint=f"name a path under {root}",
+                f"{method}: {name}={shown} is outside the store root{where}",
+                hint="name a path under the store root (GAPRAG_STORE_ROOT), with no symbolic "
+                "link leading out of it",
             )
         return path
 
@@ -247,6 +259,68 @@ class OperatorPolicy:
         if self.deadline_s is not None and float(usage.get("wall_s", 0.0)) >= self.deadline_s:
             return "deadline"
         return ""
+
+
+_MAX_PATH = 1024
+#: entries of a directory looked at for symbolic links that lead out of the store root
+_MAX_ENTRIES = 100_000
+
+
+def _shown(value: Any) -> str:
+    """A caller's value in an error line: its repr, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _link_out_of(path: Path, root: Path) -> Path | None:
+    """The first entry under directory ``path`` (``path`` resolved, inside ``root``) that is
+    a symbolic link resolving outside ``root``, followed through linked folders inside it;
+    None when there is none (or ``path`` is no directory)."""
+    if not path.is_dir():
+        return None
+    seen: set[Path] = set()
+    pending = [(path, path)]  # (as reached from path, resolved)
+    count = 0
+    while pending:
+        shown, real = pending.pop()
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            entries = list(os.scandir(real))
+        except OSError:
+            continue
+        for entry in entries:
+            count += 1
+            if count > _MAX_ENTRIES:
+                return shown / entry.name
+            target = Path(entry.path)
+            if entry.is_symlink():
+                target = target.resolve()
+                if not target.is_relative_to(root):
+                    return shown / entry.name
+            if target.is_dir():
+                pending.append((shown / entry.name, target))
+    return None
+
+
+def touches_files(ctx: Any) -> bool:
+    """Whether admitting ``ctx`` reads the file system: it names a path the operator did not
+    set (resolved under the store root, symbolic links read)."""
+    cls = type(ctx)
+    return any(
+        kind == "path"
+        and getattr(ctx, name)
+        and getattr(ctx, name) not in operator_values(cls, name)
+        for name, kind in operator_fields(cls).items()
+    )
+
+
+def chosen_by_run(ctx: Any, name: str) -> bool:
+    """Whether setting ``name`` of an admitted ``ctx`` holds a value the run chose (not the
+    operator's): a run-time store opens only an existing store of its kind."""
+    value = getattr(ctx, name)
+    return bool(value) and value not in operator_values(type(ctx), name)
 
 
 # -- the operator's values and the check -----------------------------------------------------
@@ -342,7 +416,7 @@ def admit(ctx: T) -> T:
             changes[name] = str(policy.inside_root(method, name, str(value)))
             continue
         raise InputError(
-            f"{method}: {name}={value!r} is the operator's setting and cannot be set per run",
+            f"{method}: {name}={_shown(value)} is the operator's setting and cannot be set per run",
             hint=_hint(name, kind),
         )
     for name, cap in policy.max_bounds.items():

@@ -48,6 +48,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import is_dataclass
 from typing import Any, get_args, get_origin
 
+from langgraph._internal._runnable import RunnableCallable
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.constants import START
 from langgraph.graph import StateGraph
@@ -57,7 +58,7 @@ from langgraph.types import Overwrite
 
 from gaprag.accounting import metered
 from gaprag.aio import run_sync
-from gaprag.context import BaseContext, field_range, resolve_context
+from gaprag.context import BaseContext, aresolve_context, field_range
 from gaprag.deps import Deps
 from gaprag.llm.memo import run_scope
 from gaprag.operator import policy_of
@@ -157,8 +158,6 @@ def as_node(
     inputs: frozenset[str] = frozenset(),
 ) -> Any:
     """``fn`` as a LangGraph node that runs natively in sync and async mode."""
-    from langgraph._internal._runnable import RunnableCallable
-
     name = fn.__name__
     takes_deps = "deps" in inspect.signature(fn).parameters
     is_async = inspect.iscoroutinefunction(fn)
@@ -173,7 +172,7 @@ def as_node(
             state = dataclasses.replace(
                 state, **{k: copy.deepcopy(d) for k, (d, _) in stale.items()}
             )
-        run = runtime.override(context=resolve_context(context, runtime.context))
+        run = runtime.override(context=await aresolve_context(context, runtime.context))
         # a new question gets a new run key (the scope of the LLM layer's reply reuse)
         keyed = hasattr(state, "run_key")  # BaseState has it; a foreign state does not
         run_key = (uuid.uuid4().hex if starting else state.run_key) if keyed else ""
@@ -252,17 +251,22 @@ def add_router(
     targets += [t for t in cuts.values() if t not in targets]
     takes_runtime = "runtime" in inspect.signature(fn).parameters
 
-    def route(state: Any, runtime: Runtime[Any]) -> Any:
+    async def aroute(state: Any, runtime: Runtime[Any]) -> Any:
         if not takes_runtime:
             chosen = fn(state)
         else:
-            chosen = fn(state, runtime.override(context=resolve_context(context, runtime.context)))
+            ctx = await aresolve_context(context, runtime.context)
+            chosen = fn(state, runtime.override(context=ctx))
         if getattr(state, "limit", "") and chosen in cuts:
             return cuts[chosen]
         return chosen
 
-    route.__name__ = fn.__name__
-    builder.add_conditional_edges(source, route, targets)
+    def route(state: Any, runtime: Runtime[Any]) -> Any:
+        return run_sync(aroute(state, runtime))
+
+    builder.add_conditional_edges(
+        source, RunnableCallable(route, aroute, name=fn.__name__), targets
+    )
 
 
 def recursion_limit(
