@@ -199,6 +199,11 @@ class OperatorPolicy:
     """LLM tokens (prompt + completion) a run may spend before it answers with what it has."""
     feedback_writes: bool = True
     """Resumed expert reviews may add pairs to RAG-EF's feedback store."""
+    hide_paths: bool = False
+    """Callers never see the server's absolute paths: not in the errors of a run (a path
+    under the store root shows as ``<store root>/...``, under ``GAPRAG_HOME`` as
+    ``<GAPRAG_HOME>/...``, any other as ``<server path>``) nor as the default of a path
+    setting in the settings' JSON schema (:data:`HIDDEN_PATH`). On in the served graphs."""
 
     @classmethod
     def from_env(cls, *, served: bool = False) -> OperatorPolicy:
@@ -214,6 +219,7 @@ class OperatorPolicy:
             deadline_s=_number("GAPRAG_RUN_DEADLINE", float),
             token_budget=_number("GAPRAG_RUN_TOKEN_BUDGET", int),
             feedback_writes=_flag("GAPRAG_FEEDBACK_WRITES", not served),
+            hide_paths=served,
         )
 
     def endpoint(self, url: str) -> AllowedEndpoint | None:
@@ -251,6 +257,41 @@ class OperatorPolicy:
             )
         return path
 
+    def hide(self, text: str) -> str:
+        """``text`` with every absolute path shown as :attr:`hide_paths` says (when on)."""
+        if not self.hide_paths:
+            return text
+        bases = [(b, label) for b, label in ((self.store_root, "<store root>"),
+                 (config.home_path(), "<GAPRAG_HOME>")) if b is not None]  # fmt: skip
+
+        def shown(match: re.Match[str]) -> str:
+            path = Path(match.group(0))
+            for base, label in bases:
+                for b in (base, base.resolve()):
+                    if path.is_relative_to(b):
+                        rest = path.relative_to(b).as_posix()
+                        return label if rest == "." else f"{label}/{rest}"
+            return "<server path>"
+
+        return _ABSOLUTE_PATH.sub(shown, text)
+
+    def hidden(self, err: Exception) -> Exception | None:
+        """``err`` told with :meth:`hide` (a GapragError keeps its class, any other becomes a
+        GapragError naming its class); None when it shows no path to hide."""
+        if not self.hide_paths:
+            return None
+        if isinstance(err, GapragError):
+            message, hint = self.hide(err.message), self.hide(err.hint)
+            if (message, hint) == (err.message, err.hint):
+                return None
+            try:
+                return type(err)(message, hint=hint)
+            except TypeError:
+                return GapragError(message, hint=hint)
+        text = str(err)
+        hidden = self.hide(text)
+        return None if hidden == text else GapragError(f"{type(err).__name__}: {hidden}")
+
     def limit(self, usage: Mapping[str, Any]) -> str:
         """``deadline`` or ``token_budget`` when a run's ``usage`` has reached that limit."""
         tokens = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
@@ -262,6 +303,12 @@ class OperatorPolicy:
 
 
 _MAX_PATH = 1024
+#: an absolute path in a message: a ``/`` that starts a word (not a URL's or a relative
+#: path's), up to whitespace, a quote, a bracket or a separator
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~-])/[^\s'\"()<>,;]*[^\s'\"()<>,;.:]")
+#: the default a path setting shows in a served graph's settings schema: a run that gives it
+#: back gets the operator's value
+HIDDEN_PATH = "<the operator's>"
 #: entries of a directory looked at for symbolic links that lead out of the store root
 _MAX_ENTRIES = 100_000
 
@@ -401,6 +448,9 @@ def admit(ctx: T) -> T:
     kinds = operator_fields(cls)
     for name, kind in kinds.items():
         value = getattr(ctx, name)
+        if kind == "path" and value == HIDDEN_PATH:  # the schema's stand-in for the operator's
+            changes[name] = _default(cls, name)
+            continue
         if value in operator_values(cls, name) or policy.dev_allow_runtime_settings:
             continue
         if kind == "endpoint" and value and policy.endpoint(str(value)):
@@ -446,18 +496,37 @@ def _hint(name: str, kind: OperatorKind) -> str:
 
 
 def with_policy(cls: type[T], policy: OperatorPolicy) -> type[T]:
-    """``cls`` carrying ``policy`` (a subclass with the same fields, name and module)."""
-    derived = type(
-        cls.__name__,
-        (cls,),
-        {
-            "__operator_policy__": policy,
-            "__doc__": cls.__doc__,
-            "__module__": cls.__module__,
-            "__qualname__": cls.__qualname__,
-        },
+    """``cls`` carrying ``policy`` (a subclass with the same fields, name and module). With
+    ``hide_paths`` its JSON schema shows :data:`HIDDEN_PATH` as the default of every path
+    setting the operator set."""
+    namespace = {
+        "__operator_policy__": policy,
+        "__doc__": cls.__doc__,
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+    }
+    derived = type(cls.__name__, (cls,), namespace)
+    hidden = [
+        f
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if policy.hide_paths and operator_kind(f) == "path" and _default(cls, f.name)
+    ]
+    if not hidden:
+        return derived
+    specs = [
+        (f.name, f.type, field(default=_default(cls, f.name),
+                               metadata={**f.metadata, "json_schema_extra": _hidden_default}))
+        for f in hidden
+    ]  # fmt: skip
+    made = dataclasses.make_dataclass(
+        cls.__name__, specs, bases=(derived,), kw_only=True, namespace=namespace
     )
-    return derived
+    made.__module__, made.__qualname__ = cls.__module__, cls.__qualname__
+    return made
+
+
+def _hidden_default(schema: dict[str, Any]) -> None:
+    schema["default"] = HIDDEN_PATH
 
 
 def env_settings(cls: type[Any], given: Mapping[str, Any], injected: set[str]) -> dict[str, str]:

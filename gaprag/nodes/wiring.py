@@ -51,6 +51,7 @@ from typing import Any, get_args, get_origin
 from langgraph._internal._runnable import RunnableCallable
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.constants import START
+from langgraph.errors import GraphBubbleUp
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
@@ -177,9 +178,17 @@ def as_node(
         keyed = hasattr(state, "run_key")  # BaseState has it; a foreign state does not
         run_key = (uuid.uuid4().hex if starting else state.run_key) if keyed else ""
         start = time.perf_counter()
-        with run_scope(run_key), metered() as meter:
-            result = fn(state, run, deps) if takes_deps else fn(state, run)
-            update = await result if is_async else result
+        try:
+            with run_scope(run_key), metered() as meter:
+                result = fn(state, run, deps) if takes_deps else fn(state, run)
+                update = await result if is_async else result
+        except GraphBubbleUp:  # a pause or a command: LangGraph's, as it is
+            raise
+        except Exception as err:  # a served graph's errors show no server path
+            hidden = policy_of(context).hidden(err)
+            if hidden is None:
+                raise
+            raise hidden from err
         update = meter.apply(update, name, time.perf_counter() - start)
         update = _mark_limit(update, state, run.context)
         return _start_update(update, stale, state.question, run_key) if starting else update

@@ -282,10 +282,15 @@ class PairStore:
     def _check_schema(conn: sqlite3.Connection, path: Path) -> None:
         """A StoreError unless ``conn`` holds a pair store's tables and schema version (read
         only: nothing is written)."""
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        marked = {"meta", "pairs", "chunks"} <= tables and conn.execute(
-            "SELECT value FROM meta WHERE key = 'schema'"
-        ).fetchone()
+        try:
+            tables = {
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+            marked = {"meta", "pairs", "chunks"} <= tables and conn.execute(
+                "SELECT value FROM meta WHERE key = 'schema'"
+            ).fetchone()
+        except sqlite3.DatabaseError:  # not SQLite at all
+            marked = None
         if not marked:
             raise StoreError(
                 f"{path} is not a gaprag pair store", hint="name a pair store file (*.sqlite)"
