@@ -35,6 +35,7 @@ shared feedback store.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -239,12 +240,8 @@ class OperatorPolicy:
         root too; an InputError when it leaves the root or is no path. Reads the file system:
         nodes call it through :func:`gaprag.context.aresolve_context`, off the event loop."""
         assert self.store_root is not None
+        _check_path_text(method, name, value)
         shown = _shown(value)
-        if len(value) > _MAX_PATH or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-            raise InputError(
-                f"{method}: {name}={shown} is not a path (control characters or too long)",
-                hint="name a path under the store root (GAPRAG_STORE_ROOT)",
-            )
         root = self.store_root.resolve()
         path = (root / Path(value).expanduser()).resolve()
         escaped = path if not path.is_relative_to(root) else _link_out_of(path, root)
@@ -267,11 +264,11 @@ class OperatorPolicy:
         def shown(match: re.Match[str]) -> str:
             path = Path(match.group(0))
             for base, label in bases:
-                for b in (base, base.resolve()):
-                    if path.is_relative_to(b):
-                        rest = path.relative_to(b).as_posix()
-                        return label if rest == "." else f"{label}/{rest}"
-            return "<server path>"
+                if path.is_relative_to(base):
+                    rest = path.relative_to(base).as_posix()
+                    return label if rest == "." else f"{label}/{rest}"
+            # a server path starts in a folder of /; a URL's path (/v1/chat) does not
+            return "<server path>" if path.parts[1] in _top_folders() else match.group(0)
 
         return _ABSOLUTE_PATH.sub(shown, text)
 
@@ -313,10 +310,28 @@ HIDDEN_PATH = "<the operator's>"
 _MAX_ENTRIES = 100_000
 
 
+@functools.cache
+def _top_folders() -> frozenset[str]:
+    """The names in the file system's root folder."""
+    try:
+        return frozenset(os.listdir("/"))
+    except OSError:
+        return frozenset()
+
+
 def _shown(value: Any) -> str:
     """A caller's value in an error line: its repr, cut to 60 characters."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_path_text(method: str, name: str, value: str) -> None:
+    """An InputError when ``value`` cannot be a path: control characters, or too long."""
+    if len(value) > _MAX_PATH or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise InputError(
+            f"{method}: {name}={_shown(value)} is not a path (control characters or too long)",
+            hint="name a path under the store root (GAPRAG_STORE_ROOT)",
+        )
 
 
 def _link_out_of(path: Path, root: Path) -> Path | None:
@@ -451,7 +466,11 @@ def admit(ctx: T) -> T:
         if kind == "path" and value == HIDDEN_PATH:  # the schema's stand-in for the operator's
             changes[name] = _default(cls, name)
             continue
-        if value in operator_values(cls, name) or policy.dev_allow_runtime_settings:
+        if value in operator_values(cls, name):
+            continue
+        if kind == "path" and isinstance(value, str):
+            _check_path_text(method, name, value)
+        if policy.dev_allow_runtime_settings:
             continue
         if kind == "endpoint" and value and policy.endpoint(str(value)):
             continue

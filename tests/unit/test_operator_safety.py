@@ -301,9 +301,13 @@ def test_store_file_linked_out_of_the_root_is_refused_unread(
 def test_path_with_characters_no_path_has_is_an_input_error(
     value: str, root: Path, store_in_root: Store
 ) -> None:
-    g = build_graph("standard_rag", llm=model(), policy=OperatorPolicy(store_root=root))
-    with pytest.raises(InputError, match=r"^standard_rag: store=.{1,60} is not a path"):
-        g.invoke({"question": Q}, context={"store": value})
+    for policy in (
+        OperatorPolicy(store_root=root),
+        OperatorPolicy(dev_allow_runtime_settings=True),
+    ):
+        g = build_graph("standard_rag", llm=model(), policy=policy)
+        with pytest.raises(InputError, match=r"^standard_rag: store=.{1,60} is not a path"):
+            g.invoke({"question": Q}, context={"store": value})
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -359,7 +363,8 @@ def test_served_errors_and_schemas_show_no_server_path(
     with pytest.raises(StoreError) as err:
         g.invoke({"question": Q}, context={"feedback_store": "missing.sqlite"})
     assert str(root) not in str(err.value) and "<store root>/missing.sqlite" in str(err.value)
-    assert policy.hide("at /srv/x/y and /etc/passwd.") == "at <server path> and <server path>."
+    assert policy.hide("at /etc/x/y and /etc/passwd.") == "at <server path> and <server path>."
+    assert policy.hide("POST /v1/chat/completions: 500") == "POST /v1/chat/completions: 500"
 
 
 def test_store_under_the_root_is_allowed_by_relative_name(root: Path, store_in_root: Store) -> None:
