@@ -21,7 +21,10 @@ validated there, once.
 
 A router is a module-level function ``(state, runtime) -> Literal[...]``; :func:`add_router`
 gives it the resolved settings too and passes its ``Literal`` values as the edge map, so
-Studio draws every edge.
+Studio draws every edge. Nodes and routers resolve the run's settings with
+:func:`gaprag.context.aresolve_context`, so a run-time path is resolved off the event loop.
+An error a node raises in a graph whose operator hides paths (the served graphs) is told
+without the server's paths (:meth:`gaprag.operator.OperatorPolicy.hidden`).
 
 :func:`compile_graph` compiles every method the same way. A method names its loop bounds (the
 context fields that bound its rounds, each with a ``maximum``) and the steps one round takes;
