@@ -337,7 +337,8 @@ def _check_path_text(method: str, name: str, value: str) -> None:
 def _link_out_of(path: Path, root: Path) -> Path | None:
     """The first entry under directory ``path`` (``path`` resolved, inside ``root``) that is
     a symbolic link resolving outside ``root``, followed through linked folders inside it;
-    None when there is none (or ``path`` is no directory)."""
+    None when there is none (or ``path`` is no directory); an InputError past
+    :data:`_MAX_ENTRIES` entries."""
     if not path.is_dir():
         return None
     seen: set[Path] = set()
@@ -355,7 +356,10 @@ def _link_out_of(path: Path, root: Path) -> Path | None:
         for entry in entries:
             count += 1
             if count > _MAX_ENTRIES:
-                return shown / entry.name
+                raise InputError(
+                    f"{path.name} holds more than {_MAX_ENTRIES:,} files to check",
+                    hint="name a store or a file, not a folder of many",
+                )
             target = Path(entry.path)
             if entry.is_symlink():
                 target = target.resolve()
