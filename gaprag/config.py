@@ -55,12 +55,17 @@ def private_file(path: Path) -> Path:
     return path
 
 
+def home_path() -> Path:
+    """Where :func:`gaprag_home` is (``GAPRAG_HOME``, else ``~/.cache/gaprag``), not created."""
+    return Path(os.environ.get("GAPRAG_HOME") or Path.home() / ".cache" / "gaprag").expanduser()
+
+
 def gaprag_home() -> Path:
     """Cache directory for stores, assembled model files, server logs and checkpoints.
 
     Created owner-only (0700): server logs, checkpoints and traces under it can hold prompts.
     """
-    home = Path(os.environ.get("GAPRAG_HOME") or Path.home() / ".cache" / "gaprag").expanduser()
+    home = home_path()
     if home not in _private_homes:
         private_dir(home)
         _private_homes.add(home)

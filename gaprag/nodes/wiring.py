@@ -21,7 +21,10 @@ validated there, once.
 
 A router is a module-level function ``(state, runtime) -> Literal[...]``; :func:`add_router`
 gives it the resolved settings too and passes its ``Literal`` values as the edge map, so
-Studio draws every edge.
+Studio draws every edge. Nodes and routers resolve the run's settings with
+:func:`gaprag.context.aresolve_context`, so a run-time path is resolved off the event loop.
+An error a node raises in a graph whose operator hides paths (the served graphs) is told
+without the server's paths (:meth:`gaprag.operator.OperatorPolicy.hidden`).
 
 :func:`compile_graph` compiles every method the same way. A method names its loop bounds (the
 context fields that bound its rounds, each with a ``maximum``) and the steps one round takes;
@@ -51,6 +54,7 @@ from typing import Any, get_args, get_origin
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.constants import START
+from langgraph.errors import GraphBubbleUp
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime, get_runtime
@@ -58,7 +62,7 @@ from langgraph.types import Overwrite
 
 from gaprag.accounting import metered
 from gaprag.aio import run_sync
-from gaprag.context import BaseContext, field_range, resolve_context
+from gaprag.context import BaseContext, aresolve_context, field_range
 from gaprag.deps import Deps
 from gaprag.llm.memo import run_scope
 from gaprag.operator import policy_of
@@ -185,14 +189,22 @@ def as_node(
             state = dataclasses.replace(
                 state, **{k: copy.deepcopy(d) for k, (d, _) in stale.items()}
             )
-        run = runtime.override(context=resolve_context(context, runtime.context))
+        run = runtime.override(context=await aresolve_context(context, runtime.context))
         # a new question gets a new run key (the scope of the LLM layer's reply reuse)
         keyed = hasattr(state, "run_key")  # BaseState has it; a foreign state does not
         run_key = (uuid.uuid4().hex if starting else state.run_key) if keyed else ""
         start = time.perf_counter()
-        with run_scope(run_key), metered() as meter:
-            result = fn(state, run, deps) if takes_deps else fn(state, run)
-            update = await result if is_async else result
+        try:
+            with run_scope(run_key), metered() as meter:
+                result = fn(state, run, deps) if takes_deps else fn(state, run)
+                update = await result if is_async else result
+        except GraphBubbleUp:  # a pause or a command: LangGraph's, as it is
+            raise
+        except Exception as err:  # a served graph's errors show no server path
+            hidden = policy_of(context).hidden(err)
+            if hidden is None:
+                raise
+            raise hidden from err
         update = meter.apply(update, name, time.perf_counter() - start)
         update = _mark_limit(update, state, run.context)
         return _start_update(update, stale, state.question, run_key) if starting else update
@@ -267,17 +279,25 @@ def add_router(
     targets += [t for t in cuts.values() if t not in targets]
     takes_runtime = "runtime" in inspect.signature(fn).parameters
 
-    def route(state: Any, runtime: Runtime[Any]) -> Any:
+    async def aroute(state: Any, runtime: Runtime[Any]) -> Any:
         if not takes_runtime:
             chosen = fn(state)
         else:
-            chosen = fn(state, runtime.override(context=resolve_context(context, runtime.context)))
+            ctx = await aresolve_context(context, runtime.context)
+            chosen = fn(state, runtime.override(context=ctx))
         if getattr(state, "limit", "") and chosen in cuts:
             return cuts[chosen]
         return chosen
 
-    route.__name__ = fn.__name__
-    builder.add_conditional_edges(source, route, targets)
+    async def apath(state: Any) -> Any:
+        return await aroute(state, get_runtime())
+
+    def path(state: Any) -> Any:
+        return run_sync(aroute(state, get_runtime()))
+
+    builder.add_conditional_edges(
+        source, RunnableLambda(path, afunc=apath, name=fn.__name__), targets
+    )
 
 
 def recursion_limit(

@@ -28,6 +28,7 @@ from gaprag.graphs.missing_knowledge.question import language, question_block, s
 from gaprag.graphs.missing_knowledge.state import Chunk, KnowledgeBase, State
 from gaprag.graphs.missing_knowledge.turns import load_turns, with_follow_up
 from gaprag.llm.client import LLM
+from gaprag.operator import chosen_by_run
 from gaprag.progress import emit
 from gaprag.prompts import Passages, RenderedPrompt, load_prompts
 from gaprag.stores.retriever import Retriever
@@ -79,13 +80,17 @@ async def pair_source(ctx: Context, deps: Deps) -> Retriever | None:
     ``qa_gamma``; None when there is neither."""
     if deps.kb_pairs is None and not ctx.qa_store:
         return None
-    make = functools.partial(open_pairs, deps.kb_pairs, ctx.qa_store, ctx.qa_gamma)
-    return await deps.acached(("missing_knowledge.pairs", ctx.qa_store, ctx.qa_gamma), make)
+    create = not chosen_by_run(ctx, "qa_store")  # a run's own path: an existing store
+    make = functools.partial(open_pairs, deps.kb_pairs, ctx.qa_store, ctx.qa_gamma, create)
+    key = ("missing_knowledge.pairs", ctx.qa_store, ctx.qa_gamma, create)
+    return await deps.acached(key, make)
 
 
-def open_pairs(given: Any, path: str, gamma: float) -> Retriever:
-    """The given pair store, else the one at ``path``, as a retriever ranked with ``gamma``."""
-    return pair_retriever(given if given is not None else open_pair_store(path), gamma=gamma)
+def open_pairs(given: Any, path: str, gamma: float, create: bool = True) -> Retriever:
+    """The given pair store, else the one at ``path`` (``create=False``: only an existing
+    one), as a retriever ranked with ``gamma``."""
+    store = given if given is not None else open_pair_store(path, create=create)
+    return pair_retriever(store, gamma=gamma)
 
 
 def chunk_budget(ctx: Context) -> tuple[int, int, int]:

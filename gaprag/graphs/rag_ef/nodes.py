@@ -267,26 +267,33 @@ def collect_feedback(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
             "stop_reason": "feedback_invalid",
             "trace": [{"node": "collect_feedback", "error": parsed}],
         }
-    if not policy_of(type(runtime.context)).feedback_writes:
-        why = "the operator has not enabled feedback writes (GAPRAG_FEEDBACK_WRITES=1)"
-        return {
-            "feedback": None,
-            "stop_reason": "feedback_not_stored",
-            "trace": [{"node": "collect_feedback", "error": why}],
-        }
     return {"feedback": parsed}
 
 
 async def update_evidence_pool(
     state: State, runtime: Runtime[Context], deps: Deps
 ) -> dict[str, Any]:
-    """Upsert the expert's triple (source "expert") into the pair store.
+    """Upsert the expert's triple (source "expert") into the pair store: only when the
+    operator allows feedback writes, and only a triple that passes the resume value's checks
+    (whatever put it in the state).
 
-    Reads: `feedback`, `feedback_rounds`, `iterations`; writes: `inserted_pair_id`,
-    `feedback_rounds`, `stop_reason`.
+    Reads: `feedback`, `question`, `feedback_rounds`, `iterations`; writes: `inserted_pair_id`,
+    `feedback`, `feedback_rounds`, `stop_reason`, `trace`.
     """
-    fb = state.feedback
-    assert fb is not None
+    fb = parse_feedback(state.feedback, state.question)
+    if not policy_of(type(runtime.context)).feedback_writes:
+        why = "the operator has not enabled feedback writes (GAPRAG_FEEDBACK_WRITES=1)"
+        return {
+            "feedback": None,
+            "stop_reason": "feedback_not_stored",
+            "trace": [{"node": "update_evidence_pool", "error": why}],
+        }
+    if not isinstance(fb, dict):
+        return {
+            "feedback": None,
+            "stop_reason": "feedback_invalid",
+            "trace": [{"node": "update_evidence_pool", "error": fb or "no feedback"}],
+        }
     store = await to_thread(pair_store, runtime.context, deps)
     pid = await to_thread(
         store.add,
