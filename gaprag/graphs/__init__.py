@@ -44,6 +44,8 @@ def deps_class(method: str) -> type[Deps]:
     """The class of the objects ``method``'s graph takes (its ``build``'s ``deps``):
     :class:`gaprag.deps.Deps`, or the method's own subclass with its own objects."""
     found = typing.get_type_hints(_module(method).build).get("deps", Deps)
+    if found is Any:  # unannotated in effect: the shared objects
+        return Deps
     if not (isinstance(found, type) and issubclass(found, Deps)):
         raise TypeError(f"{method}: build's deps must be gaprag.deps.Deps or a subclass")
     return found

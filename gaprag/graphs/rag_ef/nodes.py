@@ -273,9 +273,10 @@ def collect_feedback(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
 async def update_evidence_pool(
     state: State, runtime: Runtime[Context], deps: Deps
 ) -> dict[str, Any]:
-    """Upsert the expert's triple (source "expert") into the pair store: only when the
-    operator allows feedback writes, and only a triple that passes the resume value's checks
-    (whatever put it in the state).
+    """Upsert the expert's triple (source "expert") into the pair store.
+
+    Only when the operator allows feedback writes, and only a triple that passes the resume
+    value's checks (whatever put it in the state).
 
     Reads: `feedback`, `question`, `feedback_rounds`, `iterations`; writes: `inserted_pair_id`,
     `feedback`, `feedback_rounds`, `stop_reason`, `trace`.
