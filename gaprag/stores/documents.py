@@ -33,6 +33,7 @@ class Document(TypedDict):
     text: str
     metadata: NotRequired[dict[str, Any]]
 
+
 #: Record fields that are the passage itself (every other field is its metadata).
 PASSAGE_FIELDS = ("id", "title", "text")
 

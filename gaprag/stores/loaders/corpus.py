@@ -46,7 +46,9 @@ def _words(text: str) -> int:
     return len(text.split())
 
 
-def splitter(chunk_size: int = CHUNK_WORDS, overlap: int = OVERLAP_WORDS) -> RecursiveCharacterTextSplitter:
+def splitter(
+    chunk_size: int = CHUNK_WORDS, overlap: int = OVERLAP_WORDS
+) -> RecursiveCharacterTextSplitter:
     """The one passage splitter: paragraphs, then lines, then words, at most ``chunk_size``
     words a passage with ``overlap`` words carried over."""
     if chunk_size <= 0 or not 0 <= overlap < chunk_size:
@@ -98,15 +100,15 @@ def _files(paths: Sequence[str | Path], corpus: Corpus) -> list[tuple[Path, Path
         path = Path(raw)
         if path.is_dir():
             for file in sorted(path.rglob("*")):
-                rel = file.relative_to(path)
-                if any(part.startswith(".") for part in rel.parts) or not file.is_file():
+                inside = file.relative_to(path)
+                if any(part.startswith(".") for part in inside.parts) or not file.is_file():
                     continue
                 if file.suffix.lower() not in LOADERS:
                     corpus.skipped.append(f"{file} (unknown type {file.suffix or 'no suffix'})")
                     continue
                 if file.resolve() not in seen:
                     seen.add(file.resolve())
-                    found.append((path, file, rel.as_posix()))
+                    found.append((path, file, inside.as_posix()))
         elif path.is_file():
             if path.suffix.lower() not in LOADERS:
                 raise InputError(
