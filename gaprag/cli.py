@@ -297,7 +297,7 @@ def cmd_settings(args: argparse.Namespace) -> int:
 def _listed(what: str, items: list[str]) -> None:
     """One stderr line naming up to five items (reported even with --quiet)."""
     shown = "; ".join(items[:5]) + (f"; and {len(items) - 5} more" if len(items) > 5 else "")
-    print(f"gaprag: {what} {len(items)}: {shown}", file=sys.stderr)
+    print(f"gaprag: {what}: {shown}", file=sys.stderr)
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -321,10 +321,9 @@ def cmd_index(args: argparse.Namespace) -> int:
         )
     corpus = load_corpus(args.paths, chunk_size=args.chunk_size, overlap=args.overlap)
     if corpus.skipped:  # reported even with --quiet: the store lacks these files
-        _listed("skipped file(s),", corpus.skipped)
+        _listed(f"skipped {len(corpus.skipped)} file(s)", corpus.skipped)
     if corpus.duplicates:
-        _listed("duplicates (the first is kept; same path in two folders: both kept),",
-                corpus.duplicates)  # fmt: skip
+        _listed(f"{len(corpus.duplicates)} duplicate(s)", corpus.duplicates)  # fmt: skip
     if not corpus.documents and not corpus.sources:
         raise InputError(
             "no documents found in the given sources",

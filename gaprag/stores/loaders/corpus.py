@@ -131,7 +131,9 @@ def _files(paths: Sequence[str | Path], corpus: Corpus) -> list[tuple[Path, Path
     for root, file, rel in found:
         if len(roots[rel]) > 1:
             named = f"{root.resolve().name}/{rel}"
-            corpus.duplicates.append(f"{rel} is in {len(roots[rel])} folders: {file} is {named}")
+            corpus.duplicates.append(
+                f"{rel} is in {len(roots[rel])} folders: {file} kept as {named}"
+            )
             rel = named
         out.append((root, file, rel))
     return out
@@ -171,14 +173,18 @@ def load_corpus(
                 f"cannot read {file}: {exc.strerror}", hint="check the file's permissions"
             ) from None
         if isinstance(loader, JSONLLoader):
-            corpus.duplicates.extend(loader.duplicates)
+            corpus.duplicates.extend(
+                f"{d} (repeated id: the first is kept)" for d in loader.duplicates
+            )
         else:
             loaded = split_documents(loaded, chunk_size, overlap)
         corpus.sources[rel] = root.resolve()
         for doc in loaded:
             passage = from_langchain(doc)
             if passage["id"] in merged:
-                corpus.duplicates.append(f"{file}: {passage['id']}")
+                corpus.duplicates.append(
+                    f"{file}: {passage['id']} (repeated id: the first is kept)"
+                )
                 continue
             merged[passage["id"]] = passage
     corpus.documents = list(merged.values())
