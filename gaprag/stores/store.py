@@ -407,13 +407,22 @@ class Store:
             sparse.save(tmp / "bm25")
             bm25_s = time.perf_counter() - t0
             texts = [passage_text(d) for d in docs]
+            ids = [d["id"] for d in docs]
+            copy = reuse is not None and not chroma_url  # an embedded collection: copied, edited
+            if reuse is not None and copy:
+                before = {d["id"]: content_hash(d) for d in reuse.docs}
+                kept = {d["id"] for d in docs if before.get(d["id"]) == content_hash(d)}
+                stale = [i for i in before if i not in kept]
+                write = [n for n, i in enumerate(ids) if i not in kept]
+            else:
+                stale, write = [], list(range(len(docs)))
             known: dict[str, Vectors] = {}
-            if reuse is not None:
-                wanted = set(texts)
+            if reuse is not None:  # a text embedded before keeps its vector
+                wanted = {texts[n] for n in write}
                 same = [d["id"] for d in reuse.docs if passage_text(d) in wanted]
                 stored = reuse.vectors(same)
                 known = {passage_text(d): stored[d["id"]] for d in reuse.docs if d["id"] in stored}
-            todo = [i for i, t in enumerate(texts) if t not in known]
+            todo = [n for n in write if texts[n] not in known]
             if progress and not quiet():
                 what = (
                     f"{len(todo)} new or changed of {len(docs)} passages"
@@ -426,25 +435,34 @@ class Store:
                     flush=True,
                 )
             t0 = time.perf_counter()
-            if todo:
-                fresh = embedder.embed(
-                    [texts[i] for i in todo], batch_size=batch_size, progress=progress
+            fresh = dict(
+                zip(
+                    todo,
+                    embedder.embed([texts[n] for n in todo], batch_size=batch_size,
+                                   progress=progress) if todo else [],
+                    strict=True,
                 )
-                dim = int(fresh.shape[1])
-            else:
-                dim = len(next(iter(known.values())))
+            )  # fmt: skip
             embed_s = time.perf_counter() - t0
-            vectors = np.zeros((len(docs), dim), dtype=np.float32)
-            if todo:
-                vectors[todo] = fresh
-            for i, text in enumerate(texts):
-                if text in known:
-                    vectors[i] = known[text]
-            collection = f"gaprag-{version.removeprefix('v-')}"
-            client = make_client(None, chroma_url) if chroma_url else make_client(tmp / "chroma")
+            vectors = np.asarray(
+                [fresh[n] if n in fresh else known[texts[n]] for n in write], dtype=np.float32
+            )
             t0 = time.perf_counter()
-            DenseIndex.create(client, collection, [d["id"] for d in docs], vectors)
+            if reuse is not None and copy:
+                collection = reuse.manifest["chroma"]["collection"]
+                shutil.copytree(reuse.version_dir / "chroma", tmp / "chroma")
+                client = make_client(tmp / "chroma")
+                DenseIndex.open(client, collection).edit(stale, [ids[n] for n in write], vectors)
+            else:
+                collection = f"gaprag-{version.removeprefix('v-')}"
+                client = (
+                    make_client(None, chroma_url) if chroma_url else make_client(tmp / "chroma")
+                )
+                DenseIndex.create(client, collection, ids, vectors)
             chroma_s = time.perf_counter() - t0
+            dim = (
+                int(vectors.shape[1]) if len(write) else int(reuse.manifest["dim"] if reuse else 0)
+            )
             manifest: dict[str, Any] = {
                 "format": FORMAT_VERSION,
                 "count": len(docs),

@@ -242,8 +242,10 @@ def test_second_run_re_embeds_exactly_the_edited_and_added_files(
     )
     assert store.update == {"num_added": 1, "num_updated": 1, "num_deleted": 0, "num_skipped": 7}
     assert store.manifest["embedded"] == 2
-    # the unchanged passages kept their vectors: dense search still finds them
+    # the unchanged passages kept their vectors, the new ones have theirs, none is left over
     assert store.search("30 days of leave", 1, mode="dense")[0]["id"] == "handbook.md#1"
+    assert store.search("badges reception", 1, mode="dense")[0]["id"] == "faq.txt#0"
+    assert store.dense_index().collection.count() == len(store)
     # a third run with nothing changed writes no new version and embeds nothing
     third = CountingEmbedder()
     again = Store.index(root, load_corpus([wiki]).documents, embedder=third, progress=False)
@@ -269,6 +271,7 @@ def test_cleanup_incremental_and_full(wiki: Path, tmp_path: Path) -> None:
     )
     assert not any(d["id"].startswith("offices.csv") for d in store.docs)
     assert store.update is not None and store.update["num_deleted"] == 2
+    assert store.dense_index().collection.count() == len(store)
 
 
 def test_cli_second_run_adds_and_reports(
