@@ -89,6 +89,8 @@ def plan_update(
     removes the old passages of every source in ``sources`` (default: the sources of ``new``)
     that ``new`` no longer has; ``"full"`` removes every old passage ``new`` does not have.
     """
+    if cleanup not in CLEANUPS:
+        raise StoreError(f"unknown clean-up {cleanup!r}", hint=f"use one of {', '.join(CLEANUPS)}")
     incoming = {d["id"]: d for d in new}
     if cleanup == "full":
         drop = {d["id"] for d in old if d["id"] not in incoming}
@@ -253,10 +255,6 @@ class Store:
         the sources of ``docs``) that ``docs`` no longer has, ``"full"`` keeps only ``docs``.
         The counts are in the returned store's ``update``.
         """
-        if cleanup not in CLEANUPS:
-            raise StoreError(
-                f"unknown clean-up {cleanup!r}", hint=f"use one of {', '.join(CLEANUPS)}"
-            )
         passages = _passages(docs)
         with versions.writing(self.root):
             base = self._latest()
