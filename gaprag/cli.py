@@ -301,8 +301,9 @@ def _listed(what: str, items: list[str]) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from gaprag.stores.loaders import load_corpus, supported
+    from gaprag.stores.loaders import keep_apart, load_corpus, supported
     from gaprag.stores.store import Store
+    from gaprag.stores.versions import source_roots
 
     if args.delete:
         if args.paths:
@@ -320,6 +321,7 @@ def cmd_index(args: argparse.Namespace) -> int:
             "nothing to index", hint=f"give folders or files ({supported()}), or --delete IDS"
         )
     corpus = load_corpus(args.paths, chunk_size=args.chunk_size, overlap=args.overlap)
+    keep_apart(corpus, source_roots(Path(args.store)))
     if corpus.skipped:  # reported even with --quiet: the store lacks these files
         _listed(f"skipped {len(corpus.skipped)} file(s)", corpus.skipped)
     if corpus.duplicates:
@@ -338,6 +340,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         corpus.documents,
         cleanup=args.cleanup,
         sources=list(corpus.sources),
+        roots=corpus.sources,
         bm25_engine=args.bm25,
         chroma_url=args.chroma_url,
         progress=not args.quiet,

@@ -24,7 +24,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -201,6 +201,7 @@ class Store:
         *,
         cleanup: Cleanup = "incremental",
         sources: Collection[str] | None = None,
+        roots: Mapping[str, str | Path] | None = None,
         bm25_engine: Engine | None = None,
         bm25: BM25Settings | None = None,
         embedder: Embedder | None = None,
@@ -210,7 +211,9 @@ class Store:
     ) -> Store:
         """Index ``docs`` into the store at ``root`` (``gaprag index``): build it when there is
         none, else update it as :meth:`add` does. The result is in the returned store's
-        ``update``."""
+        ``update``. ``roots`` (source -> the folder it was read from) is kept in the store's
+        record, so a later run can tell another file with the same relative path from the same
+        file (:func:`gaprag.stores.loaders.keep_apart`)."""
         passages = _passages(docs)
         root = Path(root)
         versions.claim(root)
@@ -234,6 +237,9 @@ class Store:
                 store = base._apply(passages, cleanup, sources, progress, batch_size)
                 if store is not base:
                     base.close()
+            if roots:
+                live = {s for d in store.docs if (s := source_of(d)) is not None}
+                versions.record_roots(root, {k: str(v) for k, v in roots.items()}, live)
             versions.prune(root, keep=store.version_dir.name)
         return store
 

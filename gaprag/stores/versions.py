@@ -98,6 +98,20 @@ def read_record(root: Path) -> dict[str, Any]:
     return record
 
 
+def source_roots(root: Path) -> dict[str, str]:
+    """The folder each source of the store was read from (``gaprag index`` records them)."""
+    roots = read_record(root).get("roots", {}) if is_store(root) else {}
+    return {str(k): str(v) for k, v in roots.items()}
+
+
+def record_roots(root: Path, roots: dict[str, str], live: set[str]) -> None:
+    """Note where these sources were read from; forget sources the store no longer has."""
+    record = read_record(root)
+    merged = {**record.get("roots", {}), **roots}
+    record["roots"] = {k: v for k, v in sorted(merged.items()) if k in live}
+    write_record(root, record)
+
+
 def write_record(root: Path, record: dict[str, Any]) -> None:
     _write_atomic(root / RECORD, json.dumps(record, indent=2) + "\n")
 

@@ -223,6 +223,31 @@ def test_same_relative_path_under_two_folders_keeps_both(
     assert sorted(d["id"] for d in store.docs) == ["a/notes.txt#0", "b/notes.txt#0"]
 
 
+def test_same_relative_path_indexed_from_two_folders_in_two_runs_keeps_both(
+    tmp_path: Path, hashing_cli: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name, text in (("a", "Alpha notes about apples."), ("b", "Beta notes about bananas.")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "notes.txt").write_text(text)
+    store = str(tmp_path / "s")
+    assert main(["index", str(tmp_path / "a"), "--store", store, "--quiet"]) == 0
+    assert main(["index", str(tmp_path / "b"), "--store", store, "--quiet"]) == 0
+    assert "notes.txt is also in" in capsys.readouterr().err
+    assert main(["index", str(tmp_path / "b"), "--store", store, "--quiet"]) == 0  # again
+    assert "is up to date" in capsys.readouterr().out
+    ids = sorted(d["id"] for d in Store.open(store).docs)
+    assert ids == ["b/notes.txt#0", "notes.txt#0"]
+    # a folder that was moved is the same source: its passages are updated, not doubled
+    (tmp_path / "a").rename(tmp_path / "a2")
+    (tmp_path / "a2" / "notes.txt").write_text("Alpha notes about apricots.")
+    assert main(["index", str(tmp_path / "a2"), "--store", store, "--quiet"]) == 0
+    docs = {d["id"]: d["text"] for d in Store.open(store).docs}
+    assert docs == {
+        "notes.txt#0": "Alpha notes about apricots.",
+        "b/notes.txt#0": "Beta notes about bananas.",
+    }
+
+
 def test_second_run_re_embeds_exactly_the_edited_and_added_files(
     wiki: Path, tmp_path: Path
 ) -> None:

@@ -11,7 +11,7 @@ the word budget the methods' prompts expect; a passage's id is ``source#n``, num
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -189,6 +189,31 @@ def load_corpus(
             merged[passage["id"]] = passage
     corpus.documents = list(merged.values())
     return corpus
+
+
+def keep_apart(corpus: Corpus, known: Mapping[str, str]) -> None:
+    """Rename the sources of ``corpus`` that a store already holds from another folder.
+
+    ``known`` maps each source in the store to the folder it was read from. A source read now
+    from a different folder, while the file in the first folder still exists, is another file
+    with the same relative path: it becomes ``<folder name>/<path>`` (its passages' ids too), so
+    both are kept. A first folder that no longer has the file was moved: the source is the same.
+    """
+    for source, root in list(corpus.sources.items()):
+        first = known.get(source)
+        if first is None or Path(first) == root or not (Path(first) / source).is_file():
+            continue
+        named = f"{root.name}/{source}"
+        corpus.duplicates.append(f"{source} is also in {first}: {root / source} kept as {named}")
+        del corpus.sources[source]
+        corpus.sources[named] = root
+        for doc in corpus.documents:
+            meta = doc.get("metadata", {})
+            if meta.get("source") != source:
+                continue
+            meta["source"] = named
+            if doc["id"].startswith(f"{source}#"):
+                doc["id"] = named + doc["id"][len(source) :]
 
 
 def load_documents(
