@@ -435,3 +435,18 @@ def test_an_open_reader_keeps_its_version(tmp_path: Path, tiny_docs: list[dict[s
     reader.close()
     writer.add([{"id": "last", "title": "", "text": "last"}], progress=False)
     assert not reader.version_dir.exists()
+
+
+def test_cli_cleanup_full_drops_deleted_files_and_delete_needs_no_paths(
+    wiki: Path, tmp_path: Path, hashing_cli: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(tmp_path / "s")
+    assert main(["index", str(wiki), "--store", store, "--quiet"]) == 0
+    (wiki / "offices.csv").unlink()
+    assert main(["index", str(wiki), "--store", store, "--quiet"]) == 0  # incremental: kept
+    assert Store.open(store).get("offices.csv#0") is not None
+    assert main(["index", str(wiki), "--store", store, "--cleanup", "full", "--quiet"]) == 0
+    assert "2 deleted" in capsys.readouterr().out
+    assert Store.open(store).get("offices.csv#0") is None
+    assert main(["index", str(wiki), "--store", store, "--delete", "handbook.md#0"]) == 2
+    assert "not both" in capsys.readouterr().err
