@@ -31,9 +31,16 @@ class Evidence(TypedDict):
     source: str  # how it was found: "bm25" | "dense" | "hybrid" | "feedback" | "llm" ...
     score: float
     round: int
-    # the passage's own metadata: source (relative path or URL), page, title, section, and
-    # any fields of its record (url, department...); absent for facts and older stores
-    metadata: NotRequired[dict[str, Any]]
+    metadata: NotRequired[
+        Annotated[
+            dict[str, Any],
+            Field(
+                description="The passage's own metadata: source (relative path or URL), page, "
+                "section, and any fields of its record (url, department...); absent for "
+                "passages without any and for stores built before metadata."
+            ),
+        ]
+    ]
 
 
 class Usage(TypedDict):
@@ -164,7 +171,10 @@ class OutputState:
     ] = field(default_factory=list)
     evidence: Annotated[
         list[Evidence],
-        Field(description="What the answer was built from: passages, facts or feedback pairs."),
+        Field(
+            description="What the answer was built from: passages, facts or feedback pairs, "
+            "each with its metadata (source, page...) where it has some."
+        ),
     ] = field(default_factory=list)
     usage: Annotated[
         Usage,
@@ -197,15 +207,31 @@ class OutputState:
 class BaseState(InputState, OutputState):
     """Internal state shared by all methods; each method subclasses it."""
 
-    asked: Annotated[str, PERSISTENT] = ""
-    """The question the per-question fields were last reset for (see gaprag.nodes.wiring)."""
-    limit: str = ""
-    """``deadline`` or ``token_budget`` once this question has reached the operator's limit
-    (:mod:`gaprag.operator`): routers then end the loop, and the step that ends the question
-    reports it as the ``stop_reason``."""
-    run_key: Annotated[str, PERSISTENT] = ""
-    """This question's run: the scope in which the LLM layer reuses a repeated call's reply
-    (see gaprag.llm.memo); set by the first node for each new question."""
-    gate_passages: list[Evidence] = field(default_factory=list)
-    """Plain RAG's passages when the gate ran and the loop went on (see gaprag.nodes.gate);
-    the ranked reader reads them with what the method gathered."""
+    asked: Annotated[
+        str,
+        Field(description="The question the per-question fields were last reset for."),
+        PERSISTENT,
+    ] = ""
+    limit: Annotated[
+        str,
+        Field(
+            description="deadline or token_budget once this question reached the operator's "
+            "limit: routers then end the loop, and the step that ends it reports the limit as "
+            "the stop_reason."
+        ),
+    ] = ""
+    run_key: Annotated[
+        str,
+        Field(
+            description="This question's run, in which the LLM layer answers a repeated call "
+            "from its memo; set by the first node of each new question."
+        ),
+        PERSISTENT,
+    ] = ""
+    gate_passages: Annotated[
+        list[Evidence],
+        Field(
+            description="Plain RAG's passages when the gate ran and the loop went on; the ranked "
+            "reader reads them with what the method gathered."
+        ),
+    ] = field(default_factory=list)

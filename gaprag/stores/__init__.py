@@ -1,6 +1,6 @@
 """Documents and ids, BM25, Chroma, hybrid fusion, embeddings, the retriever interface."""
 
-from gaprag.stores.documents import Document, load_documents, make_document
+from gaprag.stores.documents import Document, make_document
 from gaprag.stores.embeddings import (
     Embedder,
     HashingEmbedder,
@@ -10,6 +10,7 @@ from gaprag.stores.embeddings import (
     default_embedder,
     openai_embedder,
 )
+from gaprag.stores.loaders import load_corpus, load_documents, split_documents
 from gaprag.stores.pairs import PairStore, QAPair
 from gaprag.stores.retriever import (
     GapragRetriever,
@@ -36,7 +37,9 @@ __all__ = [
     "Store",
     "as_retriever",
     "default_embedder",
+    "load_corpus",
     "load_documents",
     "make_document",
     "openai_embedder",
+    "split_documents",
 ]

@@ -65,14 +65,36 @@ class DenseIndex:
         col = client.create_collection(
             name, embedding_function=None, metadata={"hnsw:space": "cosine"}
         )
+        index = cls(col)
+        index._add(ids, vectors, metadatas)
+        return index
+
+    def edit(
+        self,
+        remove: Sequence[str],
+        ids: Sequence[str],
+        vectors: Vectors,
+        metadatas: Sequence[dict[str, Any] | None] | None = None,
+    ) -> None:
+        """Delete ``remove``, then add ``ids`` with their vectors and metadata (an update of a
+        copy)."""
+        for start in range(0, len(remove), BATCH):
+            self.collection.delete(ids=list(remove[start : start + BATCH]))
+        self._add(ids, vectors, metadatas)
+
+    def _add(
+        self,
+        ids: Sequence[str],
+        vectors: Vectors,
+        metadatas: Sequence[dict[str, Any] | None] | None,
+    ) -> None:
         for start in range(0, len(ids), BATCH):
             batch = list(metadatas[start : start + BATCH]) if metadatas else None
-            col.add(
+            self.collection.add(
                 ids=list(ids[start : start + BATCH]),
                 embeddings=vectors[start : start + BATCH].tolist(),
                 metadatas=batch if batch and any(batch) else None,
             )
-        return cls(col)
 
     @classmethod
     def open(cls, client: Any, name: str) -> DenseIndex:

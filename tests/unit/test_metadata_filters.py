@@ -12,8 +12,8 @@ from gaprag import build_graph
 from gaprag.errors import InputError
 from gaprag.graphs import ITERATIVE
 from gaprag.llm.client import LLM
-from gaprag.stores import HashingEmbedder, Store
-from gaprag.stores.documents import Document, load_documents
+from gaprag.stores import HashingEmbedder, Store, load_documents
+from gaprag.stores.documents import Document, load_jsonl
 from gaprag.stores.filters import MAX_KEYS, check_filter, chroma_where, matches
 from gaprag.stores.retriever import GapragRetriever
 from gaprag.testing import ScriptedChatModel, scripted
@@ -44,13 +44,16 @@ def test_jsonl_extra_fields_become_metadata(tmp_path: Path) -> None:
     corpus.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     (doc,) = load_documents([corpus])
     assert (doc["id"], doc["title"], doc["text"]) == ("a", "T", "alpha")
-    assert doc["metadata"] == {"url": "https://x/a", "department": "hr"}
+    assert doc["metadata"] == {"url": "https://x/a", "department": "hr", "source": "c.jsonl"}
 
 
-def test_a_plain_jsonl_record_has_no_metadata(tmp_path: Path) -> None:
+def test_a_plain_jsonl_record_has_only_its_source(tmp_path: Path) -> None:
     corpus = tmp_path / "c.jsonl"
     corpus.write_text('{"id": "a", "title": "T", "text": "alpha"}\n')
-    assert load_documents([corpus]) == [{"id": "a", "title": "T", "text": "alpha"}]
+    assert load_jsonl(corpus) == [{"id": "a", "title": "T", "text": "alpha"}]
+    assert load_documents([corpus]) == [
+        {"id": "a", "title": "T", "text": "alpha", "metadata": {"source": "c.jsonl"}}
+    ]
 
 
 @pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid"])
@@ -84,6 +87,24 @@ def test_bm25_fetches_deeper_until_enough_passages_match(tmp_path: Path) -> None
                  "metadata": {"d": "y"}})  # fmt: skip
     st = Store.build(tmp_path / "s", docs, embedder=HashingEmbedder(), progress=False)
     assert [h["id"] for h in st.search("leave", 3, mode="bm25", filter={"d": "y"})] == ["far"]
+
+
+def test_updates_carry_metadata_into_chroma(tmp_path: Path, store_docs: list[Document]) -> None:
+    """An update edits a copy of the Chroma collection: added and changed passages keep their
+    metadata there, so the dense side filters them like the rest."""
+    st = Store.build(tmp_path / "s", store_docs, embedder=HashingEmbedder(), progress=False)
+    new: Document = {"id": "fin1", "title": "Budget", "text": "Leave travel costs in the budget.",
+                     "metadata": {"source": "fin/budget.md", "department": "finance"}}  # fmt: skip
+    moved: Document = {**store_docs[3], "metadata": {**IT, "page": 4, "department": "finance"}}
+    st2 = st.add([new, moved])
+    assert st2.update == {"num_added": 1, "num_updated": 1, "num_deleted": 0, "num_skipped": 0}
+    for mode in ("dense", "bm25", "hybrid"):
+        hits = st2.search("leave budget laptop", 5, mode=mode, filter={"department": "finance"})
+        assert {h["id"] for h in hits} == {"fin1", "it2"}, mode
+    assert Store.open(st2.root, embedder=HashingEmbedder()).get("fin1") == new
+    st3 = st2.delete(["fin1"])
+    hits = st3.search("leave budget", 5, mode="dense", filter={"department": "finance"})
+    assert [h["id"] for h in hits] == ["it2"]
 
 
 def test_filters_are_checked_and_bounded() -> None:
