@@ -367,6 +367,45 @@ class LLM:
         reply = await self._ainvoke(msgs, max_tokens, parts)
         return Scored(strip_thinking(_text(reply)).strip(), None)
 
+    async def ascore_continuation(
+        self, messages: Messages, prefix: str, text: str, *, top_logprobs: int = 2
+    ) -> Scored | None:
+        """``text``'s tokens with their logprobs, as the model's reply to ``messages`` that
+        continues after ``prefix`` (the start of that reply; may be empty).
+
+        The request ends with an assistant message holding ``prefix``, which llama.cpp's
+        server continues (its assistant prefill; the reply may repeat the prefix), and is
+        answered at temperature 0: the tokens are the model's own, as it generates ``text``.
+        None when the endpoint gives no logprobs or its continuation does not start with
+        ``text`` (another model, or a reply that was constrained when it was made)."""
+        if not self.supports_logprobs:
+            return None
+        msgs = to_messages(messages)
+        if prefix:
+            msgs = [*msgs, AIMessage(content=prefix)]
+        extra: dict[str, Any] = {"logprobs": True, "top_logprobs": top_logprobs, "temperature": 0.0}
+        try:
+            reply = await self._ainvoke(msgs, len(text) + 2, prompt_parts(messages), **extra)
+        except EndpointError:
+            raise
+        except Exception as exc:  # the endpoint has no logprobs: stop asking
+            record_decision(event="logprobs_unavailable", error=one_line(str(exc), 200))
+            self.supports_logprobs = False
+            return None
+        tokens = _token_logprobs(reply)
+        content = _text(reply)
+        if prefix and content.startswith(prefix):
+            content = content[len(prefix) :]
+        target = text.strip()
+        if tokens is None or not content.lstrip().startswith(target):
+            return None
+        kept: list[TokenLogprob] = []
+        for token in tokens:
+            if len("".join(t.token for t in kept).strip()) >= len(target):
+                break
+            kept.append(token)
+        return Scored(content, kept)
+
     def _constraint(self, schema: Mapping[str, Any]) -> dict[str, Any]:
         if self.structured_mode == "json_schema":
             return {
