@@ -215,3 +215,12 @@ def test_the_script_prints_the_replay(run_dir: Path, capsys: pytest.CaptureFixtu
     assert "| ircot | fit | 1 | 0.000 | 0.000 | 1.000 | 1.000 | 1.000 | 1 (0) |" in out
     assert "| ircot | gate_p | a=1.700 |" in out  # above every p: never switch
     assert script.main([str(run_dir.parent)]) == 2
+
+
+async def test_a_reply_that_repeats_the_prefix_is_read_after_it() -> None:
+    # llama.cpp's server returns the prefilled start of the reply with the continuation
+    llm, _ = scripted_llm("So the answer is: Dracula", [[(" Dracula", -0.25)]])
+    scored = await llm.ascore_continuation([("user", "q")], "So the answer is:", " Dracula")
+    assert scored is not None and scored.text == " Dracula"
+    assert [(t.token, t.logprob) for t in scored.tokens or []] == [(" Dracula", -0.25)]
+    assert await llm.ascore_continuation([("user", "q")], "So the answer is:", " Pistacia") is None
