@@ -328,6 +328,13 @@ def _indices(run_dir: Path) -> dict[str, int]:
     return {}
 
 
+def _gate_p(row: Mapping[str, Any]) -> float | None:
+    for decision in row.get("decisions") or []:
+        if isinstance(decision, Mapping) and decision.get("node") == "gate":
+            return _p(decision.get("p"))
+    return None
+
+
 def _p(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
@@ -351,9 +358,8 @@ def candidates(dirs: Sequence[str | Path]) -> list[Candidates]:
                 continue
             qid, method = str(row.get("id")), str(row.get("method"))
             answer = gate_answer(row) or ""
-            gate = next(d for d in row.get("decisions") or [] if d.get("node") == "gate")
             gate_f1 = f1_score(answer, row.get("answers") or [])
-            gate_p = _p(gate.get("p"))
+            gate_p = _gate_p(row)
             score = scores.get((method, qid)) or {}
             loop_p = gate_p if score.get("path") == "gate_stop" else _p(score.get("p"))
             out.append(
@@ -463,7 +469,14 @@ def _evaluate(rule: str, cands: Sequence[Candidates], t: Thresholds) -> dict[str
     }
 
 
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 def _summary(cands: Sequence[Candidates]) -> dict[str, Any]:
+    """The candidates' F1 on ``cands``; ``differ``: the questions where the two candidates
+    differ, with each one's F1 there (``differ_gate``, ``differ_loop``), and how many of them
+    have the method's ``p`` (``loop_scored``); ``agree_f1``: F1 where they agree."""
     n = len(cands)
     differ = [c for c in cands if not c.agree]
     return {
@@ -474,6 +487,9 @@ def _summary(cands: Sequence[Candidates]) -> dict[str, Any]:
         "oracle": sum(c.oracle for c in cands) / n,
         "in_run": sum(max(c.gate_f1, c.loop_f1) for c in cands) / n,
         "differ": len(differ),
+        "differ_gate": _mean([c.gate_f1 for c in differ]),
+        "differ_loop": _mean([c.loop_f1 for c in differ]),
+        "agree_f1": _mean([c.loop_f1 for c in cands if c.agree]),
         "loop_scored": sum(c.loop_p is not None for c in differ),
     }
 
@@ -520,8 +536,8 @@ def render(result: Mapping[str, Any]) -> str:
     """The replay as Markdown: per method the candidates' F1, then each rule."""
     lines = [
         "| method | set | n | plain RAG | gate answer | loop answer | best of the two | oracle "
-        "| differ (method p known) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| agree: F1 | differ (method p known): gate / loop F1 |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for method, e in result.items():
         for part in ("fit", "check"):
@@ -530,7 +546,8 @@ def render(result: Mapping[str, Any]) -> str:
                 lines.append(
                     f"| {method} | {part} | {s['n']} | {_num(s['plain'])} | {_num(s['gate'])} | "
                     f"{_num(s['loop'])} | {_num(s['in_run'])} | {_num(s['oracle'])} | "
-                    f"{s['differ']} ({s['loop_scored']}) |"
+                    f"{s['n'] - s['differ']}: {_num(s['agree_f1'])} | {s['differ']} "
+                    f"({s['loop_scored']}): {_num(s['differ_gate'])} / {_num(s['differ_loop'])} |"
                 )
     lines += [
         "",

@@ -201,6 +201,8 @@ def test_thresholds_are_chosen_by_f1_on_the_calibration_questions_only() -> None
     assert result["rules"]["gate"]["fit"]["switched"] == 4  # never where the two agree
     assert result["fit"]["n"] == 5 and result["check"]["n"] == 2
     assert result["fit"]["differ"] == 4 and result["fit"]["loop_scored"] == 3
+    assert result["fit"]["differ_gate"] == 0.25 and result["fit"]["differ_loop"] == 0.75
+    assert result["fit"]["agree_f1"] == 0.5
 
 
 def test_rules_with_thresholds_need_calibration_questions() -> None:
@@ -212,7 +214,10 @@ def test_the_script_prints_the_replay(run_dir: Path, capsys: pytest.CaptureFixtu
     script = load_script("scripts/select_replay.py")
     assert script.main([str(run_dir)]) == 0
     out = capsys.readouterr().out
-    assert "| ircot | fit | 1 | 0.000 | 0.000 | 1.000 | 1.000 | 1.000 | 1 (0) |" in out
+    assert (
+        "| ircot | fit | 1 | 0.000 | 0.000 | 1.000 | 1.000 | 1.000 | 0: – | 1 (0): 0.000 / 1.000 |"
+        in out
+    )
     assert "| ircot | gate_p | a=1.700 |" in out  # above every p: never switch
     assert script.main([str(run_dir.parent)]) == 2
 
