@@ -19,8 +19,8 @@ first, from the run's traces, and replays selection rules between the two:
    :data:`gaprag.datasets.CALIBRATION_START` and on) and reports every rule there and, with
    the same thresholds, on the reported questions (below 50) where the directories hold them.
 
-When the two candidates agree (the same answer after normalisation) there is nothing to
-choose; the rules decide only where they differ:
+When the two candidates agree (the same answer after normalisation, or the gate answered
+and the loop never ran) there is nothing to choose; the rules decide only where they differ:
 
 - ``loop``: the method's answer (what the methods do today); ``gate``: plain RAG's answer;
 - ``gate_p``: plain RAG's answer when its ``p >= a``;
@@ -53,6 +53,7 @@ from gaprag.eval.stats import BASELINE, captured_share, dedupe, gate_answer
 from gaprag.metrics import f1_score
 from gaprag.nodes.answer import clean_answer
 from gaprag.nodes.gate import GATE_STOP, Signal, logprob_signals, normalize, probability
+from gaprag.nodes.short_answer import rule_answer
 from gaprag.traces import method_traces
 
 if TYPE_CHECKING:
@@ -291,7 +292,9 @@ def _run_dir(d: str | Path) -> Path:
 # -- 3. replay -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Candidates:
-    """One question of one method: plain RAG's F1 and the two candidates with their ``p``."""
+    """One question of one method: plain RAG's F1 and the two candidates with their ``p``
+    (the gate's answer scored after the short-answer step's rules, as a selection step would
+    give it)."""
 
     dataset: str
     method: str
@@ -358,7 +361,8 @@ def candidates(dirs: Sequence[str | Path]) -> list[Candidates]:
                 continue
             qid, method = str(row.get("id")), str(row.get("method"))
             answer = gate_answer(row) or ""
-            gate_f1 = f1_score(answer, row.get("answers") or [])
+            short = rule_answer(str(row.get("question") or ""), answer)
+            gate_f1 = f1_score(answer if short is None else short, row.get("answers") or [])
             gate_p = _gate_p(row)
             score = scores.get((method, qid)) or {}
             loop_p = gate_p if score.get("path") == "gate_stop" else _p(score.get("p"))
@@ -373,7 +377,8 @@ def candidates(dirs: Sequence[str | Path]) -> list[Candidates]:
                     loop_f1=float(row.get("f1") or 0.0),
                     gate_p=gate_p,
                     loop_p=loop_p,
-                    agree=normalize(answer) == normalize(str(row.get("prediction") or "")),
+                    agree=row.get("stop_reason") == GATE_STOP
+                    or normalize(answer) == normalize(str(row.get("prediction") or "")),
                 )
             )
     return out
