@@ -151,8 +151,8 @@ def call_cost(prompt_chars: int, max_tokens: int, chars_per_token: float = 4.0) 
 
 # -- which run a node belongs to ----------------------------------------------------------------
 _lock = threading.Lock()
-# by the identity of the run's object, which is kept alive with its ledger while listed
-_by_run: OrderedDict[int, tuple[object, Ledger]] = OrderedDict()
+# by the run's id, or the identity of its object (kept alive with its ledger while listed)
+_by_run: OrderedDict[int | str, tuple[object, Ledger]] = OrderedDict()
 _by_thread: OrderedDict[str, Ledger] = OrderedDict()
 
 
@@ -166,19 +166,19 @@ def _keep(table: OrderedDict[Any, Any], key: Any, value: Any, size: int) -> None
 def ledger_for(
     run: object | None, thread: str, *, starting: bool, make: Callable[[], Ledger]
 ) -> Ledger:
-    """The ledger of invocation ``run`` (an object that lives as long as the invocation),
-    made with ``make`` on its first node: a new one when that node is the graph's first
+    """The ledger of invocation ``run`` (an object that lives as long as the invocation, or
+    the run's id), made with ``make`` on its first node: a new one when that node is the graph's first
     (``starting``) or the thread has none, else the thread's last run's (a resume)."""
     with _lock:
-        found = _by_run.get(id(run)) if run is not None else None
+        found = _by_run.get(_run_key(run)) if run is not None else None
         if found is not None:
-            _by_run.move_to_end(id(run))
+            _by_run.move_to_end(_run_key(run))
             return found[1]
         ledger = None if starting or not thread else _by_thread.get(thread)
         if ledger is None:
             ledger = make()
         if run is not None:
-            _keep(_by_run, id(run), (run, ledger), RUNS_KEPT)
+            _keep(_by_run, _run_key(run), (run, ledger), RUNS_KEPT)
         if thread:
             _keep(_by_thread, thread, ledger, THREADS_KEPT)
         return ledger
@@ -187,8 +187,12 @@ def ledger_for(
 def find(run: object | None) -> Ledger | None:
     """The ledger of invocation ``run`` if one of its nodes has run."""
     with _lock:
-        found = _by_run.get(id(run)) if run is not None else None
+        found = _by_run.get(_run_key(run)) if run is not None else None
     return found[1] if found is not None else None
+
+
+def _run_key(run: object) -> int | str:
+    return run if isinstance(run, str) else id(run)
 
 
 _current: contextvars.ContextVar[Ledger | None] = contextvars.ContextVar(

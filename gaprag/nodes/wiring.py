@@ -143,6 +143,17 @@ def _thread(runtime: Runtime[Any], graph: object) -> str:
     return f"{id(graph)}|{thread}|" + "|".join(part.split(":")[0] for part in namespace)
 
 
+def _run(runtime: Runtime[Any]) -> object | None:
+    """What identifies the invocation a node runs in: LangGraph's run-scoped control object
+    (one per invocation, shared with its subgraphs), else the run's id when the caller gave
+    one."""
+    control: object | None = getattr(runtime, "control", None)
+    if control is not None:
+        return control
+    run_id = getattr(getattr(runtime, "execution_info", None), "run_id", None)
+    return str(run_id) if run_id else None
+
+
 def run_ledger(
     runtime: Runtime[Any], ctx: Any, graph: object, *, first: bool = False
 ) -> spend.Ledger:
@@ -150,7 +161,7 @@ def run_ledger(
     :func:`gaprag.llm.spend.ledger_for`), with the operator's limits for a new one."""
     policy = policy_of(type(ctx))
     return spend.ledger_for(
-        getattr(runtime, "control", None),
+        _run(runtime),
         _thread(runtime, graph),
         starting=first,
         make=lambda: spend.Ledger(token_budget=policy.token_budget, deadline_s=policy.deadline_s),
@@ -278,7 +289,7 @@ def add_router(
             chosen = fn(state, runtime.override(context=resolve_context(context, runtime.context)))
         if chosen not in cuts:
             return chosen
-        ledger = spend.find(getattr(runtime, "control", None))
+        ledger = spend.find(_run(runtime))
         if ledger is None:
             return chosen
         cap = runs_cap(builder, resolve_context(context, runtime.context))
