@@ -108,7 +108,14 @@ def threshold_setting(signal: Signal, p: float) -> float:
 
 
 async def gate(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[str, Any]:
-    """The graph node: plain RAG's answer, its confidence, and stop or loop."""
+    """The graph node: plain RAG's answer, its confidence, and stop or loop.
+
+    With ``gate="off"`` it does nothing. When it stops, plain RAG's answer is the question's;
+    otherwise plain RAG's passages wait for the ranked reader.
+
+    Reads: `question`; writes: `answer`, `evidence`, `queries`, `iterations`, `stop_reason`
+    (when it stops), `gate_passages` (when the loop goes on), `decisions`.
+    """
     ctx = runtime.context
     if ctx.gate == "off":
         return {}

@@ -264,6 +264,14 @@ def reader_node(gather: Gather = gathered_evidence) -> Callable[..., Any]:
     """The graph node ``reader`` over what ``gather(state)`` returns."""
 
     async def reader(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[str, Any]:
+        """The graph node: answer anew from the best of what the method gathered.
+
+        Only with ``reader="ranked"``, and not after a confident gate. What it ranks is what
+        ``gather(state)`` returns (by default `evidence`, `gate_passages` and `queries`).
+
+        Reads: `question`, `answer`, `stop_reason`, `evidence`, `gate_passages`, `queries`;
+        writes: `answer`, `evidence`.
+        """
         ctx = runtime.context
         if not reader_answers(ctx) or state.stop_reason == "gate_confident":
             return {}

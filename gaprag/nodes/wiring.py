@@ -21,7 +21,10 @@ the question it is given, whichever way it was written into the state.
 
 A router is a module-level function ``(state, runtime) -> Literal[...]``; :func:`add_router`
 gives it the resolved settings too and passes its ``Literal`` values as the edge map, so
-Studio draws every edge.
+Studio draws every edge. Nodes and routers resolve the run's settings with
+:func:`gaprag.context.aresolve_context`, so a run-time path is resolved off the event loop.
+An error a node raises in a graph whose operator hides paths (the served graphs) is told
+without the server's paths (:meth:`gaprag.operator.OperatorPolicy.hidden`).
 
 :func:`compile_graph` compiles every method the same way. A method names its loop bounds (the
 context fields that bound its rounds, each with a ``maximum``) and the steps one round takes;
@@ -47,20 +50,22 @@ import inspect
 import time
 import typing
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import is_dataclass
 from typing import Any, get_args, get_origin
 
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.constants import START
+from langgraph.errors import GraphBubbleUp
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.runtime import Runtime
+from langgraph.runtime import Runtime, get_runtime
 from langgraph.types import Overwrite
 
 from gaprag.accounting import metered, record_decision
 from gaprag.aio import run_sync
-from gaprag.context import BaseContext, field_range, resolve_context
+from gaprag.context import BaseContext, aresolve_context, field_range
 from gaprag.deps import Deps
 from gaprag.llm import spend
 from gaprag.llm.memo import run_scope
@@ -175,6 +180,17 @@ def _end_at_limit(update: Any, limit: str) -> Any:
     return update
 
 
+class _Node(RunnableLambda[Any, Any]):
+    """A node: its sync and async implementation, each run once per task. Streamed
+    (``astream_events``, ``stream_mode="messages"``) it answers once, as when invoked, so the
+    trace holds the same runs and events in every mode."""
+
+    async def astream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any | None
+    ) -> AsyncIterator[Any]:
+        yield await self.ainvoke(input, config, **kwargs)
+
+
 def as_node(
     fn: NodeFn,
     deps: Deps,
@@ -183,9 +199,9 @@ def as_node(
     first: bool = False,
     inputs: frozenset[str] = frozenset(),
 ) -> Any:
-    """``fn`` as a LangGraph node that runs natively in sync and async mode."""
-    from langgraph._internal._runnable import RunnableCallable
-
+    """``fn`` as a LangGraph node that runs natively in sync and async mode: a
+    ``RunnableLambda`` with both implementations, each given the run's runtime by
+    :func:`langgraph.runtime.get_runtime`."""
     name = fn.__name__
     takes_deps = "deps" in inspect.signature(fn).parameters
     is_async = inspect.iscoroutinefunction(fn)
@@ -199,26 +215,42 @@ def as_node(
             state = dataclasses.replace(
                 state, **{k: copy.deepcopy(d) for k, (d, _) in stale.items()}
             )
-        run = runtime.override(context=resolve_context(context, runtime.context))
+        run = runtime.override(context=await aresolve_context(context, runtime.context))
         ledger = run_ledger(runtime, run.context, deps, first=first)
         reached = ledger.limit()
         start = time.perf_counter()
-        with run_scope(ledger.key), spend.spending(ledger), ledger.step(name), metered() as meter:
-            try:
-                result = fn(state, run, deps) if takes_deps else fn(state, run)
-                update = await result if is_async else result
-            except spend.SpendLimit as stop:  # a call the run could not afford: not sent
-                record_decision(event="spend_limit", limit=stop.reason)
-                update = {"stop_reason": stop.reason, "answer": getattr(state, "answer", "")}
-                reached = stop.reason
+        try:
+            with (
+                run_scope(ledger.key),
+                spend.spending(ledger),
+                ledger.step(name),
+                metered() as meter,
+            ):
+                try:
+                    result = fn(state, run, deps) if takes_deps else fn(state, run)
+                    update = await result if is_async else result
+                except spend.SpendLimit as stop:  # a call the run could not afford: not sent
+                    record_decision(event="spend_limit", limit=stop.reason)
+                    update = {"stop_reason": stop.reason, "answer": getattr(state, "answer", "")}
+                    reached = stop.reason
+        except GraphBubbleUp:  # a pause or a command: LangGraph's, as it is
+            raise
+        except Exception as err:  # a served graph's errors show no server path
+            hidden = policy_of(context).hidden(err)
+            if hidden is None:
+                raise
+            raise hidden from err
         update = meter.apply(update, name, time.perf_counter() - start)
         update = _end_at_limit(update, reached)
         return _start_update(update, stale, state.question) if starting else update
 
-    def func(state: Any, runtime: Runtime[Any]) -> Any:
-        return run_sync(afunc(state, runtime))
+    async def anode(state: Any) -> Any:
+        return await afunc(state, get_runtime())
 
-    return RunnableCallable(func, afunc, name=name)
+    def node(state: Any) -> Any:
+        return run_sync(afunc(state, get_runtime()))
+
+    return _Node(node, afunc=anode, name=name)
 
 
 def add_nodes(
@@ -282,21 +314,29 @@ def add_router(
     targets += [t for t in cuts.values() if t not in targets]
     takes_runtime = "runtime" in inspect.signature(fn).parameters
 
-    def route(state: Any, runtime: Runtime[Any]) -> Any:
+    async def aroute(state: Any, runtime: Runtime[Any]) -> Any:
         if not takes_runtime:
             chosen = fn(state)
         else:
-            chosen = fn(state, runtime.override(context=resolve_context(context, runtime.context)))
+            ctx = await aresolve_context(context, runtime.context)
+            chosen = fn(state, runtime.override(context=ctx))
         if chosen not in cuts:
             return chosen
         ledger = spend.find(_run(runtime))
         if ledger is None:
             return chosen
-        cap = runs_cap(builder, resolve_context(context, runtime.context))
+        cap = runs_cap(builder, await aresolve_context(context, runtime.context))
         return cuts[chosen] if ledger.limit() or ledger.most_runs() > cap else chosen
 
-    route.__name__ = fn.__name__
-    builder.add_conditional_edges(source, route, targets)
+    async def apath(state: Any) -> Any:
+        return await aroute(state, get_runtime())
+
+    def path(state: Any) -> Any:
+        return run_sync(aroute(state, get_runtime()))
+
+    builder.add_conditional_edges(
+        source, RunnableLambda(path, afunc=apath, name=fn.__name__), targets
+    )
 
 
 _LOOPS: weakref.WeakKeyDictionary[Any, Mapping[str, int]] = weakref.WeakKeyDictionary()

@@ -183,8 +183,15 @@ class OutputState:
 class BaseState(InputState, OutputState):
     """Internal state shared by all methods; each method subclasses it."""
 
-    asked: Annotated[str, PERSISTENT] = ""
-    """The question the per-question fields were last reset for (see gaprag.nodes.wiring)."""
-    gate_passages: list[Evidence] = field(default_factory=list)
-    """Plain RAG's passages when the gate ran and the loop went on (see gaprag.nodes.gate);
-    the ranked reader reads them with what the method gathered."""
+    asked: Annotated[
+        str,
+        Field(description="The question the per-question fields were last reset for."),
+        PERSISTENT,
+    ] = ""
+    gate_passages: Annotated[
+        list[Evidence],
+        Field(
+            description="Plain RAG's passages when the gate ran and the loop went on; the ranked "
+            "reader reads them with what the method gathered."
+        ),
+    ] = field(default_factory=list)
