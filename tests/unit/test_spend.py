@@ -16,6 +16,7 @@ from langgraph.types import Command
 
 from gaprag import build_graph
 from gaprag.accounting import estimate_tokens
+from gaprag.context import MAX_PASSAGES
 from gaprag.errors import InputError
 from gaprag.llm import spend
 from gaprag.operator import OperatorPolicy
@@ -69,18 +70,21 @@ def test_forged_counters_end_the_loop_near_its_bound(many_docs_store: Store) -> 
 
 
 def test_one_step_cannot_spend_past_the_budget(short_docs_store: Store) -> None:
-    """The ranked reader with the LLM ranker makes one call per gathered passage in one step;
-    the budget holds inside the step."""
+    """The ranked reader with the LLM ranker makes one call per gathered passage in one step
+    (here the most passages the settings allow); the budget holds inside the step."""
     llm = ScriptedChatModel(default="Yes")
     graph = build_graph(
         "missing_knowledge", llm=llm, retriever=short_docs_store,
         policy=OperatorPolicy(token_budget=3000),
     )  # fmt: skip
-    context = {"first_k": 200, "reader": "ranked", "reader_ranker": "llm", "reader_budget": 500}
+    most = MAX_PASSAGES
+    context = {"first_k": most, "reader": "ranked", "reader_ranker": "llm", "reader_budget": most}
     out = graph.invoke({"question": Q}, context=context)
     assert out["stop_reason"] == "token_budget"
     assert out["usage"]["llm_calls"] == len(llm.calls)
     assert 0 < served_tokens(llm) <= 3000
+    stops = [t["node"] for t in out["trace"] if t.get("event") == "spend_limit"]
+    assert stops == ["reader"]  # stopped inside the step, between two of its calls
 
 
 def test_a_resumed_review_spends_from_the_same_budget(store: Store) -> None:
