@@ -322,7 +322,7 @@ def measure(bench: Bench, example: Example, index: int) -> dict[str, Any]:
         "variants": variants,
         "retrieval": {**retrieval, "seconds": round(retrieval_s, 3)},
         "settings": {k: settings[k] for k in ("top_k", "retrieval_mode", "max_passage_words",
-                                               "answer_max_tokens", "answer_style")},
+                                               "answer_max_tokens", "reader")},
         "wall_s": round(time.perf_counter() - started, 3),
     }  # fmt: skip
     row["signals"] = signals(row)

@@ -1,6 +1,7 @@
 """The ``gaprag`` command (see the README's Usage section).
 
-Subcommands live beside what they drive: a module in ``PLUGINS`` that defines
+Subcommands live beside what they drive: :func:`build_parser` imports each such module (the
+evaluation's, RAG-EF's, Missing-Knowledge's and RFM-RAG's ``cli``) and its
 ``register(subparsers)`` adds its own commands. User errors print one line and a hint.
 """
 
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import math
 import os
@@ -18,16 +18,9 @@ import time
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from gaprag.errors import EndpointError, GapragError, InputError, one_line
-
-PLUGINS = (
-    "gaprag.eval.cli",
-    "gaprag.graphs.rag_ef.cli",
-    "gaprag.graphs.missing_knowledge.cli",
-    "gaprag.graphs.rfm_rag.cli",
-)
 
 
 def _fail(err: GapragError) -> int:
@@ -294,24 +287,70 @@ def cmd_settings(args: argparse.Namespace) -> int:
 
 
 # -- index ---------------------------------------------------------------------------------
-def cmd_index(args: argparse.Namespace) -> int:
-    from gaprag.stores.documents import load_documents
-    from gaprag.stores.store import Store
+def _listed(what: str, items: list[str]) -> None:
+    """One stderr line naming up to five items (reported even with --quiet)."""
+    shown = "; ".join(items[:5]) + (f"; and {len(items) - 5} more" if len(items) > 5 else "")
+    print(f"gaprag: {what}: {shown}", file=sys.stderr)
 
-    skipped: list[str] = []
-    docs = load_documents(
-        args.paths, chunk_size=args.chunk_size, overlap=args.overlap, skipped=skipped
-    )
-    if skipped:  # reported even with --quiet: the store lacks these files
-        shown = "; ".join(skipped[:5]) + (
-            f"; and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from gaprag.stores.loaders import keep_apart, load_corpus, supported
+    from gaprag.stores.store import Store
+    from gaprag.stores.versions import source_roots
+
+    if args.delete:
+        if args.paths:
+            raise InputError(
+                "give paths to index or --delete ids, not both",
+                hint="run `gaprag index` once for each",
+            )
+        store = Store.open(args.store).delete(args.delete, progress=not args.quiet)
+        print(
+            f"gaprag: deleted {len(set(args.delete))} passage(s); {args.store} holds {len(store)}"
         )
-        print(f"gaprag: skipped {len(skipped)} file(s): {shown}", file=sys.stderr)
-    _progress(f"gaprag: {len(docs)} documents from {len(args.paths)} source(s)")
-    store = Store.build(args.store, docs, bm25_engine=args.bm25, chroma_url=args.chroma_url)
+        return 0
+    if not args.paths:
+        raise InputError(
+            "nothing to index", hint=f"give folders or files ({supported()}), or --delete IDS"
+        )
+    corpus = load_corpus(args.paths, chunk_size=args.chunk_size, overlap=args.overlap)
+    keep_apart(corpus, source_roots(Path(args.store)))
+    if corpus.skipped:  # reported even with --quiet: the store lacks these files
+        _listed(f"skipped {len(corpus.skipped)} file(s)", corpus.skipped)
+    if corpus.duplicates:
+        _listed(f"{len(corpus.duplicates)} duplicate(s)", corpus.duplicates)  # fmt: skip
+    if not corpus.documents and not corpus.sources:
+        raise InputError(
+            "no documents found in the given sources",
+            hint=f"check the paths and file types (gaprag reads {supported()})",
+        )
+    _progress(
+        f"gaprag: {len(corpus.documents)} passages from {len(corpus.sources)} file(s) "
+        f"in {len(args.paths)} path(s)"
+    )
+    store = Store.index(
+        args.store,
+        corpus.documents,
+        cleanup=args.cleanup,
+        sources=list(corpus.sources),
+        roots=corpus.sources,
+        bm25_engine=args.bm25,
+        chroma_url=args.chroma_url,
+        progress=not args.quiet,
+    )
+    done = cast(dict[str, int], store.update or {})
+    counts = ", ".join(
+        f"{done.get(key, 0)} {word}"
+        for key, word in (("num_added", "added"), ("num_updated", "updated"),
+                          ("num_deleted", "deleted"), ("num_skipped", "unchanged"))
+    )  # fmt: skip
+    if not (done.get("num_added") or done.get("num_updated") or done.get("num_deleted")):
+        print(f"gaprag: {args.store} is up to date ({len(store)} passages; {counts})")
+        return 0
     t = store.manifest["timings_s"]
     print(
-        f"gaprag: indexed {len(store)} documents into {args.store} "
+        f"gaprag: indexed into {args.store}: {counts}; {len(store)} passages, "
+        f"{store.manifest.get('embedded', len(store))} embedded "
         f"(bm25 {t['bm25']}s, embed {t['embed']}s, chroma {t['chroma_add']}s)"
     )
     return 0
@@ -420,7 +459,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from gaprag.eval import cli as eval_cli
     from gaprag.graphs import METHODS
+    from gaprag.graphs.missing_knowledge import cli as kb_cli
+    from gaprag.graphs.rag_ef import cli as feedback_cli
+    from gaprag.graphs.rfm_rag import cli as rf_cli
 
     parser = _Parser(prog="gaprag", description="Iterative RAG methods as LangGraph graphs.")
     parser.add_argument(
@@ -472,17 +515,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_settings)
 
-    p = sub.add_parser("index", help="build a BM25 + Chroma store from a corpus")
+    p = sub.add_parser(
+        "index",
+        help="build or update a BM25 + Chroma store from folders and files",
+        description="Index folders and files (.txt, .md, .pdf, .html, .csv, .docx, and JSONL "
+        "corpora) into a store; indexing into an existing store updates it.",
+    )
     p.add_argument(
-        "paths", nargs="+", help="JSONL {id,title,text}, dataset JSONL, or folder of .txt/.md"
+        "paths",
+        nargs="*",
+        help="folders and files: .txt .md .pdf .html .csv .docx, JSONL {id,title,text} or "
+        "dataset JSONL",
     )
     p.add_argument("--store", required=True, help="directory of the store")
-    p.add_argument("--bm25", default="bm25s", choices=["bm25s", "rank_bm25"])
+    p.add_argument(
+        "--cleanup",
+        default="incremental",
+        choices=["none", "incremental", "full"],
+        help="what an update removes: incremental (default) the passages of the files indexed "
+        "now that they no longer have; full also every file not indexed now; none nothing",
+    )
+    p.add_argument(
+        "--delete",
+        nargs="+",
+        metavar="ID",
+        help="remove these passage ids from the store (instead of indexing)",
+    )
+    p.add_argument("--bm25", choices=["bm25s", "rank_bm25"], help="BM25 engine (default: bm25s)")
     p.add_argument(
         "--chroma-url", help="use a Chroma server (e.g. http://127.0.0.1:8000) instead of embedded"
     )
-    p.add_argument("--chunk-size", type=int, default=200, help="words per chunk for text files")
-    p.add_argument("--overlap", type=int, default=40, help="words of overlap between chunks")
+    p.add_argument("--chunk-size", type=int, default=200, help="words per passage for documents")
+    p.add_argument("--overlap", type=int, default=40, help="words of overlap between passages")
     p.add_argument("--quiet", action="store_true", help="no progress messages or bars")
     p.set_defaults(func=cmd_index)
 
@@ -517,22 +581,17 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--out", help="FILE.mmd / FILE.md for mermaid, FILE.png for PNG")
     q.set_defaults(func=cmd_graph_draw)
 
-    for module in PLUGINS:
-        try:
-            plugin = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name and module.startswith(exc.name):
-                continue
-            raise
-        plugin.register(sub)
+    for commands in (eval_cli, feedback_cli, kb_cli, rf_cli):
+        commands.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gaprag.config import environ, offline_env, quiet, quiet_libraries
+    from gaprag.config import environ, manage_torch_threads, offline_env, quiet, quiet_libraries
 
     offline_env()
     quiet_libraries()  # dependencies' bars and warnings stay off the terminal
+    manage_torch_threads()  # the embedder leaves an LLM server on this machine its cores
     # a plain `kill` should still run exit hooks (they stop the embedded LLM server)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:

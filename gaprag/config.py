@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 DEFAULT_LOCAL_MODEL = "qwen2.5-coder-1.5b"
 PLACEHOLDER_API_KEY = "sk-local-placeholder"
@@ -53,12 +55,17 @@ def private_file(path: Path) -> Path:
     return path
 
 
+def home_path() -> Path:
+    """Where :func:`gaprag_home` is (``GAPRAG_HOME``, else ``~/.cache/gaprag``), not created."""
+    return Path(os.environ.get("GAPRAG_HOME") or Path.home() / ".cache" / "gaprag").expanduser()
+
+
 def gaprag_home() -> Path:
     """Cache directory for stores, assembled model files, server logs and checkpoints.
 
     Created owner-only (0700): server logs, checkpoints and traces under it can hold prompts.
     """
-    home = Path(os.environ.get("GAPRAG_HOME") or Path.home() / ".cache" / "gaprag").expanduser()
+    home = home_path()
     if home not in _private_homes:
         private_dir(home)
         _private_homes.add(home)
@@ -89,6 +96,67 @@ def local_slots() -> int:
     """``GAPRAG_LOCAL_SLOTS``: requests the embedded server serves at once (default 1; repeatable
     serving always uses 1)."""
     return max(1, _int_env("GAPRAG_LOCAL_SLOTS", 1))
+
+
+def cpu_cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def llama_threads() -> int:
+    """``GAPRAG_LLAMA_THREADS``: threads of the embedded llama.cpp server (default: every core
+    this process may use)."""
+    return max(1, _int_env("GAPRAG_LLAMA_THREADS", cpu_cores()))
+
+
+_torch = {"managed": False, "embedded_llm_threads": 0}
+
+
+def manage_torch_threads() -> None:
+    """Called by the processes gaprag owns (the ``gaprag`` command, the served graphs): the
+    default of :func:`torch_threads` applies in them."""
+    _torch["managed"] = True
+
+
+def embedded_llm_started(threads: int) -> None:
+    """The embedded LLM server this process started runs ``threads`` threads."""
+    _torch["embedded_llm_threads"] = threads
+
+
+def torch_threads() -> int | None:
+    """``GAPRAG_TORCH_THREADS``: threads of the embedder and the cross-encoder (torch's
+    intra-op threads). Default, in a process gaprag owns, while an LLM server shares the CPU:
+    the cores the embedded server this process started leaves (at least 1), or 1 beside an
+    endpoint on this machine (a loopback address). Otherwise torch's own (None): e.g. while
+    ``gaprag index`` embeds a corpus with no LLM running."""
+    explicit = _int_env("GAPRAG_TORCH_THREADS", 0)
+    if explicit > 0:
+        return explicit
+    if not _torch["managed"]:
+        return None
+    if _torch["embedded_llm_threads"]:
+        return max(1, cpu_cores() - _torch["embedded_llm_threads"])
+    host = urlsplit(base_url() or "").hostname or ""
+    if host == "localhost" or host == "::1" or host.startswith("127."):
+        return 1
+    return None
+
+
+def apply_torch_threads() -> None:
+    """Give torch :func:`torch_threads` threads in the calling thread, before it computes.
+
+    torch keeps the count per thread (a worker thread that computed once keeps the count it
+    had then), so the embedder and the cross-encoder call this before each batch; nothing
+    happens when torch is not loaded or the count is torch's own."""
+    threads = torch_threads()
+    torch = sys.modules.get("torch")
+    if threads is None or torch is None:
+        return
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def max_question_chars() -> int:

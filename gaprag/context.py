@@ -11,26 +11,38 @@ give them only the operator's value or what the operator's policy allows
 class whose *defaults* are the build-time values, and LangGraph builds that class from the
 run-time dict, so a run-time value is simply an argument to the constructor.
 
-Validation happens once, when a context object is constructed (``__post_init__``): ``Literal``
-fields must hold one of their values, and numbers must lie within a field's ``minimum`` and
-``maximum``. Both bounds are kept in the field's metadata under pydantic's names (``ge``,
-``le``), so the JSON schema LangGraph builds for Studio carries them as ``minimum`` and
-``maximum``.
+Validation happens once, when a context object is constructed (``__post_init__``): every
+value must have its field's type (an ``int`` setting takes whole numbers only, never a float,
+a bool or a string; a ``float`` setting takes an ``int`` too and holds it as a float; no
+number may be NaN or infinite), ``Literal`` fields must hold one of their values, and numbers
+must lie within a field's ``minimum`` and ``maximum``. Every numeric setting has a maximum.
+Both bounds are kept in the field's metadata under pydantic's names (``ge``, ``le``), so the
+JSON schema LangGraph builds for Studio carries them as ``minimum`` and ``maximum``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import types
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
+from gaprag.aio import to_thread
 from gaprag.errors import InputError
-from gaprag.operator import OperatorKind, admit
+from gaprag.operator import OperatorKind, admit, touches_files
 
 C = TypeVar("C", bound="BaseContext")
+
+#: Shared maxima of numeric settings: an LLM call's output cap, passages a step retrieves or
+#: shows, the words a passage is cut to, and a probability threshold (above 1: never stops).
+MAX_OUTPUT_TOKENS = 4096
+MAX_PASSAGES = 50
+MAX_PASSAGE_WORDS = 1000
+MAX_PROBABILITY_THRESHOLD = 2.0
 
 
 def method_of(cls: type[Any]) -> str:
@@ -72,29 +84,66 @@ def describe(
     minimum: float | None = None,
     maximum: float | None = None,
     operator: OperatorKind | None = None,
+    repeats: bool = False,
 ) -> Any:
     """A dataclass field whose description Studio shows in the assistant form.
 
     ``minimum``/``maximum``: the smallest and largest value a number may take (checked when a
-    context is built; Studio's form shows both). Every loop bound has a ``maximum``.
+    context is built; Studio's form shows both). Every numeric setting has a ``maximum``.
     ``operator``: the setting names an endpoint, a model, a path or a spend switch; it is the
     operator's, and a run may change it only as :mod:`gaprag.operator` allows.
+    ``repeats``: the setting bounds how often a step runs (a loop's rounds, or one call per
+    item); its maximum bounds the calls a run can make (:func:`repeat_bounds`).
     """
     metadata: dict[str, Any] = {"description": description}
     if minimum is not None:
         metadata["ge"] = minimum
     if maximum is not None:
         metadata["le"] = maximum
+    if minimum is not None or maximum is not None:
+        metadata["json_schema_extra"] = _bounds_schema
     if operator is not None:
         metadata["operator"] = operator
+    if repeats:
+        metadata["repeats"] = True
     if isinstance(default, list | dict | set):
         return field(default_factory=lambda: type(default)(default), metadata=metadata)
     return field(default=default, metadata=metadata)
 
 
+def _bounds_schema(schema: dict[str, Any]) -> None:
+    """A bounded field's JSON schema with its bounds as ``minimum`` and ``maximum`` also where
+    pydantic cannot apply them itself (a number-or-string union)."""
+    for ours, name in (("ge", "minimum"), ("le", "maximum")):
+        if ours in schema:
+            schema[name] = schema.pop(ours)
+
+
 def field_range(f: dataclasses.Field[Any]) -> tuple[float | None, float | None]:
     """A context field's (minimum, maximum), either None when the field has none."""
     return f.metadata.get("ge"), f.metadata.get("le")
+
+
+def repeat_bounds(cls: type[Any]) -> dict[str, int]:
+    """``{name: maximum}`` of the settings of ``cls`` that bound how often a step runs."""
+    return {
+        f.name: int(f.metadata["le"])
+        for f in dataclasses.fields(cls)
+        if f.metadata.get("repeats") and f.metadata.get("le") is not None
+    }
+
+
+def numeric_kind(annotation: Any) -> tuple[type[int] | type[float] | None, bool, bool]:
+    """(``int`` or ``float`` or None, whether None is allowed, whether a string is allowed) of
+    a field's annotation: ``int``, ``float``, ``float | None``, ``float | str``..."""
+    args = get_args(annotation) if get_origin(annotation) in (typing.Union, types.UnionType) else ()
+    members = set(args) if args else {annotation}
+    kind = float if float in members else int if int in members else None
+    return kind, type(None) in members, str in members
+
+
+def _number(x: float) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
 
 
 def _literal_values(annotation: Any) -> tuple[Any, ...] | None:
@@ -132,9 +181,14 @@ class BaseContext(metaclass=_Checked):
         "demo corpus.",
         operator="path",
     )
-    answer_max_tokens: int = describe(48, "Output cap for the final answer call.", minimum=1)
+    answer_max_tokens: int = describe(
+        48, "Output cap for the final answer call.", minimum=1, maximum=MAX_OUTPUT_TOKENS
+    )
     max_passage_words: int = describe(
-        150, "Passages are cut to this many words in prompts.", minimum=1
+        150,
+        "Passages are cut to this many words in prompts.",
+        minimum=1,
+        maximum=MAX_PASSAGE_WORDS,
     )
     reader: Literal["short", "paper", "ranked"] = describe(
         "short",
@@ -150,7 +204,10 @@ class BaseContext(metaclass=_Checked):
         "(the model's P(relevant), one call per passage).",
     )
     reader_budget: int = describe(
-        5, "Passages the ranked reader shows (plain RAG's top_k by default).", minimum=1
+        5,
+        "Passages the ranked reader shows (plain RAG's top_k by default).",
+        minimum=1,
+        maximum=MAX_PASSAGES,
     )
     gate: Literal["off", "logprob_mean", "logprob_margin", "logprob_min", "agreement"] = describe(
         "off",
@@ -165,9 +222,8 @@ class BaseContext(metaclass=_Checked):
         "The gate stops when its signal is at least this: a token logprob (<= 0) for "
         "logprob_mean and logprob_min, a logprob margin (>= 0) for logprob_margin; agreement "
         "stops when the two answers agree.",
-    )
-    answer_style: Literal["", "short", "paper"] = describe(
-        "", "Deprecated alias of reader (short or paper); applies when reader is left at short."
+        minimum=-100,
+        maximum=100,
     )
     no_logprobs: Literal["retrieve_more", "trust_answer"] = describe(
         "retrieve_more",
@@ -183,31 +239,78 @@ class BaseContext(metaclass=_Checked):
     )
 
     def __post_init__(self) -> None:
-        if self.answer_style in ("short", "paper") and self.reader == "short":
-            self.reader = self.answer_style
         hints = typing.get_type_hints(type(self))
         method = method_of(type(self))
         for f in dataclasses.fields(self):
+            annotation = hints.get(f.name)
             value = getattr(self, f.name)
-            allowed = _literal_values(hints.get(f.name))
-            if allowed is not None and value not in allowed:
-                raise InputError(
-                    f"{method}: {f.name}={value!r} is not valid",
-                    hint="use one of: " + ", ".join(repr(v) for v in allowed),
-                )
+            allowed = _literal_values(annotation)
+            if allowed is not None:
+                if value not in allowed or type(value) not in {type(v) for v in allowed}:
+                    raise InputError(
+                        f"{method}: {f.name}={_shown(value)} is not valid",
+                        hint="use one of: " + ", ".join(repr(v) for v in allowed),
+                    )
+                continue
+            value = _typed(method, f.name, annotation, value)
+            setattr(self, f.name, value)
             minimum, maximum = field_range(f)
             if not isinstance(value, int | float) or isinstance(value, bool):
                 continue
             if minimum is not None and value < minimum:
                 raise InputError(
-                    f"{method}: {f.name} must be at least {minimum:g} (got {value!r})",
-                    hint=f"set {f.name}={minimum:g} or more",
+                    f"{method}: {f.name} must be at least {_number(minimum)} (got {value!r})",
+                    hint=f"set {f.name}={_number(minimum)} or more",
                 )
             if maximum is not None and value > maximum:
                 raise InputError(
-                    f"{method}: {f.name} must be at most {maximum:g} (got {value!r})",
-                    hint=f"set {f.name}={maximum:g} or less",
+                    f"{method}: {f.name} must be at most {_number(maximum)} (got {value!r})",
+                    hint=f"set {f.name}={_number(maximum)} or less",
                 )
+
+
+def _shown(value: Any) -> str:
+    """A value as an error line shows it: its repr, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_TYPE_NAMES = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}
+
+
+def _typed(method: str, name: str, annotation: Any, value: Any) -> Any:
+    """``value`` as a field of type ``annotation`` holds it (an int for a float field becomes a
+    float); an InputError when it has another type or is not a finite number."""
+    kind, optional, text = numeric_kind(annotation)
+    if value is None and optional:
+        return None
+    if kind is None:
+        expected = annotation if annotation in _TYPE_NAMES else None
+        if expected is not None and not (
+            isinstance(value, expected) and (expected is bool or not isinstance(value, bool))
+        ):
+            raise InputError(
+                f"{method}: {name}={_shown(value)} is not {_TYPE_NAMES[expected]}",
+                hint=f"give {name} as {_TYPE_NAMES[expected]}",
+            )
+        return value
+    if isinstance(value, str) and text:
+        return value
+    accepted = (int,) if kind is int else (int, float)
+    if isinstance(value, bool) or not isinstance(value, accepted):
+        what = "a whole number" if kind is int else "a number"
+        raise InputError(
+            f"{method}: {name}={_shown(value)} is not {what}",
+            hint=f"give {name} as {what}",
+        )
+    if kind is float:
+        value = float(value)
+        if not math.isfinite(value):
+            raise InputError(
+                f"{method}: {name}={value!r} is not a finite number",
+                hint=f"give {name} as a number",
+            )
+    return value
 
 
 def _copier(value: Any) -> Callable[[], Any]:
@@ -279,6 +382,13 @@ def resolve_context(cls: type[C], value: Any) -> C:
     policy (:func:`gaprag.operator.admit`: the one place a run's settings are checked against
     what the operator allows)."""
     return admit(_context(cls, value))
+
+
+async def aresolve_context(cls: type[C], value: Any) -> C:
+    """:func:`resolve_context` for nodes and routers: a run-time path is resolved (symbolic
+    links read) in a worker thread, never on the event loop of an async run."""
+    ctx = _context(cls, value)
+    return await to_thread(admit, ctx) if touches_files(ctx) else admit(ctx)
 
 
 def _context(cls: type[C], value: Any) -> C:

@@ -2,9 +2,11 @@
 
 ``build_graph(method, llm=..., retriever=..., checkpointer=..., deps=Deps(...), **settings)``:
 ``llm`` and ``retriever`` are the common ones; the rest are injected only where a method uses
-them (a separate keyword or validator model, MIGRES's scorer and verifier, a QA-pair knowledge
-base, RAG-EF's feedback store, RFM-RAG's sufficiency model). They can also be passed to
-``build_graph`` as keywords of the same names. Anything not given is resolved lazily from the
+them (a separate keyword or validator model, a QA-pair knowledge base, RAG-EF's feedback
+store). They can also be passed to ``build_graph`` as keywords of the same names. A method
+with objects of its own declares them in its package, as a subclass of :class:`Deps` that its
+``build`` takes (e.g. MIGRES's scorer and fact verifier); the registry finds it there.
+Anything not given is resolved lazily from the
 run's settings (endpoint, store path) on first use and cached (the :data:`CACHE_SIZE` most
 recently used): building a graph is instant. An injected model is never replaced by an endpoint
 a run names, and the operator's API key goes only to the operator's endpoints
@@ -23,20 +25,15 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from gaprag.aio import to_thread
 from gaprag.context import BaseContext
 from gaprag.llm.client import LLM
 from gaprag.llm.factory import default_llm, openai_llm, resolve_llm
 from gaprag.operator import operator_endpoint, policy_of
+from gaprag.stores.pairs import PairStore
 from gaprag.stores.retriever import Retriever, as_retriever
-
-if TYPE_CHECKING:
-    from gaprag.graphs.migres.filter import Scorer
-    from gaprag.graphs.migres.verify import Verifier
-    from gaprag.graphs.rfm_rag.feedback_model.model import SufficiencyJudge
-    from gaprag.stores.pairs import PairStore
 
 T = TypeVar("T")
 _LLM_FIELDS = ("llm", "keywords_llm", "validator_llm")
@@ -59,16 +56,10 @@ class Deps:
     """IterKey: the model for keyword generation and regeneration (paper's Table 7)."""
     validator_llm: LLM | None = None
     """IterKey: the model for answer validation (paper's Table 8)."""
-    scorer: Scorer | None = None
-    """MIGRES: the knowledge filter's relevance scorer (e.g. a cross-encoder)."""
-    fact_verifier: Verifier | None = None
-    """MIGRES: the fact verifier (e.g. an NLI model)."""
     kb_pairs: Any = None
     """Missing-Knowledge: a QA-pair knowledge base (a PairStore or a Retriever)."""
     pair_store: PairStore | None = None
     """RAG-EF: the expert-feedback (question, answer, chunk) store."""
-    sufficiency_model: SufficiencyJudge | None = None
-    """RFM-RAG: the R-Feedback sufficiency model."""
     _cache: OrderedDict[Any, Any] = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _resolved: set[Any] = field(default_factory=set, repr=False)
@@ -78,7 +69,7 @@ class Deps:
         return {f.name for f in fields(cls) if not f.name.startswith("_")}
 
     @classmethod
-    def of(cls, **objects: Any) -> Deps:
+    def of(cls, **objects: Any) -> Self:
         """Normalise user objects: chat models become :class:`LLM`, retrievers are adapted."""
         values = {k: v for k, v in objects.items() if v is not None}
         for name in _LLM_FIELDS:

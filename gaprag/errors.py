@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
-import warnings
-from collections.abc import Callable, Mapping
-from typing import Any
 
 #: Environment variables whose values are secrets: never shown in messages, logs or traces.
 SECRET_VARS = ("OPENAI_API_KEY", "GAPRAG_API_KEY")
@@ -62,23 +58,3 @@ class InputError(GapragError, ValueError):
     """Bad user input: an empty question, an unreadable file, a malformed record, a run
     setting the operator does not allow. A ``ValueError`` too, so LangGraph's server passes
     its one-line message (not "An internal error occurred") to the caller of a run."""
-
-
-def deprecated_names(
-    module: str, renamed: Mapping[str, str], namespace: Mapping[str, Any]
-) -> Callable[[str], Any]:
-    """A module ``__getattr__`` that keeps old names for one release: each key of ``renamed``
-    gives, with a ``DeprecationWarning``, the object it names now: a name in ``namespace``
-    (the module's ``globals()``), or ``"package.module"`` when it moved there under the same
-    name. Other names raise ``AttributeError`` as usual."""
-
-    def __getattr__(name: str) -> Any:
-        if name not in renamed:
-            raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        new = renamed[name]
-        moved = "." in new
-        advice = f"import it from {new} instead" if moved else f"use {new} instead"
-        warnings.warn(f"{module}.{name} is deprecated: {advice}", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(new), name) if moved else namespace[new]
-
-    return __getattr__

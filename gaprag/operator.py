@@ -7,14 +7,17 @@ context={...})``, Studio's form, a LangGraph server's runs, assistants and MCP c
 operator's: their fields are made with ``describe(..., operator=KIND)`` and a run may not
 change them unless the operator allowed it (:class:`OperatorPolicy`):
 
-- ``endpoint`` (``base_url``, ``keywords_base_url``, ``validator_base_url``): a URL that starts
-  with one of ``allowed_endpoints`` (``GAPRAG_ALLOWED_ENDPOINTS``). The operator's API key is
-  never sent to such an endpoint: it gets the key the operator tied to that prefix, or none.
+- ``endpoint`` (``base_url``, ``keywords_base_url``, ``validator_base_url``): a URL under one
+  of ``allowed_endpoints`` (``GAPRAG_ALLOWED_ENDPOINTS``), compared parsed: the same scheme,
+  host and port, and the prefix's path on a segment boundary; a URL with user information is
+  never allowed. The operator's API key is never sent to such an endpoint: it gets the key the
+  operator tied to that prefix, or none.
 - ``model`` (``model``, ``keywords_model``, ``validator_model``): only together with an allowed
   run-time endpoint for it.
 - ``path`` (``store``, ``feedback_store``, ``qa_store``, ``rf_weights``, ``reranker``): inside
-  ``store_root`` (``GAPRAG_STORE_ROOT``) after resolving ``..`` and symbolic links; without a
-  root, never.
+  ``store_root`` (``GAPRAG_STORE_ROOT``) after resolving ``..`` and symbolic links, and every
+  symbolic link inside a named folder (a store's files) leading inside it too; without a root,
+  never. A run-time ``feedback_store`` or ``qa_store`` opens only an existing pair store.
 - ``switch`` (``calibration``): never.
 
 A run-time value equal to the operator's (the build-time value, or the ``GAPRAG_<NAME>``
@@ -24,7 +27,8 @@ variable when the build left it empty) is no change. ``dev_allow_runtime_setting
 Spend: ``max_bounds`` (``GAPRAG_MAX_BOUNDS="max_iterations=3,max_steps=5"``) caps numeric
 settings (a run asking for more is refused; a default above the cap is lowered to it);
 ``deadline_s`` (``GAPRAG_RUN_DEADLINE``) and ``token_budget`` (``GAPRAG_RUN_TOKEN_BUDGET``) end
-a run early with ``stop_reason`` ``deadline`` or ``token_budget`` (:func:`limit_reached`);
+a run early with ``stop_reason`` ``deadline`` or ``token_budget``: the LLM layer keeps them for
+the run and checks them before every call (:mod:`gaprag.llm.spend`);
 ``feedback_writes`` (``GAPRAG_FEEDBACK_WRITES``) lets resumed expert reviews write to RAG-EF's
 shared feedback store.
 """
@@ -32,12 +36,16 @@ shared feedback store.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+
+import httpx
 
 from gaprag import config
 from gaprag.errors import GapragError, InputError
@@ -72,11 +80,60 @@ def _number(name: str, kind: type[T]) -> T | None:
 
 
 @dataclass(frozen=True)
+class Location:
+    """Where a URL sends requests, as the HTTP client parses it: scheme, host, port (the
+    scheme's default when none is given) and path (``..`` resolved, no trailing ``/``)."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str
+
+    def under(self, prefix: Location) -> bool:
+        """Whether this location is ``prefix`` or below it: the same scheme, host and port,
+        and ``prefix``'s path followed by nothing or by ``/`` (``/v1`` holds ``/v1/chat``,
+        not ``/v10``)."""
+        same = (self.scheme, self.host, self.port) == (prefix.scheme, prefix.host, prefix.port)
+        return same and (
+            not prefix.path or self.path == prefix.path or self.path.startswith(prefix.path + "/")
+        )
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+#: characters no endpoint URL needs and parsers disagree on
+_ODD = re.compile(r"[\x00-\x20\x7f\\]|%(2f|2e|5c|00)", re.IGNORECASE)
+
+
+def location(url: str) -> Location | None:
+    """The :class:`Location` of an ``http(s)`` URL; None for anything else: another scheme,
+    no host, a bad port, user information (``http://a:1@b/``: the request goes to ``b``),
+    whitespace, control characters, backslashes or encoded ``/``, ``.``, ``\\``."""
+    if not isinstance(url, str) or _ODD.search(url):
+        return None
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError, TypeError):
+        return None
+    port = parsed.port or _DEFAULT_PORTS.get(parsed.scheme)
+    if parsed.scheme not in _DEFAULT_PORTS or not parsed.host or parsed.userinfo or port is None:
+        return None
+    if not 0 < port < 65536 or "@" in url.split("//", 1)[-1].split("/", 1)[0]:
+        return None
+    return Location(parsed.scheme, parsed.host.lower(), port, parsed.path.rstrip("/"))
+
+
+@dataclass(frozen=True)
 class AllowedEndpoint:
-    """A URL prefix runs may name as an endpoint, and the variable holding its key (if any)."""
+    """A URL prefix runs may name as an endpoint, and the variable holding its key (if any).
+    URLs are compared parsed (:func:`location`), never as text."""
 
     prefix: str
     key_env: str | None = None
+
+    def holds(self, url: str) -> bool:
+        """Whether ``url`` is this prefix or below it (:meth:`Location.under`)."""
+        mine, theirs = location(self.prefix), location(url)
+        return mine is not None and theirs is not None and theirs.under(mine)
 
 
 def parse_endpoints(text: str) -> tuple[AllowedEndpoint, ...]:
@@ -91,28 +148,37 @@ def parse_endpoints(text: str) -> tuple[AllowedEndpoint, ...]:
         else:
             out.append(AllowedEndpoint(item))
     for entry in out:
-        if "://" not in entry.prefix:
+        if location(entry.prefix) is None:
             raise GapragError(
-                f"GAPRAG_ALLOWED_ENDPOINTS: {entry.prefix!r} is not a URL prefix",
-                hint="list prefixes like https://api.example.com/v1/ (optionally =KEY_VARIABLE)",
+                f"GAPRAG_ALLOWED_ENDPOINTS: {entry.prefix!r} is not an http(s) URL prefix",
+                hint="list prefixes like https://api.example.com/v1 (optionally =KEY_VARIABLE), "
+                "with a host, no user name or password",
             )
     return tuple(out)
 
 
-def parse_bounds(text: str) -> dict[str, int]:
-    """``"max_iterations=3,max_steps=5"`` -> ``{"max_iterations": 3, "max_steps": 5}``."""
-    out: dict[str, int] = {}
+def parse_bounds(text: str) -> dict[str, int | float]:
+    """``"max_iterations=3,gate_threshold=0.5"`` -> ``{"max_iterations": 3,
+    "gate_threshold": 0.5}``: a cap for any numeric setting (whole numbers stay ints)."""
+    out: dict[str, int | float] = {}
     for item in (p.strip() for p in text.split(",")):
         if not item:
             continue
         name, _, raw = item.partition("=")
+        value: int | float | None
         try:
-            out[name.strip()] = int(raw)
+            value = int(raw)
         except ValueError:
+            try:
+                value = float(raw)
+            except ValueError:
+                value = None
+        if not name.strip() or value is None or not math.isfinite(value):
             raise GapragError(
                 f"GAPRAG_MAX_BOUNDS: {item!r} is not NAME=NUMBER",
                 hint='e.g. GAPRAG_MAX_BOUNDS="max_iterations=3,max_steps=5"',
-            ) from None
+            )
+        out[name.strip()] = value
     return out
 
 
@@ -127,7 +193,7 @@ class OperatorPolicy:
     """The directory under which a run may name stores and model files (``GAPRAG_STORE_ROOT``)."""
     dev_allow_runtime_settings: bool = False
     """A developer's own machine: runs may change every operator setting."""
-    max_bounds: Mapping[str, int] = field(default_factory=dict)
+    max_bounds: Mapping[str, int | float] = field(default_factory=dict)
     """Caps on numeric settings by name (``GAPRAG_MAX_BOUNDS``)."""
     deadline_s: float | None = None
     """Seconds of node time a run may spend before it answers with what it has."""
@@ -135,6 +201,11 @@ class OperatorPolicy:
     """LLM tokens (prompt + completion) a run may spend before it answers with what it has."""
     feedback_writes: bool = True
     """Resumed expert reviews may add pairs to RAG-EF's feedback store."""
+    hide_paths: bool = False
+    """Callers never see the server's absolute paths: not in the errors of a run (a path
+    under the store root shows as ``<store root>/...``, under ``GAPRAG_HOME`` as
+    ``<GAPRAG_HOME>/...``, any other as ``<server path>``) nor as the default of a path
+    setting in the settings' JSON schema (:data:`HIDDEN_PATH`). On in the served graphs."""
 
     @classmethod
     def from_env(cls, *, served: bool = False) -> OperatorPolicy:
@@ -150,11 +221,12 @@ class OperatorPolicy:
             deadline_s=_number("GAPRAG_RUN_DEADLINE", float),
             token_budget=_number("GAPRAG_RUN_TOKEN_BUDGET", int),
             feedback_writes=_flag("GAPRAG_FEEDBACK_WRITES", not served),
+            hide_paths=served,
         )
 
     def endpoint(self, url: str) -> AllowedEndpoint | None:
         """The allow-list entry ``url`` falls under, if any."""
-        return next((e for e in self.allowed_endpoints if url.startswith(e.prefix)), None)
+        return next((e for e in self.allowed_endpoints if e.holds(url)), None)
 
     def key_for(self, url: str) -> str:
         """The key sent to a run-time endpoint: the one tied to its prefix, else none (a
@@ -165,25 +237,148 @@ class OperatorPolicy:
 
     def inside_root(self, method: str, name: str, value: str) -> Path:
         """``value`` resolved under the store root (relative to it, ``..`` and symbolic links
-        followed); an InputError when it leaves the root."""
+        followed), with every symbolic link inside it (a store's files) leading inside the
+        root too; an InputError when it leaves the root or is no path. Reads the file system:
+        nodes call it through :func:`gaprag.context.aresolve_context`, off the event loop."""
         assert self.store_root is not None
+        _check_path_text(method, name, value)
+        shown = _shown(value)
         root = self.store_root.resolve()
         path = (root / Path(value).expanduser()).resolve()
-        if not path.is_relative_to(root):
+        escaped = path if not path.is_relative_to(root) else _link_out_of(path, root)
+        if escaped is not None:
+            where = "" if escaped == path else f" (its {escaped.relative_to(path)} leads out)"
             raise InputError(
-                f"{method}: {name}={value!r} is outside the store root {root}",
-                hint=f"name a path under {root}",
+                f"{method}: {name}={shown} is outside the store root{where}",
+                hint="name a path under the store root (GAPRAG_STORE_ROOT), with no symbolic "
+                "link leading out of it",
             )
         return path
 
-    def limit(self, usage: Mapping[str, Any]) -> str:
-        """``deadline`` or ``token_budget`` when a run's ``usage`` has reached that limit."""
-        tokens = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
-        if self.token_budget is not None and tokens >= self.token_budget:
-            return "token_budget"
-        if self.deadline_s is not None and float(usage.get("wall_s", 0.0)) >= self.deadline_s:
-            return "deadline"
-        return ""
+    def hide(self, text: str) -> str:
+        """``text`` with every absolute path shown as :attr:`hide_paths` says (when on)."""
+        if not self.hide_paths:
+            return text
+        bases = [(b, label) for b, label in ((self.store_root, "<store root>"),
+                 (config.home_path(), "<GAPRAG_HOME>")) if b is not None]  # fmt: skip
+
+        def shown(match: re.Match[str]) -> str:
+            path = Path(match.group(0))
+            for base, label in bases:
+                if path.is_relative_to(base):
+                    rest = path.relative_to(base).as_posix()
+                    return label if rest == "." else f"{label}/{rest}"
+            # a server path starts in a folder of /; a URL's path (/v1/chat) does not
+            return "<server path>" if path.parts[1] in _top_folders() else match.group(0)
+
+        return _ABSOLUTE_PATH.sub(shown, text)
+
+    def hidden(self, err: Exception) -> Exception | None:
+        """``err`` told with :meth:`hide` (a GapragError keeps its class, any other becomes a
+        GapragError naming its class); None when it shows no path to hide."""
+        if not self.hide_paths:
+            return None
+        if isinstance(err, GapragError):
+            message, hint = self.hide(err.message), self.hide(err.hint)
+            if (message, hint) == (err.message, err.hint):
+                return None
+            try:
+                return type(err)(message, hint=hint)
+            except TypeError:
+                return GapragError(message, hint=hint)
+        text = str(err)
+        hidden = self.hide(text)
+        return None if hidden == text else GapragError(f"{type(err).__name__}: {hidden}")
+
+
+_MAX_PATH = 1024
+#: an absolute path in a message: a ``/`` that starts a word (not a URL's or a relative
+#: path's), up to whitespace, a quote, a bracket or a separator
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~-])/[^\s'\"()<>,;]*[^\s'\"()<>,;.:]")
+#: the default a path setting shows in a served graph's settings schema: a run that gives it
+#: back gets the operator's value
+HIDDEN_PATH = "<the operator's>"
+#: entries of a directory looked at for symbolic links that lead out of the store root
+_MAX_ENTRIES = 100_000
+
+
+@functools.cache
+def _top_folders() -> frozenset[str]:
+    """The names in the file system's root folder."""
+    try:
+        return frozenset(os.listdir("/"))
+    except OSError:
+        return frozenset()
+
+
+def _shown(value: Any) -> str:
+    """A caller's value in an error line: its repr, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_path_text(method: str, name: str, value: str) -> None:
+    """An InputError when ``value`` cannot be a path: control characters, or too long."""
+    if len(value) > _MAX_PATH or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise InputError(
+            f"{method}: {name}={_shown(value)} is not a path (control characters or too long)",
+            hint="name a path under the store root (GAPRAG_STORE_ROOT)",
+        )
+
+
+def _link_out_of(path: Path, root: Path) -> Path | None:
+    """The first entry under directory ``path`` (``path`` resolved, inside ``root``) that is
+    a symbolic link resolving outside ``root``, followed through linked folders inside it;
+    None when there is none (or ``path`` is no directory); an InputError past
+    :data:`_MAX_ENTRIES` entries."""
+    if not path.is_dir():
+        return None
+    seen: set[Path] = set()
+    pending = [(path, path)]  # (as reached from path, resolved)
+    count = 0
+    while pending:
+        shown, real = pending.pop()
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            entries = list(os.scandir(real))
+        except OSError:
+            continue
+        for entry in entries:
+            count += 1
+            if count > _MAX_ENTRIES:
+                raise InputError(
+                    f"{path.name} holds more than {_MAX_ENTRIES:,} files to check",
+                    hint="name a store or a file, not a folder of many",
+                )
+            target = Path(entry.path)
+            if entry.is_symlink():
+                target = target.resolve()
+                if not target.is_relative_to(root):
+                    return shown / entry.name
+            if target.is_dir():
+                pending.append((shown / entry.name, target))
+    return None
+
+
+def touches_files(ctx: Any) -> bool:
+    """Whether admitting ``ctx`` reads the file system: it names a path the operator did not
+    set (resolved under the store root, symbolic links read)."""
+    cls = type(ctx)
+    return any(
+        kind == "path"
+        and getattr(ctx, name)
+        and getattr(ctx, name) not in operator_values(cls, name)
+        for name, kind in operator_fields(cls).items()
+    )
+
+
+def chosen_by_run(ctx: Any, name: str) -> bool:
+    """Whether setting ``name`` of an admitted ``ctx`` holds a value the run chose (not the
+    operator's): a run-time store opens only an existing store of its kind."""
+    value = getattr(ctx, name)
+    return bool(value) and value not in operator_values(type(ctx), name)
 
 
 # -- the operator's values and the check -----------------------------------------------------
@@ -264,7 +459,14 @@ def admit(ctx: T) -> T:
     kinds = operator_fields(cls)
     for name, kind in kinds.items():
         value = getattr(ctx, name)
-        if value in operator_values(cls, name) or policy.dev_allow_runtime_settings:
+        if kind == "path" and value == HIDDEN_PATH:  # the schema's stand-in for the operator's
+            changes[name] = _default(cls, name)
+            continue
+        if value in operator_values(cls, name):
+            continue
+        if kind == "path" and isinstance(value, str):
+            _check_path_text(method, name, value)
+        if policy.dev_allow_runtime_settings:
             continue
         if kind == "endpoint" and value and policy.endpoint(str(value)):
             continue
@@ -279,19 +481,19 @@ def admit(ctx: T) -> T:
             changes[name] = str(policy.inside_root(method, name, str(value)))
             continue
         raise InputError(
-            f"{method}: {name}={value!r} is the operator's setting and cannot be set per run",
+            f"{method}: {name}={_shown(value)} is the operator's setting and cannot be set per run",
             hint=_hint(name, kind),
         )
     for name, cap in policy.max_bounds.items():
         value = getattr(ctx, name, None)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= cap:
+        if not isinstance(value, int | float) or isinstance(value, bool) or value <= cap:
             continue
         if value != _default(cls, name):
             raise InputError(
                 f"{method}: {name}={value} is above the operator's cap of {cap}",
                 hint=f"set {name}={cap} or less (GAPRAG_MAX_BOUNDS)",
             )
-        changes[name] = cap
+        changes[name] = type(value)(cap)
     return dataclasses.replace(ctx, **changes) if changes else ctx  # type: ignore[type-var]
 
 
@@ -309,18 +511,37 @@ def _hint(name: str, kind: OperatorKind) -> str:
 
 
 def with_policy(cls: type[T], policy: OperatorPolicy) -> type[T]:
-    """``cls`` carrying ``policy`` (a subclass with the same fields, name and module)."""
-    derived = type(
-        cls.__name__,
-        (cls,),
-        {
-            "__operator_policy__": policy,
-            "__doc__": cls.__doc__,
-            "__module__": cls.__module__,
-            "__qualname__": cls.__qualname__,
-        },
+    """``cls`` carrying ``policy`` (a subclass with the same fields, name and module). With
+    ``hide_paths`` its JSON schema shows :data:`HIDDEN_PATH` as the default of every path
+    setting the operator set."""
+    namespace = {
+        "__operator_policy__": policy,
+        "__doc__": cls.__doc__,
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+    }
+    derived = type(cls.__name__, (cls,), namespace)
+    hidden = [
+        f
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if policy.hide_paths and operator_kind(f) == "path" and _default(cls, f.name)
+    ]
+    if not hidden:
+        return derived
+    specs = [
+        (f.name, f.type, field(default=_default(cls, f.name),
+                               metadata={**f.metadata, "json_schema_extra": _hidden_default}))
+        for f in hidden
+    ]  # fmt: skip
+    made = dataclasses.make_dataclass(
+        cls.__name__, specs, bases=(derived,), kw_only=True, namespace=namespace
     )
-    return derived
+    made.__module__, made.__qualname__ = cls.__module__, cls.__qualname__
+    return made
+
+
+def _hidden_default(schema: dict[str, Any]) -> None:
+    schema["default"] = HIDDEN_PATH
 
 
 def env_settings(cls: type[Any], given: Mapping[str, Any], injected: set[str]) -> dict[str, str]:

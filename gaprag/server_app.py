@@ -12,17 +12,31 @@ middleware, :class:`McpToolText`, that turns such an answer into what
 
 Every other request and response passes through untouched; so does a ``tools/call`` answer
 that is an error or not a method's output.
+
+A second middleware, :class:`StateGuard`, keeps a run's state the graph's own: it refuses,
+with HTTP 403 and a one-line JSON ``detail``, every request that would write channels
+directly (``command.update``, ``command.goto`` and its ``Send``; ``supersteps`` on thread
+creation; thread state updates and copies; the same fields in A2A messages and in the
+streaming protocol's commands) and the side doors ``langgraph.json`` has no switch for
+(a run's ``webhook``, crons). ``command: {"resume": ...}`` alone passes: it answers a paused
+run's question (RAG-EF's expert review) and the graph validates the value like any input.
+It reads at most :data:`MAX_BODY_BYTES` of a guarded request's body and hands the same bytes
+on; responses, streamed ones included, pass through untouched.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.responses import JSONResponse
 
 from gaprag.tool import tool_result
 
@@ -124,5 +138,227 @@ class McpToolText:
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-#: The app ``langgraph.json`` names in ``http.app``: no routes of its own, one middleware.
-app = Starlette(middleware=[Middleware(McpToolText)])
+# -- StateGuard: a run's state is written by its graph only ------------------------------------
+#: Longest request body :class:`StateGuard` reads on a guarded route (1 MiB); a longer one is
+#: refused with HTTP 413. A run's input is a question and a few settings.
+MAX_BODY_BYTES = 1024 * 1024
+
+_OWN = "a run's state is written by its graph only"
+SUPERSTEPS = f"supersteps are refused on thread creation: {_OWN}"
+STATE_UPDATE = f"thread state updates are refused: {_OWN}"
+THREAD_COPY = f"copying a thread is refused: {_OWN}"
+WEBHOOK = (
+    "webhook is refused: this server posts run output to no URL; wait for the run instead "
+    "(/runs/wait, /threads/{thread_id}/runs/{run_id}/join)"
+)
+CRONS = "crons are off on this server: every run is started by its caller"
+
+
+def too_large(limit: int) -> str:
+    return f"request body over {limit} bytes is refused on this route"
+
+
+def command_refusal(command: Any, where: str = "command") -> str | None:
+    """Why a run's ``command`` is refused, or None: only ``{"resume": value}`` passes (fields
+    set to null count as absent)."""
+    if command is None:
+        return None
+    if not isinstance(command, dict):
+        return f'{where} must be {{"resume": value}}: {_OWN}'
+    fields = sorted(str(k) for k, v in command.items() if k != "resume" and v is not None)
+    if not fields:
+        return None
+    named = ", ".join(f"{where}.{field}" for field in fields)
+    verb = "is" if len(fields) == 1 else "are"
+    return f"{named} {verb} refused: {_OWN} ({where}.resume alone answers a paused run)"
+
+
+def run_refusal(body: Any) -> str | None:
+    """A run request (``/runs``, ``/runs/wait``, ``/runs/stream``, per thread too)."""
+    if not isinstance(body, dict):
+        return None  # not a run request: the server answers it
+    if (refused := command_refusal(body.get("command"))) is not None:
+        return refused
+    return WEBHOOK if body.get("webhook") is not None else None
+
+
+def batch_refusal(body: Any) -> str | None:
+    """``/runs/batch``: a list of run requests."""
+    items = body if isinstance(body, list) else []
+    return next((r for r in map(run_refusal, items) if r is not None), None)
+
+
+def thread_refusal(body: Any) -> str | None:
+    """``POST /threads``: ``supersteps`` write the new thread's state."""
+    return SUPERSTEPS if isinstance(body, dict) and body.get("supersteps") else None
+
+
+def protocol_refusal(body: Any) -> str | None:
+    """A streaming-protocol command (``/threads/{id}/commands`` and its WebSocket):
+    ``run.start`` and ``input.respond`` take ``params.update`` and ``params.goto``."""
+    if not isinstance(body, dict) or body.get("method") not in ("run.start", "input.respond"):
+        return None
+    params = body.get("params")
+    if not isinstance(params, dict):
+        return None
+    forged = {k: params[k] for k in ("update", "goto") if params.get(k) is not None}
+    return command_refusal(forged or None, where=f"{body['method']} params")
+
+
+def a2a_refusal(body: Any) -> str | None:
+    """An A2A JSON-RPC request: ``params.message.command`` is a run's command."""
+    params = body.get("params") if isinstance(body, dict) else None
+    message = params.get("message") if isinstance(params, dict) else None
+    if not isinstance(message, dict):
+        return None
+    return command_refusal(message.get("command"), where="message.command")
+
+
+def _route(pattern: str) -> re.Pattern[str]:
+    """A route of LangGraph's API, under any mount prefix, with or without a trailing slash."""
+    return re.compile(rf"(?:/.*)?{pattern}/?")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A guarded route: ``refusal(body)`` says why a request is refused (None: it passes); a
+    text refuses every request, unread."""
+
+    method: str
+    path: re.Pattern[str]
+    refusal: Callable[[Any], str | None] | str
+
+
+_ID = r"[^/]+"
+RULES = (
+    Rule("POST", _route(rf"(?:/threads/{_ID})?/runs(?:/stream|/wait)?"), run_refusal),
+    Rule("POST", _route(r"/runs/batch"), batch_refusal),
+    Rule("POST", _route(rf"(?:/threads/{_ID})?/runs/crons"), CRONS),
+    Rule("PATCH", _route(rf"/runs/crons/{_ID}"), CRONS),
+    Rule("POST", _route(r"/threads"), thread_refusal),
+    Rule("POST", _route(rf"/threads/{_ID}/state"), STATE_UPDATE),
+    Rule("POST", _route(rf"/threads/{_ID}/copy"), THREAD_COPY),
+    Rule("POST", _route(rf"/threads/{_ID}/commands"), protocol_refusal),
+    Rule("POST", _route(rf"/a2a/{_ID}"), a2a_refusal),
+)
+#: The streaming protocol's WebSocket: each frame is a command.
+PROTOCOL_SOCKET = _route(rf"/threads/{_ID}/stream/events")
+
+
+def guarded_rule(method: str, path: str) -> Rule | None:
+    """The rule for a request, or None when the route is not guarded."""
+    return next((r for r in RULES if r.method == method and r.path.fullmatch(path)), None)
+
+
+def parse(raw: bytes | str | None) -> Any:
+    """A body as LangGraph's server reads it (orjson), or None when empty or not JSON (the
+    server refuses those itself)."""
+    if not raw:
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its request body was read."""
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """The request body, or None as soon as it is longer than ``limit``."""
+    chunks = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        chunks += message.get("body", b"")
+        if len(chunks) > limit:
+            return None
+        if not message.get("more_body", False):
+            return bytes(chunks)
+
+
+class StateGuard:
+    """ASGI middleware: refuses what would write a run's state directly, and the side doors
+    ``langgraph.json`` cannot close (see the module docstring)."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        path = str(scope.get("path", ""))
+        if scope["type"] == "websocket" and PROTOCOL_SOCKET.fullmatch(path):
+            await self.app(scope, guard_frames(receive, send), send)
+            return
+        rule = guarded_rule(str(scope.get("method", "")), path) if scope["type"] == "http" else None
+        if rule is None:
+            await self.app(scope, receive, send)
+            return
+        if isinstance(rule.refusal, str):
+            await refuse(scope, receive, send, 403, rule.refusal)
+            return
+        try:
+            body = await read_body(receive, self.max_body_bytes)
+        except _ClientGone:
+            return
+        if body is None:
+            await refuse(scope, receive, send, 413, too_large(self.max_body_bytes))
+            return
+        refused = rule.refusal(parse(body))
+        if refused is not None:
+            await refuse(scope, receive, send, 403, refused)
+            return
+        await self.app(scope, replay(body, receive), send)
+
+
+async def refuse(
+    scope: MutableMapping[str, Any], receive: Receive, send: Send, status: int, detail: str
+) -> None:
+    """Answer with ``{"detail": ...}``, as LangGraph's server answers its own refusals."""
+    await JSONResponse({"detail": detail}, status_code=status)(scope, receive, send)
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` for the app: the body already read, then the client's own messages (a
+    streamed response still learns when its client disconnects)."""
+    sent = False
+
+    async def again() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return again
+
+
+def guard_frames(receive: Receive, send: Send) -> Receive:
+    """``receive`` for the protocol's WebSocket: a command frame that would write state is
+    answered with a protocol error and not handed on."""
+
+    async def guarded() -> Message:
+        while True:
+            message = await receive()
+            if message["type"] != "websocket.receive":
+                return message
+            command = parse(message.get("text") or message.get("bytes"))
+            refused = protocol_refusal(command)
+            if refused is None:
+                return message
+            error = {
+                "type": "error",
+                "id": command.get("id"),
+                "error": "permission_denied",
+                "message": refused,
+            }
+            await send({"type": "websocket.send", "text": json.dumps(error)})
+
+    return guarded
+
+
+#: The app ``langgraph.json`` names in ``http.app``: no routes of its own, two middlewares
+#: (the guard first).
+app = Starlette(middleware=[Middleware(StateGuard), Middleware(McpToolText)])

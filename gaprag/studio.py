@@ -28,11 +28,14 @@ from typing import Any
 
 from langgraph.graph.state import CompiledStateGraph
 
+from gaprag.config import manage_torch_threads
 from gaprag.errors import GapragError
 from gaprag.graphs import METHODS, build_graph, list_methods
 from gaprag.operator import OperatorPolicy
 
 Graph = CompiledStateGraph[Any, Any, Any, Any]
+
+manage_torch_threads()  # the server's process is gaprag's: see gaprag.config.torch_threads
 
 #: Every registered method, in the registry's order (``langgraph.json`` lists them alike).
 GRAPH_NAMES: tuple[str, ...] = tuple(METHODS)

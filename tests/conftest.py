@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +13,20 @@ if TYPE_CHECKING:
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+
+def pytest_report_header() -> str:
+    """The framework versions the run used (gaprag supports any LangGraph 1.x)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    names = ("langgraph", "langchain-core", "langgraph-api")
+    return "frameworks: " + ", ".join(f"{n} {installed(n)}" for n in names)
 
 
 OPERATOR_VARS = (
@@ -81,3 +95,49 @@ def store(tmp_path: Path, store_docs: list[dict[str, str]]) -> Store:
     from gaprag.stores.store import Store
 
     return Store.build(tmp_path / "store", store_docs, embedder=HashingEmbedder(), progress=False)
+
+
+def pdf_bytes(pages: list[str], title: str | None = None) -> bytes:
+    """A minimal PDF with a text layer: one page per string (lines split on newlines), in
+    Helvetica; an empty string makes a page without text, like a scan."""
+    objs = [b"<< /Type /Catalog /Pages 2 0 R >>"]
+    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(len(pages)))
+    objs.append(f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode())
+    objs.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    for i, text in enumerate(pages):
+        ops = ["BT", "/F1 11 Tf", "14 TL", "72 720 Td"]
+        for line in text.split("\n") if text else []:
+            escaped = line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+            ops.append(f"({escaped}) Tj T*")
+        stream = "\n".join([*ops, "ET"]).encode("latin-1")
+        objs.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+            b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % (5 + 2 * i)
+        )
+        objs.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream))
+    if title:
+        objs.append(f"<< /Title ({title}) >>".encode("latin-1"))
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
+    out += b"".join(b"%010d 00000 n \n" % off for off in offsets)
+    info = f" /Info {len(objs)} 0 R" if title else ""
+    out += f"trailer\n<< /Size {len(objs) + 1} /Root 1 0 R{info} >>\n".encode()
+    out += f"startxref\n{xref}\n%%EOF\n".encode()
+    return bytes(out)
+
+
+@pytest.fixture
+def write_pdf() -> Callable[..., Path]:
+    """``write_pdf(path, ["page one text", "page two"], title=None)``: writes a small PDF with
+    a text layer (see :func:`pdf_bytes`) and returns its path."""
+
+    def write(path: Path, pages: list[str], title: str | None = None) -> Path:
+        path.write_bytes(pdf_bytes(pages, title))
+        return path
+
+    return write

@@ -11,10 +11,12 @@ from gaprag.datasets import (
 from gaprag.eval.report import summarize, write_report
 from gaprag.eval.results import read_results
 from gaprag.eval.runner import TooManyErrors, aevaluate, evaluate
+from gaprag.eval.settings import EvalSettings
 from gaprag.metrics import accuracy, exact_match, f1_score, normalize_answer, support_recall
 
 __all__ = [
     "Dataset",
+    "EvalSettings",
     "Example",
     "TooManyErrors",
     "accuracy",

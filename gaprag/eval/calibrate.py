@@ -289,6 +289,7 @@ def calibrate(
     Returns the curves and the profile's path."""
     from gaprag.eval.results import read_results
     from gaprag.eval.runner import evaluate
+    from gaprag.eval.settings import EvalSettings
 
     known = calibrated()
     methods = list(known) if methods is None else list(methods)
@@ -320,19 +321,21 @@ def calibrate(
             path = out_dir / ds.name / "results.jsonl"
             if run:
                 evaluate(
-                    methods=list(methods),
-                    dataset=ds,
-                    limit=len(picked),
-                    offset=start,
-                    out=out_dir / ds.name,
-                    resume=resume,
-                    options={m: {"calibration": True, **gate_option(gate)} for m in methods},
-                    base_url=base_url,
-                    model=model if base_url else None,
-                    llm=llm,
-                    embedder=embedder,
-                    progress=progress,
-                    report=False,
+                    EvalSettings(
+                        methods=list(methods),
+                        dataset=ds,
+                        limit=len(picked),
+                        offset=start,
+                        out=out_dir / ds.name,
+                        resume=resume,
+                        options={m: {"calibration": True, **gate_option(gate)} for m in methods},
+                        base_url=base_url,
+                        model=model if base_url else None,
+                        llm=llm,
+                        embedder=embedder,
+                        progress=progress,
+                        report=False,
+                    )
                 )
             mine = read_results(path) if path.is_file() else []
             if not run:  # a replay keeps to the questions asked for

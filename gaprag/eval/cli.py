@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gaprag.errors import InputError
+from gaprag.eval.settings import EvalSettings, default
 
 
 def _print_table(summary: dict[str, Any], out: Path) -> None:
@@ -36,21 +37,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
         Path(args.out) if args.out else Path("gaprag-eval") / Path(args.dataset).name.split(".")[0]
     )
     summary = evaluate(
-        methods=methods,
-        dataset=args.dataset,
-        limit=args.limit,
-        offset=args.offset,
-        out=out,
-        concurrency=args.concurrency,
-        resume=args.resume,
-        max_errors=args.max_errors,
-        sets=args.set or [],
-        variants=args.variant or [],
-        base_url=args.base_url,
-        model=args.model,
-        store=args.store,
-        progress=not args.quiet,
-        seed=args.seed,
+        EvalSettings(
+            methods=methods,
+            dataset=args.dataset,
+            limit=args.limit,
+            offset=args.offset,
+            out=out,
+            concurrency=args.concurrency,
+            resume=args.resume,
+            max_errors=args.max_errors,
+            sets=args.set or [],
+            variants=args.variant or [],
+            base_url=args.base_url,
+            model=args.model,
+            store=args.store,
+            progress=not args.quiet,
+            seed=args.seed,
+        )
     )
     print(
         f"gaprag: {summary['new_rows']} new results, {summary['skipped']} already done, "
@@ -147,16 +150,23 @@ def register(subparsers: Any) -> None:
         help="bundled name (hotpotqa, musique, ...) or a dataset JSONL path",
     )
     p.add_argument("--limit", type=int, help="evaluate the first N questions (file order)")
-    p.add_argument("--offset", type=int, default=0, help="skip this many questions first")
+    p.add_argument(
+        "--offset", type=int, default=default("offset"), help="skip this many questions first"
+    )
     p.add_argument("--out", help="output directory (default: gaprag-eval/DATASET)")
-    p.add_argument("--concurrency", type=int, default=1, help="questions in flight at once")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=default("concurrency"),
+        help="questions in flight at once",
+    )
     p.add_argument(
         "--resume", action="store_true", help="skip (method, id) pairs already in results.jsonl"
     )
     p.add_argument(
         "--max-errors",
         type=int,
-        default=10,
+        default=default("max_errors"),
         help="stop after this many failed questions (0: never)",
     )
     p.add_argument(
@@ -175,7 +185,9 @@ def register(subparsers: Any) -> None:
         "--store",
         help="use this store (built by `gaprag index`) instead of the dataset's paragraphs",
     )
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed for the summary")
+    p.add_argument(
+        "--seed", type=int, default=default("seed"), help="bootstrap seed for the summary"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_eval)
 

@@ -5,6 +5,7 @@ profile), kept across resumed runs, which must not mix rows made under other set
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,31 @@ from gaprag.errors import InputError
 from gaprag.llm.client import LLM
 
 RUN_FILE = "run.json"
+
+#: settings a run.json of an earlier version may name: {old name: (setting now, values kept)}
+RENAMED_SETTINGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "answer_style": ("reader", ("short", "paper")),
+}
+
+
+def current_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A method's options or settings as recorded by any version, under today's names: a
+    renamed setting's value moves to its new name (unless that one was set to something other
+    than its default) and the old name is dropped."""
+    out = dict(settings)
+    for old, (new, kept) in RENAMED_SETTINGS.items():
+        if old not in out:
+            continue
+        value = out.pop(old)
+        if value in kept and out.get(new, kept[0]) == kept[0]:
+            out[new] = value
+    return out
+
+
+def current_methods(per_method: Mapping[str, Any]) -> dict[str, Any]:
+    """``{method: options or settings}`` of a run.json (``methods``, ``settings``) under
+    today's setting names (:func:`current_settings`)."""
+    return {m: current_settings(v) if isinstance(v, Mapping) else v for m, v in per_method.items()}
 
 
 def portable_path(path: str | Path) -> str:
@@ -65,8 +91,9 @@ def check_resume(run_file: Path, info: dict[str, Any]) -> dict[str, Any]:
                 f"{key} was a variant of {was} in the run being resumed, now of {method}",
                 hint="resume with the same --variant definitions, or use a new --out directory",
             )
+    old_methods = current_methods(old.get("methods", {}))
     for method, opts in info["methods"].items():
-        before = old.get("methods", {}).get(method)
+        before = old_methods.get(method)
         if before is not None and before != json.loads(json.dumps(opts, default=str)):
             raise InputError(
                 f"options for {method} differ from the run being resumed ({before} vs {opts})",

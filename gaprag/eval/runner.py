@@ -10,9 +10,12 @@ Writes into ``out``:
 * ``run.json``: the protocol (:mod:`gaprag.eval.record`);
 * ``summary.json``, ``summary.md``, plots and ``report.html`` (see :mod:`gaprag.eval.report`).
 
-The run is one async loop over (method, question) jobs with one :class:`Run` holding its
-settings, at most ``concurrency`` questions at a time; :func:`evaluate` is its synchronous
-wrapper.
+The options are one :class:`EvalSettings` (:mod:`gaprag.eval.settings`); :func:`plan_run`
+checks them and plans one :class:`Run`; :func:`run_questions` prepares the output directory
+and hands the (method, question) jobs to the executor (:mod:`gaprag.eval.executor`, at most
+``concurrency`` questions at a time), each question run by :func:`run_one`
+(:mod:`gaprag.eval.question`). :func:`evaluate` is the synchronous wrapper of
+:func:`aevaluate`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import dataclasses
 import json
 import sys
 import time
-import traceback
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,34 +32,30 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from gaprag.accounting import retrieval_log
 from gaprag.context import setting_sources
 from gaprag.datasets import Dataset, Example, dataset_store, load_dataset
 from gaprag.errors import GapragError, InputError
-from gaprag.eval.capture import LLMCallRecorder
+from gaprag.eval.executor import Executed, Means, execute
 from gaprag.eval.planning import (
-    VariantSpecs,
     context_of,
     graph_settings,
     plan_methods,
     profile_info,
 )
+from gaprag.eval.question import run_one
 from gaprag.eval.record import RUN_FILE, check_resume, model_label, portable_path
 from gaprag.eval.report import write_report
 from gaprag.eval.results import (
     FORMAT_VERSION,
     RESULTS,
-    ResultsWriter,
     RunLock,
     cut_torn_tail,
     read_results,
     write_json,
 )
-from gaprag.eval.scoring import retrieved_ids, score, seen_ids, shown_ids
 from gaprag.eval.serving import run_model
+from gaprag.eval.settings import EvalSettings, settings_of
 from gaprag.llm.client import LLM
-from gaprag.nodes.short_answer import CALL_PATHS as SHORT_ANSWER_CALL_PATHS
-from gaprag.stores.embeddings import Embedder
 from gaprag.traces import TraceWriter
 
 
@@ -65,286 +63,67 @@ class TooManyErrors(GapragError):
     """The error cap was reached, or every question of the run failed; finished rows are kept."""
 
 
-class _Means:
-    def __init__(self, methods: Sequence[str]) -> None:
-        self.sums = {m: [0.0, 0.0, 0] for m in methods}
-        self.errors = 0
-
-    def add(self, row: Mapping[str, Any]) -> None:
-        if row.get("error"):
-            self.errors += 1
-            return
-        acc = self.sums[row["method"]]
-        acc[0] += float(row.get("em") or 0.0)
-        acc[1] += float(row.get("f1") or 0.0)
-        acc[2] = int(acc[2]) + 1
-
-    def text(self) -> str:
-        parts = []
-        for m, (em, f1, n) in self.sums.items():
-            if n:
-                parts.append(f"{m} EM={em / n:.2f} F1={f1 / n:.2f}")
-        if self.errors:
-            parts.append(f"errors={self.errors}")
-        return " | ".join(parts)
-
-
-_TRACE_METRICS = (
-    "em", "f1", "acc", "support_recall", "retrieval_recall", "choice", "choice_correct"
-)  # fmt: skip
-
-
-def _int_or_none(value: Any) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _decisions(output: Mapping[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for d in output.get("decisions") or []:
-        if isinstance(d, Mapping):
-            out.append(json.loads(json.dumps(dict(d), default=str)))
-    return out
-
-
-async def run_one(
-    graph: Any,
-    method: str,
-    dataset: Dataset,
-    example: Example,
-    options: Mapping[str, Any],
-    traces: TraceWriter,
-    *,
-    base_method: str | None = None,
-    titles: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """Run one question through one method's graph; returns its row (:class:`Row`) and
-    appends its trace (the question's retrievals, LLM calls, decisions and output) to
-    ``traces``. A failed question is a row with its ``error``, never an exception."""
-    recorder = LLMCallRecorder()
-    error: str | None = None
-    tb = ""
-    output: dict[str, Any] = {}
-    start = time.perf_counter()
-    with retrieval_log() as log:  # this task's own context; copied into node threads
-        try:
-            result = await graph.ainvoke(
-                {"question": example.prompt(), "dataset_id": example.id},
-                config={"callbacks": [recorder], "run_name": f"{method}:{example.id}"},
-            )
-            output = dict(result) if isinstance(result, Mapping) else {"answer": str(result)}
-        except Exception as exc:  # one failed question must not end the run
-            error = f"{type(exc).__name__}: {exc}"
-            tb = traceback.format_exc()
-    wall = time.perf_counter() - start
-
-    prediction = str(output.get("answer") or "")
-    shown = shown_ids(output)
-    retrieved = retrieved_ids(output, log)
-    seen = seen_ids(output, log)
-    decisions = _decisions(output)
-    usage = output.get("usage") or {}
-    calls = recorder.calls
-
-    def counted(key: str, fallback: int) -> int:
-        # after a failure the graph's usage is lost: count what the recorders saw
-        return int(usage.get(key, fallback))
-
-    row: dict[str, Any] = {
-        "dataset": dataset.name,
-        "id": example.id,
-        "method": method,
-        "question": example.question,
-        "answers": example.answers,
-        "prediction": prediction,
-        "em": None,
-        "f1": None,
-        "acc": None,
-        "support_recall": None,
-        "retrieval_recall": None,
-        "llm_calls": counted("llm_calls", len(calls)),
-        "prompt_tokens": counted("prompt_tokens", sum(c.get("prompt_tokens", 0) for c in calls)),
-        "completion_tokens": counted(
-            "completion_tokens", sum(c.get("completion_tokens", 0) for c in calls)
-        ),
-        "retrieval_calls": counted("retrieval_calls", len(log)),
-        "iterations": int(output.get("iterations") or 0),
-        "stop_reason": str(output.get("stop_reason") or ("error" if error else "")),
-        "wall_s": round(wall, 4),
-        "error": error,
-        "base_method": base_method or method,
-        "decisions": decisions,
-        "shown_ids": shown,
-        "retrieved_ids": retrieved,
-        "cached_tokens": _int_or_none(
-            usage.get("cached_tokens", sum(c.get("cached_tokens", 0) for c in calls))
-        ),
-        "instruction_tokens": _int_or_none(usage.get("instruction_tokens")),
-        "passage_tokens": _int_or_none(usage.get("passage_tokens")),
-        # LLM calls the shared short-answer step added (already counted in llm_calls)
-        "short_answer_calls": sum(
-            1
-            for t in output.get("trace") or []
-            if isinstance(t, dict)
-            and t.get("call") == "short_answer"
-            and t.get("path") in SHORT_ANSWER_CALL_PATHS
-        ),
-    }
-    if error is None:
-        row.update(score(example, prediction, shown, retrieved))
-    elif example.options:
-        row.update(choice=None, choice_correct=None)
-    row["type"] = example.type
-    row["evidence_ids"] = [
-        ev["id"] for ev in output.get("evidence") or [] if isinstance(ev, dict) and "id" in ev
-    ]
-    if "missing" in output:
-        row["missing"] = output["missing"]
-    row["options"] = dict(options)
-
-    standard = {
-        "answer", "stop_reason", "iterations", "queries", "evidence", "usage", "trace",
-        "decisions", "shown_ids", "retrieved_ids",
-    }  # fmt: skip
-    touched = [*(shown or []), *retrieved, *example.supporting]
-    trace = {
-        "dataset": dataset.name,
-        "id": example.id,
-        "method": method,
-        "base_method": base_method or method,
-        "options": dict(options),
-        "input": example.prompt(),
-        "answers": example.answers,
-        "supporting": example.supporting,
-        "prediction": prediction,
-        "metrics": {k: row.get(k) for k in _TRACE_METRICS if k in row},
-        "stop_reason": row["stop_reason"],
-        "iterations": row["iterations"],
-        "usage": usage,
-        "wall_s": row["wall_s"],
-        "queries": list(output.get("queries") or []),
-        "evidence": [
-            {k: ev.get(k) for k in ("id", "title", "source", "score", "round")}
-            for ev in output.get("evidence") or []
-            if isinstance(ev, dict)
-        ],
-        "retrievals": log,
-        "shown_ids": shown,
-        "retrieved_ids": retrieved,
-        "seen_ids": seen,
-        "titles": {i: titles[i] for i in dict.fromkeys(touched) if titles and i in titles},
-        "decisions": decisions,
-        "llm_calls": calls,
-        "trace": list(output.get("trace") or []),
-        "extra": {k: v for k, v in output.items() if k not in standard},
-        "error": error,
-        "traceback": tb or None,
-    }
-    traces.write(method, trace)
-    return row
-
-
 @dataclasses.dataclass
 class Run:
-    """One evaluation's settings, planned once: the method keys with their methods and
-    options, the questions, the model, where it writes, and how it runs."""
+    """One evaluation, planned once from its settings: the method keys with their methods and
+    options, the dataset and its selected questions, and the model with its serving."""
 
+    settings: EvalSettings
     keys: list[str]
     bases: dict[str, str]
     opts: dict[str, dict[str, Any]]
     dataset: Dataset
     selected: list[Example]
-    limit: int | None
-    offset: int
-    out_dir: Path
-    concurrency: int = 1
-    resume: bool = False
-    max_errors: int = 10
     chat: LLM | BaseChatModel | None = None
     serving: dict[str, Any] = dataclasses.field(default_factory=dict)
     label: str = ""
-    store: Any = None
-    embedder: Embedder | None = None
-    progress: bool = True
-    report: bool = True
-    seed: int = 0
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.settings.out)
 
 
-def plan_run(
-    *,
-    methods: str | Sequence[str],
-    dataset: str | Path | Dataset,
-    limit: int | None = None,
-    offset: int = 0,
-    out: str | Path = "gaprag-eval",
-    concurrency: int = 1,
-    resume: bool = False,
-    max_errors: int = 10,
-    sets: Sequence[str] = (),
-    options: Mapping[str, Mapping[str, Any]] | None = None,
-    variants: VariantSpecs | None = None,
-    llm: LLM | BaseChatModel | None = None,
-    base_url: str | None = None,
-    model: str | None = None,
-    store: Any = None,
-    embedder: Embedder | None = None,
-    progress: bool = True,
-    report: bool = True,
-    seed: int = 0,
-) -> Run:
-    """Check the arguments of :func:`evaluate`, select the questions and start the model."""
+def _method_names(methods: str | Sequence[str]) -> list[str]:
     names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else list(methods)
-    names = [m for m in dict.fromkeys(names) if m]
-    if not names and not variants:
+    return [m for m in dict.fromkeys(names) if m]
+
+
+def plan_run(settings: EvalSettings) -> Run:
+    """Check ``settings``, select the questions and start the model."""
+    s = settings
+    names = _method_names(s.methods)
+    if not names and not s.variants:
         raise InputError("no methods given", hint="e.g. --methods standard_rag,migres")
-    if concurrency < 1:
+    if s.concurrency < 1:
         raise InputError("--concurrency must be >= 1", hint="e.g. --concurrency 4")
-    keys, bases, opts = plan_methods(names, variants, sets, options)
-    ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
-    selected = ds.select(limit, offset)
+    keys, bases, opts = plan_methods(names, s.variants, s.sets, s.options)
+    ds = s.dataset if isinstance(s.dataset, Dataset) else load_dataset(s.dataset)
+    selected = ds.select(s.limit, s.offset)
     if not selected:
         raise InputError(
             f"no questions selected from {ds.name} ({len(ds)} in the file)",
             hint="check --limit and --offset",
         )
-    if limit is not None and len(selected) < limit:  # a documented truncation, also in run.json
+    if s.limit is not None and len(selected) < s.limit:  # a documented truncation, in run.json
         print(
-            f"gaprag: --limit {limit} but {ds.name} has {len(selected)} question(s) from offset "
-            f"{offset}: evaluating those {len(selected)} (run.json: limit, selected)",
+            f"gaprag: --limit {s.limit} but {ds.name} has {len(selected)} question(s) from "
+            f"offset {s.offset}: evaluating those {len(selected)} (run.json: limit, selected)",
             file=sys.stderr,
         )
-    label = model_label(llm, base_url, model)
-    chat, serving = run_model(llm, base_url, model, opts)
-    return Run(
-        keys=keys,
-        bases=bases,
-        opts=opts,
-        dataset=ds,
-        selected=selected,
-        limit=limit,
-        offset=offset,
-        out_dir=Path(out),
-        concurrency=concurrency,
-        resume=resume,
-        max_errors=max_errors,
-        chat=chat,
-        serving=serving,
-        label=label,
-        store=store,
-        embedder=embedder,
-        progress=progress,
-        report=report,
-        seed=seed,
-    )
+    label = model_label(s.llm, s.base_url, s.model)
+    chat, serving = run_model(s.llm, s.base_url, s.model, opts)
+    return Run(s, keys, bases, opts, ds, selected, chat=chat, serving=serving, label=label)
 
 
 def _open_store(run: Run) -> Any:
-    if run.store is None:
-        return dataset_store(run.dataset, embedder=run.embedder, progress=run.progress)
-    if isinstance(run.store, str | Path):
+    store, embedder = run.settings.store, run.settings.embedder
+    if store is None:
+        return dataset_store(run.dataset, embedder=embedder, progress=run.settings.progress)
+    if isinstance(store, str | Path):
         from gaprag.stores.store import Store
 
-        return Store.open(run.store, embedder=run.embedder)
-    return run.store
+        return Store.open(store, embedder=embedder)
+    return store
 
 
 def _run_info(run: Run, graphs: Mapping[str, Any], store: Any) -> dict[str, Any]:
@@ -356,8 +135,8 @@ def _run_info(run: Run, graphs: Mapping[str, Any], store: Any) -> dict[str, Any]
         "dataset_path": portable_path(ds.path),
         "dataset_sha256": ds.sha256,
         "questions_in_file": len(ds),
-        "limit": run.limit,
-        "offset": run.offset,
+        "limit": run.settings.limit,
+        "offset": run.settings.offset,
         "selected": len(run.selected),
         "corpus": {
             "documents": manifest.get("count"),
@@ -373,128 +152,126 @@ def _run_info(run: Run, graphs: Mapping[str, Any], store: Any) -> dict[str, Any]
         "settings": {k: graph_settings(graphs[k], run.bases[k], run.opts[k]) for k in run.keys},
         "setting_sources": {k: setting_sources(context_of(graphs[k])) for k in run.keys},
         "profile": profile_info(run.chat, run.keys, run.bases, run.opts),
-        "concurrency": run.concurrency,
+        "concurrency": run.settings.concurrency,
         "results_format": FORMAT_VERSION,
         "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
 
-async def run_questions(run: Run) -> dict[str, Any]:
-    """Every (method, question) job of ``run`` not already answered, ``concurrency`` at a
-    time; then the report. The output directory must be held (:class:`RunLock`)."""
-    from gaprag.graphs import build_graph
-
-    ds, out_dir = run.dataset, run.out_dir
-    results_path = out_dir / RESULTS
-    if run.resume:
+def _previous_rows(run: Run) -> list[dict[str, Any]]:
+    """The rows already in the output directory (a torn last line cut on resume); refused
+    without ``resume``, or when they are of another dataset."""
+    results_path = run.out_dir / RESULTS
+    if run.settings.resume:
         cut_torn_tail(results_path)
     previous = read_results(results_path)
-    if previous and not run.resume:
+    if previous and not run.settings.resume:
         raise InputError(
             f"{results_path} already has {len(previous)} rows",
             hint="pass --resume to continue that run, or choose another --out directory",
         )
-    if any(r.get("dataset") not in (None, ds.name) for r in previous):
+    if any(r.get("dataset") not in (None, run.dataset.name) for r in previous):
         raise InputError(
-            f"{out_dir} holds results of another dataset",
+            f"{run.out_dir} holds results of another dataset",
             hint="use one --out directory per dataset",
         )
+    return previous
+
+
+def _build_graphs(run: Run) -> dict[str, Any]:
+    """Each method key's graph over the run's store, and ``run.json`` written (checked against
+    the earlier run's on resume)."""
+    from gaprag.graphs import build_graph
 
     store = _open_store(run)
     graphs = {
         m: build_graph(run.bases[m], llm=run.chat, retriever=store, **run.opts[m]) for m in run.keys
     }
     info = _run_info(run, graphs, store)
-    run_file = out_dir / RUN_FILE
-    if run.resume and run_file.is_file():
+    run_file = run.out_dir / RUN_FILE
+    if run.settings.resume and run_file.is_file():
         info = check_resume(run_file, info)
     write_json(run_file, info)
+    return graphs
 
-    done = {(r.get("method"), r.get("id")) for r in previous if not r.get("error")}
-    jobs = [(m, ex) for ex in run.selected for m in run.keys if (m, ex.id) not in done]
-    titles = {d["id"]: d.get("title", "") for d in ds.documents()}
 
-    means = _Means(run.keys)
+def _means_so_far(run: Run, previous: list[dict[str, Any]]) -> Means:
+    """The progress bar's means, starting from this run's successful earlier rows."""
+    means = Means(run.keys)
     wanted = {ex.id for ex in run.selected}
     for r in previous:
         if r.get("method") in run.keys and r.get("id") in wanted and not r.get("error"):
             means.add(r)
-    from tqdm import tqdm
+    return means
 
-    bar = tqdm(
-        total=len(jobs),
-        desc=f"eval {ds.name}",
-        unit="run",
-        disable=not run.progress,
-        file=sys.stderr,
-        dynamic_ncols=True,
-    )
-    writer = ResultsWriter(results_path)
-    traces = TraceWriter(out_dir)
-    sem = asyncio.Semaphore(run.concurrency)
-    errors: list[str] = []
-    stop = asyncio.Event()
-    new_rows: list[dict[str, Any]] = []
 
-    async def job(method: str, example: Example) -> None:
-        async with sem:
-            if stop.is_set():
-                return
-            row = await run_one(
-                graphs[method],
-                method,
-                ds,
-                example,
-                run.opts[method],
-                traces,
-                base_method=run.bases[method],
-                titles=titles,
-            )
-            writer.write(row)
-            new_rows.append(row)
-            means.add(row)
-            if row["error"]:
-                errors.append(f"{method} on {example.id}: {row['error']}")
-                if run.max_errors > 0 and len(errors) >= run.max_errors:
-                    stop.set()
-            bar.update(1)
-            bar.set_postfix_str(means.text(), refresh=False)
-
-    try:
-        await asyncio.gather(*(job(m, ex) for m, ex in jobs))
-    finally:
-        writer.close()
-        bar.close()
-    traces.compact()
-
-    summary: dict[str, Any] = {}
-    if run.report:
-        summary = write_report([out_dir], out_dir, seed=run.seed)
-    summary = {
-        **summary,
-        "out": str(out_dir),
-        "new_rows": len(new_rows),
-        "skipped": len(run.selected) * len(run.keys) - len(jobs),
-        "errors": len(errors),
-    }
-    if stop.is_set() or (new_rows and len(errors) == len(new_rows)):
+def _check_errors(run: Run, done: Executed) -> None:
+    """Raise :class:`TooManyErrors` when the error cap stopped the run or every question of
+    the run failed."""
+    errors = done.errors
+    if done.stopped or (done.rows and len(errors) == len(done.rows)):
         what = (
-            f"stopped after {len(errors)} failed questions (--max-errors {run.max_errors})"
-            if stop.is_set()
+            f"stopped after {len(errors)} failed questions (--max-errors {run.settings.max_errors})"
+            if done.stopped
             else f"all {len(errors)} questions of this run failed"
         )
         raise TooManyErrors(
             f"{what}; last: {errors[-1]}",
-            hint=f"see the 'error' field in {results_path} and traces/; fix the cause and "
-            "rerun with --resume (failed questions are retried)",
+            hint=f"see the 'error' field in {run.out_dir / RESULTS} and traces/; fix the cause "
+            "and rerun with --resume (failed questions are retried)",
         )
+
+
+async def run_questions(run: Run) -> dict[str, Any]:
+    """Every (method, question) job of ``run`` not already answered, ``concurrency`` at a
+    time; then the report. The output directory must be held (:class:`RunLock`)."""
+    ds, out_dir, s = run.dataset, run.out_dir, run.settings
+    previous = _previous_rows(run)
+    graphs = _build_graphs(run)
+    done = {(r.get("method"), r.get("id")) for r in previous if not r.get("error")}
+    jobs = [(m, ex) for ex in run.selected for m in run.keys if (m, ex.id) not in done]
+    titles = {d["id"]: d.get("title", "") for d in ds.documents()}
+    traces = TraceWriter(out_dir)
+
+    async def answer(method: str, example: Example) -> dict[str, Any]:
+        return await run_one(
+            graphs[method],
+            method,
+            ds,
+            example,
+            run.opts[method],
+            traces,
+            base_method=run.bases[method],
+            titles=titles,
+        )
+
+    executed = await execute(
+        jobs,
+        answer,
+        out_dir / RESULTS,
+        means=_means_so_far(run, previous),
+        concurrency=s.concurrency,
+        max_errors=s.max_errors,
+        desc=f"eval {ds.name}",
+        progress=s.progress,
+    )
+    traces.compact()
+    summary = write_report([out_dir], out_dir, seed=s.seed) if s.report else {}
+    summary = {
+        **summary,
+        "out": str(out_dir),
+        "new_rows": len(executed.rows),
+        "skipped": len(run.selected) * len(run.keys) - len(jobs),
+        "errors": len(executed.errors),
+    }
+    _check_errors(run, executed)
     return summary
 
 
-async def aevaluate(**kwargs: Any) -> dict[str, Any]:
-    """Evaluate ``methods`` on the first ``limit`` questions of ``dataset``; the arguments
-    are those of :func:`evaluate`."""
-    run = plan_run(**kwargs)
+async def aevaluate(settings: EvalSettings | None = None, /, **options: Any) -> dict[str, Any]:
+    """:func:`evaluate` for callers that run an event loop: the same settings, the same
+    summary."""
+    run = plan_run(settings_of(settings, options))
     run.out_dir.mkdir(parents=True, exist_ok=True)
     lock = RunLock(run.out_dir)
     try:
@@ -503,29 +280,12 @@ async def aevaluate(**kwargs: Any) -> dict[str, Any]:
         lock.release()
 
 
-def evaluate(
-    *,
-    methods: str | Sequence[str],
-    dataset: str | Path | Dataset,
-    limit: int | None = None,
-    offset: int = 0,
-    out: str | Path = "gaprag-eval",
-    concurrency: int = 1,
-    resume: bool = False,
-    max_errors: int = 10,
-    sets: Sequence[str] = (),
-    options: Mapping[str, Mapping[str, Any]] | None = None,
-    variants: VariantSpecs | None = None,
-    llm: LLM | BaseChatModel | None = None,
-    base_url: str | None = None,
-    model: str | None = None,
-    store: Any = None,
-    embedder: Embedder | None = None,
-    progress: bool = True,
-    report: bool = True,
-    seed: int = 0,
-) -> dict[str, Any]:
+def evaluate(settings: EvalSettings | None = None, /, **options: Any) -> dict[str, Any]:
     """Compare ``methods`` on the same questions, store and model; returns the summary.
+
+    The options are the fields of :class:`EvalSettings`, given as keywords
+    (``evaluate(methods=["standard_rag", "migres"], dataset="hotpotqa", limit=100)``), as one
+    :class:`EvalSettings`, or both (the keywords replace its fields).
 
     ``dataset``: a bundled name (``hotpotqa``), a JSONL path, or a :class:`Dataset`.
     ``limit``/``offset``: the first ``limit`` questions in file order from ``offset``.
@@ -540,32 +300,13 @@ def evaluate(
     in ``out/results.jsonl``. Raises :class:`TooManyErrors` after ``max_errors`` failures
     (``0``: no cap); rows written so far are kept.
     """
-    kwargs = dict(
-        methods=methods,
-        dataset=dataset,
-        limit=limit,
-        offset=offset,
-        out=out,
-        concurrency=concurrency,
-        resume=resume,
-        max_errors=max_errors,
-        sets=sets,
-        options=options,
-        variants=variants,
-        llm=llm,
-        base_url=base_url,
-        model=model,
-        store=store,
-        embedder=embedder,
-        progress=progress,
-        report=report,
-        seed=seed,
-    )
+    chosen = settings_of(settings, options)
 
     async def main() -> dict[str, Any]:
         # sync graph nodes run in the loop's default executor: size it to the concurrency
         loop = asyncio.get_running_loop()
-        loop.set_default_executor(ThreadPoolExecutor(max_workers=max(4, concurrency) + 2))
-        return await aevaluate(**kwargs)
+        workers = max(4, chosen.concurrency) + 2
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=workers))
+        return await aevaluate(chosen)
 
     return asyncio.run(main())

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from gaprag.eval.planning import resolved_settings
+from gaprag.eval.record import current_settings
 from gaprag.eval.results import normalize_row
 from gaprag.metrics import f1_score
 
@@ -237,15 +238,15 @@ def method_settings(
     settings: dict[str, Any] | None = None
     for run in runs:
         if method in (run.get("settings") or {}):
-            settings = dict(run["settings"][method])
+            settings = current_settings(run["settings"][method])
         base = (run.get("variants") or {}).get(method, base)
         if method in (run.get("methods") or {}):
-            options = dict(run["methods"][method])
+            options = current_settings(run["methods"][method])
     for row in rows:
         if row.get("base_method"):
             base = str(row["base_method"])
         if isinstance(row.get("options"), dict) and not options:
-            options = dict(row["options"])
+            options = current_settings(row["options"])
     recorded = settings is not None
     if settings is None:
         settings = resolved_settings(base, options)

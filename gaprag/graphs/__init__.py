@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import typing
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -37,6 +38,27 @@ def _module(method: str) -> Any:
     if method not in METHODS:
         raise GapragError(f"unknown method {method!r}", hint="choose one of: " + ", ".join(METHODS))
     return importlib.import_module(METHODS[method])
+
+
+def deps_class(method: str) -> type[Deps]:
+    """The class of the objects ``method``'s graph takes (its ``build``'s ``deps``):
+    :class:`gaprag.deps.Deps`, or the method's own subclass with its own objects."""
+    found = typing.get_type_hints(_module(method).build).get("deps", Deps)
+    if found is Any:  # unannotated in effect: the shared objects
+        return Deps
+    if not (isinstance(found, type) and issubclass(found, Deps)):
+        raise TypeError(f"{method}: build's deps must be gaprag.deps.Deps or a subclass")
+    return found
+
+
+def _as_class(deps: Deps, kind: type[Deps]) -> Deps:
+    """``deps`` as a ``kind`` (a method's own class): the fields both have, the cache shared."""
+    if isinstance(deps, kind):
+        return deps
+    own = {f.name for f in dataclasses.fields(kind)}
+    return kind(
+        **{f.name: getattr(deps, f.name) for f in dataclasses.fields(deps) if f.name in own}
+    )
 
 
 def list_methods() -> list[str]:
@@ -77,11 +99,12 @@ def build_graph(
     ``llm``: any LangChain chat model (default: the configured endpoint or the embedded local
     server, started on first use). ``retriever``: a gaprag store or any LangChain retriever
     (default: the bundled demo corpus). ``deps``: a :class:`gaprag.deps.Deps` with the other
-    objects a method can use (its fields may also be given as keywords, e.g.
-    ``validator_llm=...``). ``options``: fields of the method's context schema, e.g.
-    ``max_iterations=3``; per-run values go in ``invoke(..., context={...})`` and win, except
-    for the operator's settings (endpoints, models, paths, ``calibration``), which a run may
-    change only as ``policy`` allows.
+    objects a method can use, or the method's own subclass (:func:`deps_class`, e.g.
+    ``MigresDeps`` with MIGRES's ``scorer``); their fields may also be given as keywords, e.g.
+    ``validator_llm=...`` or ``scorer=...``. ``options``: fields of the method's context
+    schema, e.g. ``max_iterations=3``; per-run values go in ``invoke(..., context={...})``
+    and win, except for the operator's settings (endpoints, models, paths, ``calibration``),
+    which a run may change only as ``policy`` allows.
     ``profile``: the model profile whose thresholds and switches apply under ``options``
     (:mod:`gaprag.profiles`): ``"auto"`` (the shipped profile of the model in use, if any),
     None (none), a model name or a ``.toml`` path. The graph's context class reports every
@@ -95,16 +118,19 @@ def build_graph(
     module = _module(method)
     check_llm(llm)
     check_retriever(retriever, method=method)
-    objects = {k: options.pop(k) for k in list(options) if k in Deps.names()}
-    given = Deps.of(llm=llm, retriever=retriever, **objects)
+    kind = deps_class(method)
+    names = kind.names()
+    objects = {k: options.pop(k) for k in list(options) if k in names}
+    given = kind.of(llm=llm, retriever=retriever, **objects)
     if deps is not None:
         chosen = {f.name: getattr(given, f.name) for f in dataclasses.fields(given)}
         given = dataclasses.replace(
-            deps, **{k: v for k, v in chosen.items() if v is not None and k in Deps.names()}
+            _as_class(deps, kind),
+            **{k: v for k, v in chosen.items() if v is not None and k in names},
         )
     chosen_profile = resolve(profile, given.llm)
     merged, sources = apply_profile(method, options, chosen_profile, field_names(module.Context))
-    injected = {k for k in Deps.names() if getattr(given, k) is not None}
+    injected = {k for k in names if getattr(given, k) is not None}
     env = env_settings(module.Context, merged, injected)
     merged.update(env)
     sources.update({k: f"env {env_name(k)}" for k in env})

@@ -36,7 +36,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gaprag.config import gaprag_home, local_model, local_slots, private_dir, private_file
+from gaprag.config import (
+    embedded_llm_started,
+    gaprag_home,
+    llama_threads,
+    local_model,
+    local_slots,
+    private_dir,
+    private_file,
+)
 from gaprag.config import quiet as config_quiet
 from gaprag.errors import EndpointError, GapragError
 from gaprag.llm.registry import ensure_model, get_model
@@ -179,7 +187,7 @@ class EmbeddedServer:
     engine: Engine
     port: int
     n_ctx: int = 4096
-    threads: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
+    threads: int = field(default_factory=llama_threads)
     repeatable: bool = False
     slots: int = 1  # requests served at once; each slot has its own n_ctx
     process: subprocess.Popen[bytes] | None = None
@@ -314,6 +322,7 @@ class EmbeddedServer:
                     hint=f"see {self.log_path}; last lines:\n{tail}",
                 )
             if self.healthy():
+                embedded_llm_started(self.threads)  # torch leaves it its cores
                 return self
             time.sleep(0.5)
         self.stop()

@@ -108,13 +108,21 @@ def threshold_setting(signal: Signal, p: float) -> float:
 
 
 async def gate(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[str, Any]:
-    """The graph node: plain RAG's answer, its confidence, and stop or loop."""
+    """The graph node: plain RAG's answer, its confidence, and stop or loop.
+
+    With ``gate="off"`` it does nothing. When it stops, plain RAG's answer is the question's;
+    otherwise plain RAG's passages wait for the ranked reader.
+
+    Reads: `question`; writes: `answer`, `evidence`, `queries`, `iterations`, `stop_reason`
+    (when it stops), `gate_passages` (when the loop goes on), `decisions`.
+    """
     ctx = runtime.context
     if ctx.gate == "off":
         return {}
-    llm, question = deps.chat(ctx), state.question
+    llm, question = await deps.achat(ctx), state.question
     prompt, fmt = plain_rag()
-    hits = await retrieve(deps.search(ctx), [question], k=PLAIN_TOP_K, mode=PLAIN_MODE, round=1)
+    retriever = await deps.aretriever(ctx)
+    hits = await retrieve(retriever, [question], k=PLAIN_TOP_K, mode=PLAIN_MODE, round=1)
     passages = render_passages(hits, fmt, max_words=ctx.max_passage_words)
     messages = prompt.render(question=question, passages=passages)
     signal: Signal = ctx.gate

@@ -110,7 +110,10 @@ async def shorten(
 
 
 async def short_answer(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[str, Any]:
-    """The graph node: shorten ``state.answer`` unless ``reader == "paper"``."""
+    """The graph node: shorten the final answer unless ``reader == "paper"``.
+
+    Reads: `question`, `answer`; writes: `answer`.
+    """
     ctx = runtime.context
     original = str(getattr(state, "answer", "") or "")
     if getattr(ctx, "reader", "short") == "paper":

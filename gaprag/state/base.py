@@ -183,15 +183,15 @@ class OutputState:
 class BaseState(InputState, OutputState):
     """Internal state shared by all methods; each method subclasses it."""
 
-    asked: Annotated[str, PERSISTENT] = ""
-    """The question the per-question fields were last reset for (see gaprag.nodes.wiring)."""
-    limit: str = ""
-    """``deadline`` or ``token_budget`` once this question has reached the operator's limit
-    (:mod:`gaprag.operator`): routers then end the loop, and the step that ends the question
-    reports it as the ``stop_reason``."""
-    run_key: Annotated[str, PERSISTENT] = ""
-    """This question's run: the scope in which the LLM layer reuses a repeated call's reply
-    (see gaprag.llm.memo); set by the first node for each new question."""
-    gate_passages: list[Evidence] = field(default_factory=list)
-    """Plain RAG's passages when the gate ran and the loop went on (see gaprag.nodes.gate);
-    the ranked reader reads them with what the method gathered."""
+    asked: Annotated[
+        str,
+        Field(description="The question the per-question fields were last reset for."),
+        PERSISTENT,
+    ] = ""
+    gate_passages: Annotated[
+        list[Evidence],
+        Field(
+            description="Plain RAG's passages when the gate ran and the loop went on; the ranked "
+            "reader reads them with what the method gathered."
+        ),
+    ] = field(default_factory=list)

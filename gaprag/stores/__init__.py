@@ -1,7 +1,8 @@
 """Documents and ids, BM25, Chroma, hybrid fusion, embeddings, the retriever interface."""
 
-from gaprag.stores.documents import Document, load_documents, make_document
+from gaprag.stores.documents import Document, make_document
 from gaprag.stores.embeddings import Embedder, HashingEmbedder, MiniLMEmbedder, default_embedder
+from gaprag.stores.loaders import load_corpus, load_documents, split_documents
 from gaprag.stores.pairs import PairStore, QAPair
 from gaprag.stores.retriever import (
     GapragRetriever,
@@ -26,6 +27,8 @@ __all__ = [
     "Store",
     "as_retriever",
     "default_embedder",
+    "load_corpus",
     "load_documents",
     "make_document",
+    "split_documents",
 ]

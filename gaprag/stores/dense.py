@@ -64,6 +64,16 @@ class DenseIndex:
             )
         return cls(col)
 
+    def edit(self, remove: Sequence[str], ids: Sequence[str], vectors: Vectors) -> None:
+        """Delete ``remove``, then add ``ids`` with their vectors (an update of a copy)."""
+        for start in range(0, len(remove), BATCH):
+            self.collection.delete(ids=list(remove[start : start + BATCH]))
+        for start in range(0, len(ids), BATCH):
+            self.collection.add(
+                ids=list(ids[start : start + BATCH]),
+                embeddings=vectors[start : start + BATCH].tolist(),
+            )
+
     @classmethod
     def open(cls, client: Any, name: str) -> DenseIndex:
         try:

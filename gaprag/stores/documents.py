@@ -1,9 +1,11 @@
-"""Documents with stable ids, and the loaders behind ``gaprag index``.
+"""Documents with stable ids, and the JSONL reader behind ``gaprag index``.
 
-Accepted sources:
-* a JSONL of ``{"id", "title", "text"}`` (``id`` optional: a content hash is used);
-* a dataset JSONL (records with ``paragraphs``): the union of the paragraphs;
-* a folder of ``.txt`` / ``.md`` files, chunked by words.
+A JSONL corpus is either:
+* a JSONL of ``{"id", "title", "text"}`` (``id`` optional: a content hash is used); any other
+  field of a record is kept in the document's ``metadata``;
+* a dataset JSONL (records with ``paragraphs``): the union of the paragraphs.
+
+Every other file type is read by the loaders in :mod:`gaprag.stores.loaders`.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired
 
+from langchain_core.documents import Document as LCDocument
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
 from gaprag.config import max_line_bytes
@@ -21,9 +24,18 @@ from gaprag.errors import InputError
 
 
 class Document(TypedDict):
+    """A passage. ``metadata`` holds where it comes from and any fields of its own: ``source``
+    (its path relative to the indexed folder, or a URL), ``page`` (int), ``section``, and
+    extra fields of a JSONL record (``url``, ``department``...)."""
+
     id: str
     title: str
     text: str
+    metadata: NotRequired[dict[str, Any]]
+
+
+#: Record fields that are the passage itself (every other field is its metadata).
+PASSAGE_FIELDS = ("id", "title", "text")
 
 
 def content_id(title: str, text: str) -> str:
@@ -35,8 +47,31 @@ def passage_text(doc: Document) -> str:
     return f"{doc['title']}: {doc['text']}"
 
 
-def make_document(text: str, title: str = "", doc_id: str | None = None) -> Document:
-    return Document(id=doc_id or content_id(title, text), title=title, text=text)
+def make_document(
+    text: str,
+    title: str = "",
+    doc_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Document:
+    doc = Document(id=doc_id or content_id(title, text), title=title, text=text)
+    if metadata:
+        doc["metadata"] = dict(metadata)
+    return doc
+
+
+def from_langchain(doc: LCDocument) -> Document:
+    """A LangChain ``Document`` as a passage: ``metadata["title"]`` is its title, its id is
+    ``doc.id`` (else ``metadata["id"]``, else a content hash), every other key its metadata."""
+    metadata = dict(doc.metadata)
+    title = metadata.pop("title", None) or ""
+    meta_id = metadata.pop("id", None)
+    doc_id = doc.id or (str(meta_id) if meta_id not in (None, "") else None)
+    return make_document(doc.page_content, str(title), doc_id, metadata)
+
+
+def as_document(doc: Document | LCDocument) -> Document:
+    """A passage from either kind of document (gaprag's own are returned as they are)."""
+    return from_langchain(doc) if isinstance(doc, LCDocument) else doc
 
 
 def read_jsonl(
@@ -105,13 +140,18 @@ def _passage(path: Path, lineno: int, record: dict[str, Any], where: str = "") -
             f"{path}:{lineno}: {where}field 'title' must be a string", hint="fix the record"
         )
     doc_id = record.get("id")
+    extra = {k: v for k, v in record.items() if k not in PASSAGE_FIELDS and v is not None}
     return make_document(
-        text.strip(), title.strip(), str(doc_id) if doc_id not in (None, "") else None
+        text.strip(), title.strip(), str(doc_id) if doc_id not in (None, "") else None, extra
     )
 
 
-def load_jsonl(path: Path) -> list[Document]:
-    """Passages from a passage JSONL or a dataset JSONL (paragraph union, first id wins)."""
+def load_jsonl(path: Path, *, duplicates: list[str] | None = None) -> list[Document]:
+    """Passages from a passage JSONL or a dataset JSONL (paragraph union, first id wins).
+
+    A record whose id was already read is left out; ``duplicates`` collects them as
+    ``"file:line: id"`` (a dataset's paragraphs shared by several questions are not counted).
+    """
     docs: dict[str, Document] = {}
     for lineno, record in read_jsonl(path):
         if "paragraphs" in record:
@@ -129,99 +169,10 @@ def load_jsonl(path: Path) -> list[Document]:
                 docs.setdefault(doc["id"], doc)
         else:
             doc = _passage(path, lineno, record)
+            if duplicates is not None and doc["id"] in docs:
+                duplicates.append(f"{path}:{lineno}: {doc['id']}")
             docs.setdefault(doc["id"], doc)
     return list(docs.values())
-
-
-def chunk_words(text: str, size: int = 200, overlap: int = 40) -> list[str]:
-    if size <= 0 or not 0 <= overlap < size:
-        raise InputError(
-            f"bad chunking: size={size}, overlap={overlap}", hint="use size > overlap >= 0"
-        )
-    words = text.split()
-    if not words:
-        return []
-    step = size - overlap
-    return [" ".join(words[i : i + size]) for i in range(0, max(1, len(words) - overlap), step)]
-
-
-#: Suffixes indexed from a folder; other files are skipped (and reported).
-TEXT_SUFFIXES = (".txt", ".md")
-
-
-def _read_text_file(file: Path) -> str | None:
-    """The file's text, or None when it is binary (NUL bytes) or not UTF-8."""
-    data = file.read_bytes()
-    if b"\x00" in data[:8192]:
-        return None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        return None
-
-
-def load_folder(
-    path: Path,
-    *,
-    chunk_size: int = 200,
-    overlap: int = 40,
-    skipped: list[str] | None = None,
-) -> list[Document]:
-    """Chunks of every UTF-8 ``.txt`` / ``.md`` file under ``path``.
-
-    Files that are binary or not UTF-8 text are skipped, not fatal: each is appended to
-    ``skipped`` as ``"file (reason)"`` so the caller can report it.
-    """
-    docs: list[Document] = []
-    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
-    for file in files:
-        try:
-            text = _read_text_file(file)
-        except OSError as exc:
-            raise InputError(
-                f"cannot read {file}: {exc.strerror}", hint="check the file's permissions"
-            ) from None
-        if text is None:
-            if skipped is not None:
-                skipped.append(f"{file} (binary or not UTF-8)")
-            continue
-        rel = str(file.relative_to(path))
-        for i, chunk in enumerate(chunk_words(text, chunk_size, overlap)):
-            docs.append(make_document(chunk, file.stem, f"{rel}#{i}"))
-    return docs
-
-
-def load_documents(
-    paths: Iterable[str | Path],
-    *,
-    chunk_size: int = 200,
-    overlap: int = 40,
-    skipped: list[str] | None = None,
-) -> list[Document]:
-    """Load and merge every source; duplicate ids keep their first occurrence.
-
-    Unreadable files inside a folder are listed in ``skipped`` (see :func:`load_folder`);
-    a malformed JSONL file is an :class:`InputError` naming the file and line.
-    """
-    merged: dict[str, Document] = {}
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            loaded = load_folder(path, chunk_size=chunk_size, overlap=overlap, skipped=skipped)
-        elif path.exists():
-            loaded = load_jsonl(path)
-        else:
-            raise InputError(
-                f"no such file or folder: {path}",
-                hint="give a JSONL file or a folder of .txt/.md files",
-            )
-        for doc in loaded:
-            merged.setdefault(doc["id"], doc)
-    if not merged:
-        raise InputError(
-            "no documents found in the given sources", hint="check the paths and file types"
-        )
-    return list(merged.values())
 
 
 def corpus_hash(docs: Iterable[Document]) -> str:

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from gaprag.config import offline_env, quiet, quiet_model_loading
+from gaprag.config import apply_torch_threads, offline_env, quiet, quiet_model_loading
 from gaprag.errors import GapragError
 
 Vectors = npt.NDArray[np.float32]
@@ -62,6 +62,7 @@ class MiniLMEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self._load()
+        apply_torch_threads()
         vectors = model.encode(
             list(texts),
             batch_size=batch_size,

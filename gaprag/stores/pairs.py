@@ -209,22 +209,36 @@ class PairStore:
 
     # -- opening --------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | Path, *, embedder: Embedder | None = None) -> PairStore:
+    def open(
+        cls, path: str | Path, *, embedder: Embedder | None = None, create: bool = True
+    ) -> PairStore:
         """Open (or create) the store at ``path``. ``embedder`` defaults to the one the store
-        was created with, else :func:`gaprag.stores.default_embedder`."""
+        was created with, else :func:`gaprag.stores.default_embedder`. ``create=False``: open
+        only an existing pair store; no file is created, and a file that is not a pair store
+        (another store's SQLite database, anything else) is refused before anything is
+        written to it."""
         path = Path(path).expanduser()
         if path.is_dir():
             raise StoreError(
                 f"{path} is a folder, not a pair store file",
                 hint="give a file path such as feedback.sqlite",
             )
+        if not create and not path.is_file():
+            raise StoreError(
+                f"there is no pair store at {path}",
+                hint="name an existing pair store (`gaprag feedback add`, `gaprag kb qa-pairs`)",
+            )
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if create:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            target = str(path) if create else f"{path.absolute().as_uri()}?mode=rw"
             conn = sqlite3.connect(
-                str(path), timeout=60.0, isolation_level=None, check_same_thread=False
+                target, timeout=60.0, isolation_level=None, check_same_thread=False, uri=not create
             )
 
             def setup() -> dict[str, str]:
+                if not create:
+                    cls._check_schema(conn, path)
                 conn.execute("PRAGMA busy_timeout=60000")
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=FULL")
@@ -232,7 +246,11 @@ class PairStore:
                 cls._create_schema(conn)
                 return dict(conn.execute("SELECT key, value FROM meta").fetchall())
 
-            meta = _retry_busy(setup, "open", path)
+            try:
+                meta = _retry_busy(setup, "open", path)
+            except BaseException:
+                conn.close()
+                raise
         except sqlite3.DatabaseError as exc:
             raise StoreError(
                 f"cannot open the pair store {path} ({exc})",
@@ -259,6 +277,24 @@ class PairStore:
                 hint="open it with the same embedder, or build a new store",
             )
         return cls(path, conn, embedder)
+
+    @staticmethod
+    def _check_schema(conn: sqlite3.Connection, path: Path) -> None:
+        """A StoreError unless ``conn`` holds a pair store's tables and schema version (read
+        only: nothing is written)."""
+        try:
+            tables = {
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+            marked = {"meta", "pairs", "chunks"} <= tables and conn.execute(
+                "SELECT value FROM meta WHERE key = 'schema'"
+            ).fetchone()
+        except sqlite3.DatabaseError:  # not SQLite at all
+            marked = None
+        if not marked:
+            raise StoreError(
+                f"{path} is not a gaprag pair store", hint="name a pair store file (*.sqlite)"
+            )
 
     @staticmethod
     def _create_schema(conn: sqlite3.Connection) -> None:

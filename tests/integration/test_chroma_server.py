@@ -73,3 +73,11 @@ def test_store_on_a_chroma_server(
         "fr",
         "de",
     }
+    # an update on a server store: a new collection with the kept vectors and the new ones
+    updated = rebuilt.add(
+        [{"id": "oslo", "title": "Oslo", "text": "Oslo is in Norway."}], progress=False
+    )
+    assert updated.manifest["embedded"] == 1 and len(updated) == 3
+    assert updated.manifest["chroma"]["collection"] != rebuilt.manifest["chroma"]["collection"]
+    assert updated.dense_index().collection.count() == 3
+    assert updated.search("Norway", 1, mode="dense")[0]["id"] == "oslo"

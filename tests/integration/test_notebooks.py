@@ -22,8 +22,18 @@ nbclient = pytest.importorskip("nbclient", reason="pip install -e '.[dev]'")
 pytest.importorskip("ipykernel", reason="pip install -e '.[dev]'")
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOKS = ["quickstart", "feedback"]
+NOTEBOOKS = ["quickstart", "feedback", "own_documents"]
+#: LLM calls each notebook makes at least (every one goes to the endpoint)
+MIN_CALLS = {"quickstart": 5, "feedback": 5, "own_documents": 2}
 CELL_TIMEOUT_S = 900
+
+
+#: run first in the kernel: a DeprecationWarning that names gaprag (an old name or path kept
+#: for one release) fails the cell that triggers it
+STRICT_WARNINGS = (
+    "import warnings\n"
+    "warnings.filterwarnings('error', message=r'(?s).*\\bgaprag\\b', category=DeprecationWarning)"
+)
 
 
 def execute(name: str, workdir: Path) -> Any:
@@ -31,6 +41,12 @@ def execute(name: str, workdir: Path) -> Any:
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), (
         "commit notebooks without outputs"
     )
+    return run_cells(nb, workdir)
+
+
+def run_cells(nb: Any, workdir: Path) -> Any:
+    """Execute ``nb`` with gaprag's deprecation warnings as errors; returns it with outputs."""
+    nb.cells.insert(0, nbformat.v4.new_code_cell(STRICT_WARNINGS))
     client = nbclient.NotebookClient(
         nb,
         timeout=CELL_TIMEOUT_S,
@@ -59,9 +75,12 @@ def check(name: str, nb: Any) -> None:
         assert len(images) == 1, "the comparison plot is missing"
         assert "stop_reason: answered" in text
         assert "graph TD;" in text and "gaprag_standard_rag" in text
-    else:
+    elif name == "feedback":
         assert "paused before: ('collect_feedback',)" in text
         assert "inserted: p_" in text and "source expert" in text
+    else:
+        assert "[travel_policy.pdf, page 2]" in text and "logo.png (unknown type .png)" in text
+        assert "'num_added': 1, 'num_updated': 1" in text and "embedded: 2" in text
 
 
 @pytest.mark.llm
@@ -88,4 +107,17 @@ def test_notebook_plumbing_with_a_fake_endpoint(
         monkeypatch.setenv("GAPRAG_BASE_URL", server.base_url)
         nb = execute(name, tmp_path)
     check(name, nb)
-    assert len(server.requests) >= 5  # every LLM call went to the endpoint
+    assert len(server.requests) >= MIN_CALLS[name]  # every LLM call went to the endpoint
+
+
+def test_a_gaprag_deprecation_warning_fails_the_notebook(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("import warnings\nwarnings.warn('other', DeprecationWarning)"),
+        nbformat.v4.new_code_cell(
+            "warnings.warn('gaprag.old_module is deprecated: import gaprag.new_module instead',"
+            " DeprecationWarning)"
+        ),
+    ]
+    with pytest.raises(nbclient.exceptions.CellExecutionError, match=r"gaprag\.old_module"):
+        run_cells(nb, tmp_path)

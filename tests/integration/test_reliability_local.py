@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gaprag.llm.registry import MODELS, is_installed
-from gaprag.stores import HashingEmbedder, Store
+from gaprag.stores import Store, default_embedder
 from gaprag.stores.documents import Document
 
 pytestmark = [pytest.mark.integration]
@@ -69,7 +69,8 @@ def test_kill_9_during_gaprag_index_keeps_the_previous_store(
     tmp_path: Path, tiny_docs: list[Document]
 ) -> None:
     root = tmp_path / "store"
-    Store.build(root, tiny_docs, embedder=HashingEmbedder(), progress=False)
+    # MiniLM, as `gaprag index` then updates the store with the store's own embedder
+    Store.build(root, tiny_docs, embedder=default_embedder(), progress=False).close()
     corpus = tmp_path / "big.jsonl"
     with corpus.open("w") as fh:
         for i in range(3000):

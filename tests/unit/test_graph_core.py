@@ -12,9 +12,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from gaprag import build_graph
 from gaprag.context import with_defaults
-from gaprag.deps import Deps
 from gaprag.errors import InputError
-from gaprag.graphs import METHODS, context_class
+from gaprag.graphs import METHODS, context_class, deps_class
 from gaprag.graphs.standard_rag.context import Context
 from gaprag.stores.store import Store
 from gaprag.testing import ScriptedChatModel
@@ -57,7 +56,7 @@ def test_settings_are_validated_once_with_a_hint() -> None:
 def test_injectable_names_never_shadow_a_setting() -> None:
     for method in METHODS:
         settings = {f.name for f in dataclasses.fields(context_class(method))}
-        assert not settings & Deps.names(), method
+        assert not settings & deps_class(method).names(), method
 
 
 def test_a_second_question_on_a_thread_starts_clean(store: Store) -> None:

@@ -13,7 +13,6 @@ import importlib
 import inspect
 import pkgutil
 import re
-import sys
 from types import ModuleType
 from typing import Any, Literal, get_origin, get_type_hints
 
@@ -101,15 +100,12 @@ def test_routers_are_named_after_the_node_they_follow(method: str, store: Store)
 
 @pytest.mark.parametrize("method", AVAILABLE)
 def test_a_parser_module_is_named_parsing(method: str) -> None:
-    """Any other parser-like name is a deprecated alias module: importing it warns."""
     pkg = package(method)
-    for info in pkgutil.walk_packages(pkg.__path__, prefix=f"{pkg.__name__}."):
-        short = info.name.rpartition(".")[2]
-        if not PARSER.match(short) or short == "parsing":
-            continue
-        sys.modules.pop(info.name, None)
-        with pytest.warns(DeprecationWarning, match="parsing instead"):
-            importlib.import_module(info.name)
+    modules = [i.name for i in pkgutil.walk_packages(pkg.__path__, prefix=f"{pkg.__name__}.")]
+    others = [
+        m for m in modules if PARSER.match(m.rpartition(".")[2]) and not m.endswith(".parsing")
+    ]
+    assert not others, f"{method}: parser modules are named parsing.py"
 
 
 @pytest.mark.parametrize("method", AVAILABLE)

@@ -24,6 +24,7 @@ from gaprag import build_graph
 from gaprag.accounting import metered
 from gaprag.deps import Deps
 from gaprag.graphs.migres.context import Context, budget, threshold
+from gaprag.graphs.migres.deps import MigresDeps
 from gaprag.graphs.migres.filter import (
     DEFAULT_EMBEDDING_DELTA,
     CrossEncoderScorer,
@@ -213,9 +214,7 @@ def run(
     ``p_yes`` (default: agrees with the judge's reply), and "Yes" when parsed as text."""
     chat = ChoiceChat(rules=[(SUFF, "Yes"), *rules], p_yes=p_yes)
     ctx.setdefault("verifier", "off")
-    ctx.setdefault(
-        "answer_style", "paper"
-    )  # MIGRES's own answers (the shared step is tested apart)
+    ctx.setdefault("reader", "paper")  # MIGRES's own answers (the shared step is tested apart)
     graph = build_graph(
         "migres", llm=LLM(chat, supports_logprobs=True), retriever=store,
         scorer=scorer if scorer is not None else FakeScorer(1.0), fact_verifier=verify_with, **ctx,
@@ -1144,7 +1143,7 @@ def test_a_rejected_fact_records_the_probability_of_yes() -> None:
     ctx = Context(verifier="llm")
     with metered() as meter:
         update = asyncio.run(
-            verify_nli(state, Runtime(context=ctx), Deps.of(llm=with_logprobs(chat)))
+            verify_nli(state, Runtime(context=ctx), MigresDeps.of(llm=with_logprobs(chat)))
         )
     assert update["verified_info"] == []
     (decision,) = meter.loop_decisions
@@ -1157,7 +1156,7 @@ def test_a_custom_verifier_decision_has_no_probability() -> None:
     snippet = levity_snippet()
     item = {"info": "Levity won an Oscar.", "support_passages": [0]}
     state = State(question=Q0, leaf_passages=[snippet], extracted_info=[item], iterations=3)
-    deps = Deps(fact_verifier=FakeVerifier(lambda _p, _s: False))
+    deps = MigresDeps(fact_verifier=FakeVerifier(lambda _p, _s: False))
     with metered() as meter:
         update = asyncio.run(verify_nli(state, Runtime(context=Context()), deps))
     assert update["verified_info"] == []

@@ -7,6 +7,8 @@ anything runs, or be bounded, unless the operator allowed it.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import pickle
 from pathlib import Path
@@ -21,7 +23,7 @@ from gaprag.context import effective_settings
 from gaprag.deps import CACHE_SIZE, Deps
 from gaprag.errors import GapragError, InputError, StoreError
 from gaprag.graphs import ITERATIVE
-from gaprag.operator import AllowedEndpoint, OperatorPolicy
+from gaprag.operator import HIDDEN_PATH, AllowedEndpoint, OperatorPolicy
 from gaprag.stores.embeddings import HashingEmbedder
 from gaprag.stores.pairs import PairStore
 from gaprag.stores.store import Store
@@ -100,7 +102,7 @@ def test_allowed_runtime_endpoint_gets_no_operator_key(
     store_in_root: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    policy = OperatorPolicy(allowed_endpoints=(AllowedEndpoint("http://127.0.0.1:"),))
+    policy = OperatorPolicy(allowed_endpoints=(AllowedEndpoint(recorder.base_url),))
     g = build_graph("standard_rag", retriever=store_in_root, policy=policy)
     context = {"base_url": recorder.base_url, "model": "m", "retrieval_mode": "bm25"}
     out = g.invoke({"question": Q}, context=context)
@@ -113,7 +115,7 @@ def test_allowed_runtime_endpoint_asked_for_its_model_gets_no_operator_key(
     store_in_root: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    policy = OperatorPolicy(allowed_endpoints=(AllowedEndpoint("http://127.0.0.1:"),))
+    policy = OperatorPolicy(allowed_endpoints=(AllowedEndpoint(recorder.base_url),))
     g = build_graph("standard_rag", retriever=store_in_root, policy=policy)
     g.invoke({"question": Q}, context={"base_url": recorder.base_url, "retrieval_mode": "bm25"})
     assert recorder.model_lookups == 1, "no model named: the endpoint was asked for its model"
@@ -125,10 +127,67 @@ def test_allowed_endpoint_gets_the_key_tied_to_its_prefix(
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("LOCAL_KEY", "sk-tied-to-loopback-42")
-    monkeypatch.setenv("GAPRAG_ALLOWED_ENDPOINTS", "http://127.0.0.1:=LOCAL_KEY")
+    monkeypatch.setenv("GAPRAG_ALLOWED_ENDPOINTS", f"http://127.0.0.1:{recorder.port}=LOCAL_KEY")
     g = build_graph("standard_rag", retriever=store_in_root)  # the policy from the environment
     g.invoke({"question": Q}, context={"base_url": recorder.base_url, "retrieval_mode": "bm25"})
     assert {h["authorization"] for h in recorder.headers} == {"Bearer sk-tied-to-loopback-42"}
+
+
+def _under_allowed(port: int) -> list[str]:
+    """Spellings of an endpoint under ``http://127.0.0.1:PORT/v1``."""
+    return [
+        f"http://127.0.0.1:{port}/v1", f"http://127.0.0.1:{port}/v1/", f"HTTP://127.0.0.1:{port}/v1",
+        f"http://127.0.0.1:{port}/v1/chat/../", f"http://127.0.0.1:{port}/v1/sub",
+    ]  # fmt: skip
+
+
+def _not_under_allowed(port: int) -> list[str]:
+    """URLs that start with the text ``http://127.0.0.1:PORT/v1`` or name it, and send
+    requests elsewhere."""
+    return [
+        f"http://127.0.0.1:{port}/v10", f"https://127.0.0.1:{port}/v1", f"http://localhost:{port}/v1",
+        f"http://127.0.0.1:{port}/v1/../v2", f"http://127.0.0.1:{port}/v1%2f..%2fv2",
+        f"http://127.0.0.1:{port}/v1@127.0.0.1:1/v1", f"http://user:pw@127.0.0.1:{port}/v1",
+        f"http://127.0.0.1:{port}\\@127.0.0.1:1/v1", f"http://127.0.0.1:{port}0/v1",
+        f" http://127.0.0.1:{port}/v1", "file:///etc/passwd", "",
+    ]  # fmt: skip
+
+
+def test_allow_list_compares_parsed_urls() -> None:
+    entry = AllowedEndpoint("http://127.0.0.1:1801/v1")
+    assert all(entry.holds(url) for url in _under_allowed(1801))
+    assert not any(entry.holds(url) for url in _not_under_allowed(1801))
+    assert AllowedEndpoint("https://api.example.com").holds("https://API.example.com:443/v1/x")
+    assert not AllowedEndpoint("https://api.example.com").holds("https://api.example.com.evil/v1")
+
+
+@pytest.mark.parametrize(
+    "entry", ["127.0.0.1:1801", "ftp://127.0.0.1/", "http://u:p@127.0.0.1:1801/", "http://:80/"]
+)
+def test_allow_list_entry_that_is_no_http_prefix_is_refused(
+    entry: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAPRAG_ALLOWED_ENDPOINTS", f"http://127.0.0.1:1801/v1,{entry}")
+    with pytest.raises(GapragError, match=r"GAPRAG_ALLOWED_ENDPOINTS: .* not an http"):
+        OperatorPolicy.from_env()
+
+
+def test_endpoint_sharing_the_allowed_text_gets_neither_key_nor_requests(
+    store_in_root: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``http://127.0.0.1:1801=TIED_KEY`` allows neither port 18011 nor a URL whose user
+    information spells the allowed prefix (``http://127.0.0.1:1801@127.0.0.1:18011/v1``)."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("TIED_KEY", "sk-tied-42")
+    prefix = f"http://127.0.0.1:{recorder.port // 10}"  # the recorder's URL starts with it
+    assert recorder.base_url.startswith(prefix)
+    monkeypatch.setenv("GAPRAG_ALLOWED_ENDPOINTS", f"{prefix}=TIED_KEY")
+    g = build_graph("standard_rag", retriever=store_in_root)
+    userinfo = recorder.base_url.replace("http://", f"{prefix}@")
+    for url in (recorder.base_url, userinfo):
+        with pytest.raises(InputError, match=r"base_url=.* operator's setting"):
+            g.invoke({"question": Q}, context={"base_url": url, "retrieval_mode": "bm25"})
+    assert recorder.requests == []
 
 
 def test_operator_endpoint_gets_the_operator_key(
@@ -194,6 +253,118 @@ def test_symlinked_store_escaping_the_root_is_refused(
     g = build_graph("standard_rag", llm=model(), policy=OperatorPolicy(store_root=root))
     with pytest.raises(InputError, match="outside the store root"):
         g.invoke({"question": Q}, context={"store": "link", "retrieval_mode": "bm25"})
+
+
+def test_symlinked_stores_inside_the_root_are_served_off_the_event_loop(
+    root: Path, store_in_root: Store
+) -> None:
+    """Resolving a run's paths reads symbolic links: in nodes and routers it runs in a worker
+    thread (``langgraph dev`` refuses ``os.readlink`` on its event loop)."""
+    from tests.unit.test_no_blocking import langgraph_dev_blockbuster
+
+    (root / "alias").symlink_to(store_in_root.root, target_is_directory=True)
+    pairs = PairStore.open(root / "pairs.sqlite", embedder=HashingEmbedder())
+    pairs.add("Who built the Eiffel Tower?", "Gustave Eiffel", "Gustave Eiffel built it.")
+    pairs.close()
+    (root / "fb-link.sqlite").symlink_to(root / "pairs.sqlite")
+    policy = OperatorPolicy(store_root=root)
+    runs = [
+        ("standard_rag", {"store": "alias", "retrieval_mode": "bm25"}),
+        ("rag_ef", {"store": "alias", "feedback_store": "fb-link.sqlite", "similarity": "bm25"}),
+    ]
+
+    async def go() -> list[dict[str, Any]]:
+        with langgraph_dev_blockbuster():
+            return [
+                await build_graph(m, llm=model(), policy=policy).ainvoke({"question": Q}, context=c)
+                for m, c in runs
+            ]
+
+    for out in asyncio.run(go()):
+        assert out["answer"] == "Gustave Eiffel" and out["evidence"]
+
+
+def test_store_file_linked_out_of_the_root_is_refused_unread(
+    root: Path, store_in_root: Store, tmp_path: Path
+) -> None:
+    docs = store_in_root.version_dir / "docs.jsonl"
+    outside = tmp_path / "outside.jsonl"
+    outside.write_bytes(docs.read_bytes())
+    docs.unlink()
+    docs.symlink_to(outside)
+    g = build_graph("standard_rag", llm=model(), policy=OperatorPolicy(store_root=root))
+    with pytest.raises(InputError, match=r"outside the store root \(its v-\S+/docs.jsonl leads"):
+        g.invoke({"question": Q}, context={"store": "store", "retrieval_mode": "bm25"})
+
+
+@pytest.mark.parametrize("value", ["a\x00b", "a\nb", "x" * 2000])
+def test_path_with_characters_no_path_has_is_an_input_error(
+    value: str, root: Path, store_in_root: Store
+) -> None:
+    for policy in (
+        OperatorPolicy(store_root=root),
+        OperatorPolicy(dev_allow_runtime_settings=True),
+    ):
+        g = build_graph("standard_rag", llm=model(), policy=policy)
+        with pytest.raises(InputError, match=r"^standard_rag: store=.{1,60} is not a path"):
+            g.invoke({"question": Q}, context={"store": value})
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("method", "name", "context"),
+    [
+        ("rag_ef", "feedback_store", {}),
+        ("missing_knowledge", "qa_store", {"kb_primary": "qa_pairs"}),
+    ],
+)
+def test_runtime_pair_store_opens_only_an_existing_pair_store(
+    method: str, name: str, context: dict[str, Any], root: Path, store_in_root: Store
+) -> None:
+    """Never created, never another store's database (Chroma's ``chroma.sqlite3`` keeps its
+    bytes, tables and journal mode), writes or no writes."""
+    policy = OperatorPolicy(store_root=root, feedback_writes=False)
+    g = build_graph(method, llm=model(), retriever=store_in_root, policy=policy)
+    chroma = store_in_root.version_dir / "chroma"
+    before = _files(chroma)
+    for value, error in (
+        ("new/fb.sqlite", "there is no pair store"),
+        ("store", "is a folder"),
+        (str((chroma / "chroma.sqlite3").relative_to(root)), "is not a gaprag pair store"),
+        (str(store_in_root.version_dir.relative_to(root) / "docs.jsonl"), "not a gaprag pair"),
+    ):
+        with pytest.raises(StoreError, match=error):
+            g.invoke({"question": Q}, context={**context, name: value})
+    assert not (root / "new").exists()
+    assert _files(chroma) == before
+    pairs = PairStore.open(root / "pairs.sqlite", embedder=HashingEmbedder())
+    pairs.add("Who built the Eiffel Tower?", "Gustave Eiffel", "Gustave Eiffel built it.")
+    pairs.close()
+    out = g.invoke({"question": Q}, context={**context, name: "pairs.sqlite"})
+    assert out["answer"] == "Gustave Eiffel"
+
+
+def test_served_errors_and_schemas_show_no_server_path(
+    root: Path, store_in_root: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAPRAG_STORE_ROOT", str(root))
+    monkeypatch.setenv("GAPRAG_STORE", str(store_in_root.root))
+    monkeypatch.setenv("GAPRAG_FEEDBACK_STORE", str(root / "fb.sqlite"))
+    policy = OperatorPolicy.from_env(served=True)
+    g = build_graph("rag_ef", llm=model(), policy=policy)
+    props = g.get_context_jsonschema()["properties"]
+    assert props["store"]["default"] == props["feedback_store"]["default"] == HIDDEN_PATH
+    assert str(root) not in json.dumps(props)
+    out = g.invoke({"question": Q}, context={"store": HIDDEN_PATH, "similarity": "bm25"})
+    assert out["answer"]  # the stand-in is the operator's value
+    with pytest.raises(StoreError) as err:
+        g.invoke({"question": Q}, context={"feedback_store": "missing.sqlite"})
+    assert str(root) not in str(err.value) and "<store root>/missing.sqlite" in str(err.value)
+    assert policy.hide("at /etc/x/y and /etc/passwd.") == "at <server path> and <server path>."
+    assert policy.hide("POST /v1/chat/completions: 500") == "POST /v1/chat/completions: 500"
 
 
 def test_store_under_the_root_is_allowed_by_relative_name(root: Path, store_in_root: Store) -> None:
@@ -302,24 +473,30 @@ def test_runtime_calibration_is_refused(store_in_root: Store) -> None:
         graph("iterkey", store_in_root).invoke({"question": Q}, context={"calibration": True})
 
 
+def tokens(out: dict[str, Any]) -> int:
+    return int(out["usage"]["prompt_tokens"]) + int(out["usage"]["completion_tokens"])
+
+
 @pytest.mark.parametrize("method", LOOPING)
-@pytest.mark.parametrize(
-    ("limit", "policy"),
-    [
-        ("token_budget", OperatorPolicy(token_budget=1)),
-        ("deadline", OperatorPolicy(deadline_s=1e-9)),
-    ],
-)
-def test_limit_ends_the_run_with_its_stop_reason_and_an_answer(
-    method: str, limit: str, policy: OperatorPolicy, store_in_root: Store
-) -> None:
-    free = graph(method, store_in_root, llm=model("Paris")).invoke({"question": Q})
-    out = graph(method, store_in_root, llm=model("Paris"), policy=policy).invoke({"question": Q})
-    assert out["stop_reason"] == limit
-    assert out["answer"]
-    assert out["usage"]["llm_calls"] <= free["usage"]["llm_calls"]
-    if method in ("iterkey", "ircot", "rfm_rag"):  # these loop to their bound on "Paris"
-        assert out["iterations"] < free["iterations"]
+def test_token_budget_refuses_the_call_it_cannot_cover(method: str, store_in_root: Store) -> None:
+    free_llm, llm = model("Paris"), model("Paris")
+    free = graph(method, store_in_root, llm=free_llm).invoke({"question": Q})
+    budget = tokens(free) // 2
+    policy = OperatorPolicy(token_budget=budget)
+    out = graph(method, store_in_root, llm=llm, policy=policy).invoke({"question": Q})
+    assert out["stop_reason"] == "token_budget"
+    assert tokens(out) <= budget
+    assert out["usage"]["llm_calls"] == len(llm.calls) < len(free_llm.calls)
+
+
+@pytest.mark.parametrize("method", LOOPING)
+def test_deadline_sends_no_call_after_it(method: str, store_in_root: Store) -> None:
+    llm = model("Paris")
+    policy = OperatorPolicy(deadline_s=1e-9)
+    out = graph(method, store_in_root, llm=llm, policy=policy).invoke({"question": Q})
+    assert out["stop_reason"] == "deadline"
+    assert llm.calls == [] and out["usage"]["llm_calls"] == 0
+    assert out["answer"] == ""
 
 
 def test_limits_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -37,11 +37,12 @@ from gaprag.eval.ladder import (
 )
 from gaprag.graphs.rag_ef import nodes as rag_ef_nodes
 from gaprag.graphs.rag_ef.context import Context
-from gaprag.graphs.rag_ef.feedback import parse_feedback
-from gaprag.graphs.rag_ef.state import State
+from gaprag.graphs.rag_ef.feedback import MAX_ANSWER_CHARS, MAX_CHUNK_CHARS, parse_feedback
+from gaprag.graphs.rag_ef.state import Feedback, State
 from gaprag.graphs.rag_ef.synth import chunk_text, parse_qa, synthesize
 from gaprag.llm.client import LLM
 from gaprag.metrics import normalize_answer
+from gaprag.operator import OperatorPolicy, with_policy
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.bm25 import tokenize
 from gaprag.stores.documents import Document
@@ -359,6 +360,66 @@ def test_review_flag_pauses_and_skip_leaves_store_alone(pair_store: PairStore) -
     bad = graph.invoke(Command(resume={"answer": "x"}), cfg, context={"review": True})
     assert bad["stop_reason"] == "feedback_invalid" and len(pair_store) == 6
     assert any("chunk" in str(t.get("error", "")) for t in bad["trace"])
+
+
+GOOD = {"answer": "Shakespeare", "chunk": "Hamlet is a tragedy by Shakespeare."}
+BAD_RESUMES = [
+    ({"answer": 42, "chunk": "c"}, "answer must be text"),
+    ({"answer": "A", "chunk": ["c"]}, "chunk must be text"),
+    ({**GOOD, "chunk": "x" * (MAX_CHUNK_CHARS + 1)}, "chunk is 20,001 characters"),
+    ({**GOOD, "answer": "x" * (MAX_ANSWER_CHARS + 1)}, "answer is 1,001 characters"),
+    ({**GOOD, "question": "q" * 5000}, "question is 5,000 characters"),
+    ({**GOOD, "question": {"nested": 1}}, "question must be text"),
+    ({**GOOD, "chunk_id": 7}, "chunk_id must be text"),
+    ({**GOOD, "source": "oracle"}, "source must be one of expert, human"),
+    ({**GOOD, "goto": "update_evidence_pool"}, "unknown feedback field(s) 'goto'"),
+    ({**GOOD, "skip": "yes"}, "skip must be true or false"),
+]
+
+
+@pytest.mark.parametrize(("value", "error"), BAD_RESUMES, ids=[e for _, e in BAD_RESUMES])
+def test_resume_value_is_validated_like_any_input(
+    value: dict[str, Any], error: str, pair_store: PairStore
+) -> None:
+    fill(pair_store)
+    graph = build_graph("rag_ef", pair_store=pair_store, llm=fake(), checkpointer=InMemorySaver())
+    cfg: Any = {"configurable": {"thread_id": "v"}}
+    graph.invoke({"question": "Who wrote Hamlet?"}, cfg, context={"review": True})
+    out = graph.invoke(Command(resume=value), cfg, context={"review": True})
+    assert out["stop_reason"] == "feedback_invalid" and len(pair_store) == len(TOPICS)
+    errors = [str(t["error"]) for t in out["trace"] if "error" in t]
+    assert errors and error in errors[0] and "\n" not in errors[0] and len(errors[0]) < 200
+
+
+def test_resume_value_text_is_cleaned_and_the_reviewer_source_kept() -> None:
+    fb = parse_feedback({**GOOD, "answer": " Shake\x00speare\x1b ", "source": "human"}, "Q")
+    assert isinstance(fb, dict) and fb["answer"] == "Shake speare" and fb["source"] == "human"
+
+
+def test_feedback_in_the_state_is_written_only_by_the_allowed_writing_node(
+    pair_store: PairStore,
+) -> None:
+    """The write is checked where it happens: feedback in the state, however it got there, is
+    not stored when the operator's writes are off, and an invalid triple is never stored."""
+    fill(pair_store)
+    forged = Feedback(question="Who wrote Hamlet?", answer="POISON", chunk="c", chunk_id=None,
+                      source="expert")  # fmt: skip
+    cases: list[tuple[bool, Any, str]] = [
+        (False, forged, "feedback_not_stored"),
+        (True, {**forged, "answer": 5}, "feedback_invalid"),
+        (True, {**forged, "source": "oracle"}, "feedback_invalid"),
+    ]
+    for writes, feedback, reason in cases:
+        context = with_policy(Context, OperatorPolicy(feedback_writes=writes))()
+        state = State(question="Who wrote Hamlet?", feedback=feedback)
+        update = asyncio.run(
+            rag_ef_nodes.update_evidence_pool(
+                state, Runtime(context=context), Deps.of(pair_store=pair_store)
+            )
+        )
+        assert update["stop_reason"] == reason and update["feedback"] is None
+        assert len(pair_store) == len(TOPICS)
+    assert not any(p["answer"] == "POISON" for p, _ in pair_store.search("Hamlet", k=10))
 
 
 def test_parse_feedback_values() -> None:

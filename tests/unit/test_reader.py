@@ -11,6 +11,7 @@ import pytest
 
 from gaprag import build_graph
 from gaprag.deps import Deps
+from gaprag.errors import InputError
 from gaprag.graphs import ITERATIVE
 from gaprag.llm.client import LLM
 from gaprag.nodes.reader import Gathered, choose, gathered_evidence, pack, rank, read, unique
@@ -152,11 +153,10 @@ def test_by_default_the_method_keeps_its_own_answer_step(store: Store) -> None:
     assert not any(t.get("call") == "reader" for t in out["trace"])
 
 
-def test_answer_style_is_a_deprecated_alias_of_reader(store: Store) -> None:
-    graph = build_graph("ircot", llm=ScriptedChatModel(), retriever=store, answer_style="paper")
-    context = graph.builder.context_schema
-    assert context is not None and context().reader == "paper"
-    assert context(reader="ranked").reader == "ranked"  # an explicit reader wins
+def test_the_removed_answer_style_setting_is_refused_naming_reader(store: Store) -> None:
+    with pytest.raises(InputError, match="answer_style") as refused:
+        build_graph("ircot", llm=ScriptedChatModel(), retriever=store, answer_style="paper")
+    assert "reader" in str(refused.value)
 
 
 @pytest.mark.parametrize("method", ITERATIVE)

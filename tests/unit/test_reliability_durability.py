@@ -118,8 +118,10 @@ def test_kill_9_during_rebuild_leaves_a_working_store(
         assert store.search("Who wrote Hamlet?", 1, mode="hybrid")[0]["id"] == "hamlet"
         assert store.search("Hamlet tragedy", 1, mode="dense")[0]["id"] == "hamlet"
     # and a later build over the debris works and cleans up the abandoned version
+    store.close()
     Store.build(root, tiny_docs, embedder=HashingEmbedder(), progress=False)
     assert [p.name for p in root.glob("v-*")] == [Store.open(root).version_dir.name]
+    assert not list(root.glob(".building-*")) and not list(root.glob(".pruning-*"))
 
 
 # -- kill -9 during a checkpointed graph run -------------------------------------------------

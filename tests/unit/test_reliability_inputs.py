@@ -27,7 +27,8 @@ from gaprag.cli import main
 from gaprag.config import gaprag_home, private_file
 from gaprag.errors import EndpointError, GapragError, InputError, redact
 from gaprag.stores import HashingEmbedder, Store
-from gaprag.stores.documents import load_documents, read_jsonl
+from gaprag.stores.documents import read_jsonl
+from gaprag.stores.loaders import load_documents
 from gaprag.stores.pairs import PairStore
 from gaprag.testing import scripted
 from gaprag.validate import (
@@ -237,11 +238,15 @@ def test_binary_and_non_utf8_files_in_a_folder_are_skipped_and_reported(
     skipped: list[str] = []
     docs = load_documents([folder], skipped=skipped)
     assert {d["title"] for d in docs} == {"good"}
-    assert len(skipped) == 2 and all("binary or not UTF-8" in s for s in skipped)
+    assert sorted(Path(s).name for s in skipped) == [
+        "image.md (binary or not UTF-8)",
+        "latin1.txt (binary or not UTF-8)",
+        "other.bin (unknown type .bin)",
+    ]
     # the CLI reports it, and the store holds the readable file
     assert main(["index", str(folder), "--store", str(tmp_path / "s"), "--bm25", "bm25s"]) == 0
     err = capsys.readouterr().err
-    assert "skipped 2 file(s)" in err and "latin1.txt" in err and "image.md" in err
+    assert "skipped 3 file(s)" in err and "latin1.txt" in err and "image.md" in err
 
 
 def test_cli_refuses_a_100kb_question(capsys: pytest.CaptureFixture[str]) -> None:
@@ -325,10 +330,10 @@ def test_quiet_flag_silences_gaprag_progress(tmp_path: Path) -> None:
 
     loud = run()
     assert loud.returncode == 0, loud.stderr
-    assert "gaprag: 1 documents" in loud.stderr and "gaprag: indexing" in loud.stderr
+    assert "gaprag: 1 passages" in loud.stderr and "gaprag: indexing" in loud.stderr
     # nothing from the libraries: no "Loading weights" bar, no warnings
     assert "Loading weights" not in loud.stderr and "warn" not in loud.stderr.lower()
     quiet = run("--quiet")
     assert quiet.returncode == 0, quiet.stderr
     assert quiet.stderr == "", quiet.stderr
-    assert "indexed 1 documents" in quiet.stdout
+    assert "is up to date (1 passages" in quiet.stdout  # the second run found nothing new

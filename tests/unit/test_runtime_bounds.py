@@ -1,7 +1,9 @@
-"""Every loop and fan-out bound a method's settings allow works when a run sets it.
+"""Every loop and fan-out bound a method's settings allow works when a run sets it, and every
+numeric setting is typed and bounded.
 
-The bounds are collected from the registry (every context field with a ``maximum``), so a new
-method's bounds are covered or :func:`test_every_bound_has_a_scripted_run` fails. Each bound is
+The bounds are collected from the registry (every context field that bounds how often a step
+runs: ``describe(..., repeats=True)``, each with a ``maximum``), so a new method's bounds are
+covered or :func:`test_every_bound_has_a_scripted_run` fails. Each bound is
 set at RUN time (``context=``) to three times its default and to its maximum, with scripted
 models that never let the loop stop early; the run must reach the bound and finish (no
 ``GraphRecursionError``). A value above the maximum is refused with a one-line InputError.
@@ -13,6 +15,7 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,11 +28,19 @@ from langgraph.graph import START, StateGraph
 from langgraph.types import Command
 from typing_extensions import TypedDict
 
-from gaprag import build_graph
-from gaprag.context import BaseContext, describe, field_range
+from gaprag import build_graph, list_methods
+from gaprag.context import (
+    BaseContext,
+    describe,
+    field_range,
+    numeric_kind,
+    repeat_bounds,
+    resolve_context,
+)
 from gaprag.errors import InputError
 from gaprag.graphs import METHODS, context_class
 from gaprag.nodes.wiring import STEP_MARGIN, compile_graph
+from gaprag.operator import OperatorPolicy, with_policy
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.documents import Document
 from gaprag.stores.pairs import PairStore
@@ -152,13 +163,15 @@ CASES: dict[tuple[str, str], Case] = {
 
 
 def bounds() -> list[tuple[str, str, int, int]]:
-    """(method, field, default, maximum) of every bounded setting of every method."""
+    """(method, field, default, maximum) of every setting of every method that bounds how
+    often a step runs."""
     out = []
     for method in METHODS:
-        for f in dataclasses.fields(context_class(method)):
-            maximum = field_range(f)[1]
-            if maximum is not None:
-                out.append((method, f.name, int(f.default), int(maximum)))  # type: ignore[arg-type]
+        cls = context_class(method)
+        repeats = repeat_bounds(cls)
+        for f in dataclasses.fields(cls):
+            if f.name in repeats:
+                out.append((method, f.name, int(f.default), repeats[f.name]))  # type: ignore[arg-type]
     return out
 
 
@@ -313,3 +326,93 @@ def test_compiled_limit_fits_each_loop_at_its_maximum_and_needs_one() -> None:
     assert graph.config["recursion_limit"] == 1 + 3 * 7 + STEP_MARGIN  # nodes + rounds + margin
     with pytest.raises(TypeError, match="'unbounded' must be a context field with a maximum"):
         compile_graph(builder, None, name="looping", loops={"unbounded": 3})
+
+
+# -- every numeric setting is typed and bounded ------------------------------------------------
+#: settings whose sign is part of their meaning: a log-probability (or its margin), a
+#: cross-encoder logit
+SIGNED = {"gate_threshold", "delta"}
+
+
+def numeric_settings() -> list[tuple[str, str]]:
+    """(method, field) of every numeric setting of every method in the registry."""
+    out = []
+    for method in list_methods():
+        hints = typing.get_type_hints(context_class(method))
+        out += [(method, n) for n, h in hints.items() if numeric_kind(h)[0] is not None]
+    return out
+
+
+NUMERIC = numeric_settings()
+
+
+@pytest.fixture(scope="module")
+def schemas(module_store: Store) -> dict[str, tuple[Any, ScriptedChatModel, dict[str, Any]]]:
+    """Each method's graph, its scripted model and its settings' JSON schema (Studio's form)."""
+    out = {}
+    for method in list_methods():
+        llm = ScriptedChatModel(default="Nile")
+        graph = build_graph(method, llm=llm, retriever=module_store)
+        out[method] = (graph, llm, graph.get_context_jsonschema()["properties"])
+    return out
+
+
+def bound(prop: dict[str, Any], key: str) -> Any:
+    """A JSON-schema bound of a property, also inside ``anyOf`` (an optional number)."""
+    return prop.get(key, next((p[key] for p in prop.get("anyOf", []) if key in p), None))
+
+
+def trials(kind: type, text: bool, minimum: float, maximum: float) -> list[tuple[Any, Any]]:
+    """(value, what the setting holds, or None when refused) for a float, a whole number, a
+    bool, a negative, a huge value, a string and NaN."""
+    inside = (max(minimum, 0) + maximum) / 2
+    signed = minimum < 0
+    if kind is int:
+        return [(float(int(inside)), None), (True, None), (-1, None), (10**12, None),
+                (str(int(inside)), None), (int(inside), int(inside))]  # fmt: skip
+    return [
+        (inside, inside), (int(inside), float(int(inside))), (True, None),
+        (-1, -1.0 if signed else None), (10**12, None), (1e12, None),
+        (str(inside), inside if text else None), (float("nan"), None),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("method", "name"), NUMERIC, ids=[f"{m}.{n}" for m, n in NUMERIC])
+def test_numeric_setting_is_typed_and_bounded(
+    method: str, name: str, schemas: dict[str, tuple[Any, ScriptedChatModel, dict[str, Any]]]
+) -> None:
+    graph, llm, props = schemas[method]
+    cls = context_class(method)
+    kind, _, text = numeric_kind(typing.get_type_hints(cls)[name])
+    assert kind is not None
+    minimum, maximum = bound(props[name], "minimum"), bound(props[name], "maximum")
+    assert maximum is not None, f"{name} has no maximum in the form"
+    assert minimum is not None and (minimum < 0) == (name in SIGNED), name
+    for value, held in trials(kind, text, minimum, maximum):
+        if held is not None:
+            ctx = resolve_context(cls, {name: value})
+            assert getattr(ctx, name) == held and type(getattr(ctx, name)) is kind, value
+            continue
+        with pytest.raises(InputError) as err:
+            graph.invoke({"question": QUESTION}, context={name: value})
+        assert str(err.value).startswith(f"{method}: {name}") and "\n" not in str(err.value)
+        assert llm.calls == [], "refused before anything ran"
+
+
+@pytest.mark.parametrize(("method", "name"), NUMERIC, ids=[f"{m}.{n}" for m, n in NUMERIC])
+def test_operator_cap_applies_to_every_numeric_setting(method: str, name: str) -> None:
+    cls = context_class(method)
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    minimum, maximum = field_range(f)
+    assert minimum is not None and maximum is not None
+    cap = max(minimum, 0)
+    kind = int if numeric_kind(typing.get_type_hints(cls)[name])[0] is int else float
+    above = next(
+        v
+        for v in (kind((cap + maximum) / 2), kind(cap + 1), kind(cap + 2))
+        if v != f.default and cap < v <= maximum
+    )
+    capped = with_policy(cls, OperatorPolicy(max_bounds={name: cap}))
+    with pytest.raises(InputError, match=rf"^{method}: {name}=\S+ is above the operator's cap"):
+        resolve_context(capped, {name: above})
+    assert getattr(resolve_context(capped, {name: cap}), name) == cap

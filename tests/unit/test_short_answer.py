@@ -97,11 +97,11 @@ def test_a_reply_that_is_not_shorter_is_discarded(store: Store) -> None:
 def test_paper_style_turns_the_step_off(store: Store) -> None:
     long = "Hamlet was written by the English playwright William Shakespeare"
     fake = scripted(long, "William Shakespeare")
-    graph = build_graph("standard_rag", llm=fake, retriever=store, answer_style="paper")
+    graph = build_graph("standard_rag", llm=fake, retriever=store, reader="paper")
     out = graph.invoke({"question": "Who wrote Hamlet?"})
     assert out["answer"] == long and out["usage"]["llm_calls"] == 1
-    with pytest.raises(Exception, match="answer_style"):
-        build_graph("standard_rag", llm=fake, retriever=store, answer_style="terse")
+    with pytest.raises(Exception, match="reader"):
+        build_graph("standard_rag", llm=fake, retriever=store, reader="terse")
 
 
 def test_option_probability_and_should_stop() -> None:

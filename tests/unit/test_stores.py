@@ -15,7 +15,7 @@ from gaprag.accounting import metered
 from gaprag.errors import InputError, StoreError
 from gaprag.stores import GapragRetriever, HashingEmbedder, Store, as_retriever, load_documents
 from gaprag.stores.bm25 import BM25Index
-from gaprag.stores.documents import Document, chunk_words
+from gaprag.stores.documents import Document
 from gaprag.stores.embeddings import Vectors
 from gaprag.stores.hybrid import rrf
 
@@ -75,13 +75,22 @@ def test_reopen_does_not_re_embed(tmp_path: Path, tiny_docs: list[Document]) -> 
     assert emb2.texts == 1  # only the query
 
 
-def test_rebuild_swaps_atomically_and_prunes(tmp_path: Path, tiny_docs: list[Document]) -> None:
+def test_rebuild_swaps_atomically_and_prunes_versions_no_reader_holds(
+    tmp_path: Path, tiny_docs: list[Document]
+) -> None:
     root = tmp_path / "s"
     first = Store.build(root, tiny_docs[:2], embedder=HashingEmbedder(), progress=False)
     second = Store.build(root, tiny_docs, embedder=HashingEmbedder(), progress=False)
     assert first.version_dir != second.version_dir
     assert len(Store.open(root)) == len(tiny_docs)
-    assert [p.name for p in root.glob("v-*")] == [second.version_dir.name]
+    # the first store is still open: its version stays, and it still answers
+    assert first.version_dir.is_dir()
+    assert first.search("Paris", 1, mode="hybrid")[0]["id"] == "fr"
+    first.close()
+    third = Store.build(root, tiny_docs[:3], embedder=HashingEmbedder(), progress=False)
+    # the released first version is gone; the second, still open, stays
+    held = sorted([second.version_dir.name, third.version_dir.name])
+    assert sorted(p.name for p in root.glob("v-*")) == held
 
 
 def test_interrupted_build_leaves_previous_index(tmp_path: Path, tiny_docs: list[Document]) -> None:
@@ -176,13 +185,6 @@ def test_malformed_jsonl_names_the_line(tmp_path: Path, content: str, needle: st
     with pytest.raises(InputError) as err:
         load_documents([bad])
     assert needle in str(err.value)
-
-
-def test_chunk_words() -> None:
-    chunks = chunk_words(" ".join(str(i) for i in range(10)), size=4, overlap=1)
-    assert chunks == ["0 1 2 3", "3 4 5 6", "6 7 8 9"]
-    with pytest.raises(InputError):
-        chunk_words("a b", size=2, overlap=2)
 
 
 def test_langchain_adapters(store: Store) -> None:

@@ -34,7 +34,11 @@ def first_sentence(text: str) -> str:
 
 
 async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """K passages for the question (first step) or for the last thought, never seen before."""
+    """K passages for the question (first step) or for the last thought, never seen before.
+
+    Reads: `question`, `thoughts`, `evidence`, `iterations`; writes: `evidence`, `queries`,
+    `iterations`.
+    """
     ctx = runtime.context
     query = state.thoughts[-1] if state.thoughts else state.question
     round_ = state.iterations + 1
@@ -52,7 +56,10 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
 
 
 async def reason(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """The next sentence of the chain of thought over the first ``max_passages`` passages."""
+    """The next sentence of the chain of thought over the first ``max_passages`` passages.
+
+    Reads: `question`, `evidence`, `thoughts`, `iterations`; writes: `thoughts`, `decisions`.
+    """
     ctx = runtime.context
     passages = nodes.render_passages(
         state.evidence[: ctx.max_passages], FORMATS["passages"], max_words=ctx.max_passage_words
@@ -75,7 +82,10 @@ async def reason(state: State, runtime: Runtime[Context], deps: Deps) -> dict[st
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """The answer the chain of thought stated; else one short-answer call over it."""
+    """The answer the chain of thought stated; else one short-answer call over it.
+
+    Reads: `question`, `thoughts`, `evidence`; writes: `answer`, `stop_reason`.
+    """
     ctx = runtime.context
     stated = final_answer(state.thoughts[-1]) if state.thoughts else None
     if stated:

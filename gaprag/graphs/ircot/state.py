@@ -8,7 +8,6 @@ from typing import Annotated
 
 from pydantic import Field
 
-from gaprag.errors import deprecated_names
 from gaprag.state import base
 from gaprag.state.base import BaseState, InputState
 
@@ -26,8 +25,3 @@ class State(BaseState, OutputState):
 
 
 __all__ = ["InputState", "OutputState", "State"]
-
-_DEPRECATED = {"IRCoTState": "State", "IRCoTOutput": "OutputState"}
-
-
-__getattr__ = deprecated_names(__name__, _DEPRECATED, globals())

@@ -6,7 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gaprag.context import BaseContext, Calibration, describe
+from gaprag.context import (
+    MAX_OUTPUT_TOKENS,
+    MAX_PASSAGE_WORDS,
+    MAX_PROBABILITY_THRESHOLD,
+    BaseContext,
+    Calibration,
+    describe,
+)
 from gaprag.graphs.iterkey.analysis import FallbackPolicy, fallback_index
 from gaprag.stores.store import RetrievalMode
 
@@ -20,6 +27,7 @@ class Context(BaseContext):
         "N: most keywords-retrieve-answer-validate rounds (paper: up to five).",
         minimum=1,
         maximum=25,
+        repeats=True,
     )
     top_k: int = describe(
         3,
@@ -28,6 +36,7 @@ class Context(BaseContext):
         "With regeneration_mode=doc_by_doc, one keyword call per passage each round.",
         minimum=1,
         maximum=15,
+        repeats=True,
     )
     retrieval_mode: RetrievalMode = describe(
         "bm25",
@@ -40,6 +49,7 @@ class Context(BaseContext):
         "are retrieved and their ids logged (history, retrieved_ids); only the first top_k ever "
         "reach a prompt. 0 retrieves just top_k (the paper reports Top-1..5 recall).",
         minimum=0,
+        maximum=100,
     )
     validation_threshold: float = describe(
         0.5,
@@ -48,31 +58,44 @@ class Context(BaseContext):
         "more probable option, i.e. 0.5). Without logprobs no answer is accepted and the loop "
         "runs to max_iterations.",
         minimum=0,
+        maximum=MAX_PROBABILITY_THRESHOLD,
     )
     keywords_max_tokens: int = describe(
-        50, "Output cap for the initial keyword list (paper Table 14: 50).", minimum=1
+        50,
+        "Output cap for the initial keyword list (paper Table 14: 50).",
+        minimum=1,
+        maximum=MAX_OUTPUT_TOKENS,
     )
     regenerate_max_tokens: int = describe(
         50,
         "Output cap for a regenerated keyword list (paper silent; same as keyword generation).",
         minimum=1,
+        maximum=MAX_OUTPUT_TOKENS,
     )
     answer_max_tokens: int = describe(
-        50, "Output cap for the answer call (paper Table 14: 50).", minimum=1
+        50,
+        "Output cap for the answer call (paper Table 14: 50).",
+        minimum=1,
+        maximum=MAX_OUTPUT_TOKENS,
     )
     validate_max_tokens: int = describe(
         30,
         "Output cap for the True/False validation call without logprobs (paper Table 14: 30); "
         "the logprobs path reads the first non-blank token of a 3-token reply.",
         minimum=1,
+        maximum=MAX_OUTPUT_TOKENS,
     )
     cot_max_tokens: int = describe(
         256,
         "Output cap for the chain-of-thought validation and regeneration prompts (cot).",
         minimum=1,
+        maximum=MAX_OUTPUT_TOKENS,
     )
     max_passage_words: int = describe(
-        256, "Passages are cut to this many words in prompts (paper: 256-token chunks).", minimum=1
+        256,
+        "Passages are cut to this many words in prompts (paper: 256-token chunks).",
+        minimum=1,
+        maximum=MAX_PASSAGE_WORDS,
     )
     fallback_policy: FallbackPolicy = describe(
         "last",

@@ -52,6 +52,13 @@ def documents(state: State, ctx: Context) -> Passages:
 
 
 async def generate_keywords(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """Step 1: the first keyword list for the question.
+
+    No list parsed: the round retrieves with the question alone.
+
+    Reads: `question`; writes: `keywords`, `keyword_history`, `iterations`, `current_raw`,
+    `parse_failures`.
+    """
     ctx = runtime.context
     llm = await keywords_llm(ctx, deps)
     raw = await llm.agenerate(
@@ -74,6 +81,14 @@ async def generate_keywords(state: State, runtime: Runtime[Context], deps: Deps)
 
 
 async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The round's documents for the question and its keywords.
+
+    The top ``top_k`` replace the previous round's documents (no pool); up to ``recall_k`` ids are
+    logged.
+
+    Reads: `question`, `keywords`, `iterations`, `seen_doc_ids`; writes: `retrieval_query`,
+    `queries`, `evidence`, `logged_doc_ids`.
+    """
     ctx = runtime.context
     query = retrieval_query(state.question, state.keywords, ctx.query_joiner)
     hits = await nodes.retrieve(
@@ -95,6 +110,10 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """Step 2: an answer over the round's documents.
+
+    Reads: `question`, `evidence`, `current_raw`; writes: `answer`, `current_raw`.
+    """
     ctx = runtime.context
     llm = await deps.achat(ctx)
     raw = await llm.agenerate(
@@ -191,6 +210,15 @@ def stops_here(scores: VerdictScores, verdict: bool, ctx: Context) -> bool:
 
 
 async def validate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """Step 3: the validator's verdict on the round's answer, P(valid), stop or not.
+
+    Also the round's record for the history.
+
+    Reads: `question`, `answer`, `evidence`, `keywords`, `retrieval_query`, `logged_doc_ids`,
+    `iterations`, `first_true_iteration`, `seen_keywords`, `seen_doc_ids`, `current_raw`; writes:
+    `verdict`, `stop_validated`, `verdict_scores`, `verdicts`, `history`, `first_true_iteration`,
+    `seen_keywords`, `seen_doc_ids`, `current_raw`, `parse_failures`, `decisions`.
+    """
     ctx = runtime.context
     i = state.iterations
     scores = await _verdict(state, ctx, deps)
@@ -255,6 +283,13 @@ async def validate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
 async def regenerate_keywords(
     state: State, runtime: Runtime[Context], deps: Deps
 ) -> dict[str, Any]:
+    """Step 4: a new keyword list from the question and the previous keywords.
+
+    Doc by doc or with a chain of thought when set; no list parsed: the previous one is kept.
+
+    Reads: `question`, `keywords`, `evidence`, `iterations`; writes: `keywords`, `keyword_history`,
+    `iterations`, `current_raw`, `parse_failures`.
+    """
     ctx = runtime.context
     llm = await keywords_llm(ctx, deps)
     i = state.iterations + 1
@@ -310,6 +345,13 @@ async def regenerate_keywords(
 
 
 def finalize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """The final answer with its documents, and why the loop ended.
+
+    The answer is the first accepted round's, else the one ``fallback_policy`` picks.
+
+    Reads: `history`, `first_true_iteration`, `stop_validated`; writes: `answer`, `evidence`,
+    `stop_reason`, `trace`.
+    """
     ctx = runtime.context
     # the answer: the first accepted round's (also when the loop went on past it, in
     # continue_after_true or calibration runs), else the fallback policy's

@@ -16,7 +16,6 @@ from typing import Annotated, Any
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
-from gaprag.errors import deprecated_names
 from gaprag.state import base
 from gaprag.state.base import BaseState, Evidence, InputState
 
@@ -66,27 +65,61 @@ class OutputState(base.OutputState):
     keywords: Annotated[list[str], Field(description="The last keyword set K_i.")] = field(
         default_factory=list
     )
-    verdicts: Annotated[list[bool], operator.add] = field(default_factory=list)
+    verdicts: Annotated[
+        list[bool], Field(description="Each round's validation verdict, in order."), operator.add
+    ] = field(default_factory=list)
     first_true_iteration: Annotated[
         int | None, Field(description="The first round whose answer was validated True.")
     ] = None
-    history: Annotated[list[IterationRecord], operator.add] = field(default_factory=list)
-    parse_failures: Annotated[list[ParseFailure], operator.add] = field(default_factory=list)
+    history: Annotated[
+        list[IterationRecord],
+        Field(
+            description="Each round's record: keywords, query, documents, answer, verdict and "
+            "the raw replies."
+        ),
+        operator.add,
+    ] = field(default_factory=list)
+    parse_failures: Annotated[
+        list[ParseFailure],
+        Field(description="Replies that could not be parsed, and the fallback each one used."),
+        operator.add,
+    ] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
 class State(BaseState, OutputState):
     """Internal state of one IterKey run."""
 
-    retrieval_query: str = ""
-    verdict: bool | None = None
-    stop_validated: bool = False  # this round's accepted answer ends the loop
-    verdict_scores: dict[str, Any] = field(default_factory=dict)
-    keyword_history: Annotated[list[list[str]], operator.add] = field(default_factory=list)
-    logged_doc_ids: list[str] = field(default_factory=list)
-    current_raw: dict[str, str] = field(default_factory=dict)
-    seen_doc_ids: list[str] = field(default_factory=list)
-    seen_keywords: list[str] = field(default_factory=list)
+    retrieval_query: Annotated[
+        str, Field(description="The round's retrieval query: the question and its keywords.")
+    ] = ""
+    verdict: Annotated[
+        bool | None, Field(description="The round's validation verdict (None before one).")
+    ] = None
+    stop_validated: Annotated[
+        bool, Field(description="The round's accepted answer ends the loop.")
+    ] = False
+    verdict_scores: Annotated[
+        dict[str, Any],
+        Field(description="The round's validation: P(valid), how it was decided, the raw reply."),
+    ] = field(default_factory=dict)
+    keyword_history: Annotated[
+        list[list[str]], Field(description="Every round's keyword list, in order."), operator.add
+    ] = field(default_factory=list)
+    logged_doc_ids: Annotated[
+        list[str],
+        Field(description="The round's retrieved ids down to recall_k (more than shown)."),
+    ] = field(default_factory=list)
+    current_raw: Annotated[
+        dict[str, str],
+        Field(description="The round's raw keyword and answer replies, for its record."),
+    ] = field(default_factory=dict)
+    seen_doc_ids: Annotated[
+        list[str], Field(description="Document ids shown in earlier rounds of this question.")
+    ] = field(default_factory=list)
+    seen_keywords: Annotated[
+        list[str], Field(description="Keywords (case-folded) of earlier rounds of this question.")
+    ] = field(default_factory=list)
 
 
 __all__ = [
@@ -97,8 +130,3 @@ __all__ = [
     "State",
     "VerdictScores",
 ]
-
-_DEPRECATED = {"IterKeyState": "State", "IterKeyOutput": "OutputState"}
-
-
-__getattr__ = deprecated_names(__name__, _DEPRECATED, globals())

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gaprag.context import BaseContext, Calibration, describe
+from gaprag.context import (
+    MAX_OUTPUT_TOKENS,
+    MAX_PASSAGES,
+    MAX_PROBABILITY_THRESHOLD,
+    BaseContext,
+    Calibration,
+    describe,
+)
 from gaprag.errors import InputError
 from gaprag.graphs.migres.filter import DEFAULT_EMBEDDING_DELTA, CrossEncoderScorer, Scorer
 from gaprag.operator import policy_of
@@ -30,6 +37,7 @@ class Context(BaseContext):
         "0 = the task's paper value: multihop 5, odqa 3, strategyqa 5.",
         minimum=0,
         maximum=25,
+        repeats=True,
     )
     delta: float | str = describe(
         "auto",
@@ -37,6 +45,8 @@ class Context(BaseContext):
         "least delta are kept). 'auto' = per scorer: the calibrated cosine threshold for the "
         f"default embedding scorer ({DEFAULT_EMBEDDING_DELTA}), or the paper's "
         "bge-reranker-base logits with a cross-encoder (multihop 3.0, odqa 5.0, strategyqa 0.0).",
+        minimum=-100,
+        maximum=100,
     )
     reranker: str = describe(
         "",
@@ -46,11 +56,16 @@ class Context(BaseContext):
         operator="path",
     )
     top_k: int = describe(
-        5, "k: most snippets shown to the leaf (extraction) call per round.", minimum=1
+        5,
+        "k: most snippets shown to the leaf (extraction) call per round.",
+        minimum=1,
+        maximum=MAX_PASSAGES,
     )
-    n_retrieve: int = describe(50, "BM25 candidates per query before filtering.", minimum=1)
+    n_retrieve: int = describe(
+        50, "BM25 candidates per query before filtering.", minimum=1, maximum=500
+    )
     max_queries: int = describe(
-        3, "Most new queries kept per query-generation call.", minimum=1, maximum=10
+        3, "Most new queries kept per query-generation call.", minimum=1, maximum=10, repeats=True
     )
     retrieval_mode: RetrievalMode = describe(
         "bm25", "bm25 (the paper), dense or hybrid retrieval of candidates."
@@ -75,6 +90,7 @@ class Context(BaseContext):
         "the judge's own verdict (the paper); higher = keep retrieving unless the model is "
         "sure. No logprobs or no retrieved fact: never stops before T.",
         minimum=0,
+        maximum=MAX_PROBABILITY_THRESHOLD,
     )
     few_shot: bool = describe(
         False,
@@ -100,24 +116,38 @@ class Context(BaseContext):
         2,
         "A passage is shown at most this many times (a passage that supported a fact: once).",
         minimum=1,
+        maximum=10,
     )
-    min_snippet_tokens: int = describe(5, "Snippets with fewer words are never shown.", minimum=0)
-    leaf_max_tokens: int = describe(400, "Output cap for the extraction call.", minimum=1)
+    min_snippet_tokens: int = describe(
+        5, "Snippets with fewer words are never shown.", minimum=0, maximum=100
+    )
+    leaf_max_tokens: int = describe(
+        400, "Output cap for the extraction call.", minimum=1, maximum=MAX_OUTPUT_TOKENS
+    )
     judge_max_tokens: int = describe(
-        200, "Output cap for the judge and final-answer calls.", minimum=1
+        200,
+        "Output cap for the judge and final-answer calls.",
+        minimum=1,
+        maximum=MAX_OUTPUT_TOKENS,
     )
-    query_max_tokens: int = describe(96, "Output cap for the query-generation call.", minimum=1)
-    knowledge_max_tokens: int = describe(160, "Output cap for the LLM-knowledge call.", minimum=1)
+    query_max_tokens: int = describe(
+        96, "Output cap for the query-generation call.", minimum=1, maximum=MAX_OUTPUT_TOKENS
+    )
+    knowledge_max_tokens: int = describe(
+        160, "Output cap for the LLM-knowledge call.", minimum=1, maximum=MAX_OUTPUT_TOKENS
+    )
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        if isinstance(self.delta, str) and self.delta.strip().lower() not in ("", "auto"):
-            try:
-                float(self.delta)
+        text = self.delta
+        if isinstance(text, str) and text.strip().lower() not in ("", "auto"):
+            try:  # a number given as text (--set delta=3) is that number, bounds and all
+                self.delta = float(text)
             except ValueError:
                 raise InputError(
-                    f"migres: delta={self.delta!r} is not valid", hint="use a number or 'auto'"
+                    f"migres: delta={text[:60]!r} is not valid",
+                    hint="use a number or 'auto'",
                 ) from None
+        super().__post_init__()
 
 
 def budget(ctx: Context) -> int:
@@ -125,7 +155,7 @@ def budget(ctx: Context) -> int:
     if ctx.max_iterations > 0:
         return ctx.max_iterations
     cap = policy_of(type(ctx)).max_bounds.get("max_iterations")
-    return min(TASK_T[ctx.task_type], cap) if cap is not None else TASK_T[ctx.task_type]
+    return int(min(TASK_T[ctx.task_type], cap)) if cap is not None else TASK_T[ctx.task_type]
 
 
 def threshold(ctx: Context, scorer: Scorer) -> float:

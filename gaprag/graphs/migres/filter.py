@@ -17,19 +17,15 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
+from gaprag.config import apply_torch_threads
 from gaprag.graphs.migres.state import Snippet
 from gaprag.state.base import Evidence
-from gaprag.stores.embeddings import Embedder, Vectors, default_embedder
-from gaprag.stores.store import Store
-
-if TYPE_CHECKING:  # the settings import this module (the default delta)
-    from gaprag.deps import Deps
-    from gaprag.graphs.migres.context import Context
+from gaprag.stores.embeddings import Embedder, Vectors
 
 # Default threshold delta of the embedding scorer (cosine similarity, packaged MiniLM).
 # Calibrated with `nice -n 19 python benchmarks/calibrate_migres_filter.py --limit 40` on
@@ -171,7 +167,9 @@ class CrossEncoderScorer:
         if not docs:
             return []
         pairs = [(query, f"{d['title']} [SEP] {d['text']}") for d in docs]
-        scores = self._load().predict(pairs, batch_size=self.batch_size, show_progress_bar=False)
+        model = self._load()
+        apply_torch_threads()
+        scores = model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False)
         return [round(float(s), 6) for s in np.asarray(scores).reshape(-1)]
 
 
@@ -181,24 +179,6 @@ _ABBREV = re.compile(
     r"Rev|Hon|Mt|Ft|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)|\b[A-Z])\.$"
 )
 _SPLIT = re.compile(r"(?<=[.!?])[\"')\]]?\s+")
-
-
-def scorer_for(ctx: Context, deps: Deps) -> Scorer:
-    """The knowledge filter's scorer: injected, a cross-encoder at ``ctx.reranker``, or cosine
-    similarity with the store's own embedder (the packaged one for other retrievers)."""
-    if deps.scorer is not None:
-        return deps.scorer
-    if ctx.reranker:
-        path = ctx.reranker
-        return deps.cached(("migres.cross_encoder", path), lambda: CrossEncoderScorer(path))
-    retriever = deps.search(ctx)
-
-    def make() -> Scorer:
-        if isinstance(retriever, Store):
-            return EmbeddingScorer(retriever.embedder, store=retriever)
-        return EmbeddingScorer(default_embedder())
-
-    return deps.cached(("migres.embedding_scorer", id(retriever)), make)
 
 
 def split_sentences(text: str) -> list[str]:

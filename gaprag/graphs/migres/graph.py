@@ -15,8 +15,8 @@ from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
-from gaprag.deps import Deps
 from gaprag.graphs.migres.context import Context, budget
+from gaprag.graphs.migres.deps import MigresDeps
 from gaprag.graphs.migres.nodes import (
     extract,
     finalize,
@@ -58,7 +58,7 @@ def route_after_judge_missing(state: State) -> Literal["finalize", "regenerate_k
 
 
 def build(
-    deps: Deps,
+    deps: MigresDeps,
     context: type[Context] = Context,
     checkpointer: BaseCheckpointSaver[Any] | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:

@@ -10,6 +10,7 @@ filter, the LLM writes background from its own knowledge instead.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any
 
@@ -19,9 +20,9 @@ from gaprag import nodes
 from gaprag.accounting import estimate_tokens
 from gaprag.aio import to_thread
 from gaprag.deps import Deps
-from gaprag.errors import deprecated_names
 from gaprag.graphs.migres.context import Context, threshold
-from gaprag.graphs.migres.filter import knowledge_filter, scorer_for
+from gaprag.graphs.migres.deps import MigresDeps, scorer_for
+from gaprag.graphs.migres.filter import knowledge_filter
 from gaprag.graphs.migres.known_info import known_passages, retrieved_facts, seeds_for
 from gaprag.graphs.migres.parsing import (
     AnswerField,
@@ -39,26 +40,21 @@ from gaprag.graphs.migres.parsing import (
 )
 from gaprag.graphs.migres.prompting import FORMATS, PROMPTS, prompt
 from gaprag.graphs.migres.snippets import round_candidates, snippet_item, strip_markup
-from gaprag.graphs.migres.state import InfoItem, Snippet, State
+from gaprag.graphs.migres.state import InfoItem, Judgement, Snippet, State
 from gaprag.graphs.migres.verify import LLMVerifier, Verifier, entailed
+from gaprag.llm.client import LLM, Structured
 from gaprag.progress import emit
-from gaprag.prompts import follow_up
+from gaprag.prompts import RenderedPrompt, follow_up
 from gaprag.state.base import Evidence
-
-#: names that moved out of this module: where they are now (deprecated aliases, one release)
-_MOVED = {
-    "SEED_FACTS": "gaprag.graphs.migres.known_info",
-    "DEMOS": "gaprag.graphs.migres.prompting",
-    "FEW_SHOT": "gaprag.graphs.migres.prompting",
-    "WHOLE": "gaprag.graphs.migres.prompting",
-    "RETRY_PREFIX": "gaprag.graphs.migres.snippets",
-}
-
-__getattr__ = deprecated_names(__name__, _MOVED, globals())
 
 
 # -- nodes -----------------------------------------------------------------------------------
 def init(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Start the question: the first query is the question; the seed facts are known.
+
+    Reads: `question`; writes: `pending_queries`, `query_history`, `known_info`, `known_sources`,
+    `missing_info`.
+    """
     q0 = state.question.strip()
     seeds = seeds_for(q0, runtime.context)
     return {
@@ -71,6 +67,12 @@ def init(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
 
 
 async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """A new round: every pending query's candidate passages; the round's artefacts cleared.
+
+    Reads: `question`, `pending_queries`, `known_info`, `iterations`; writes: `raw_candidates`,
+    `iterations`, `queries`, `known_info_len_at_round_start`, `filtered_snippets`,
+    `llm_knowledge_used`, `leaf_passages`, `extracted_info`, `verified_info`.
+    """
     ctx = runtime.context
     retriever = await deps.aretriever(ctx)
     queries = [q for q in state.pending_queries if q.strip()] or [state.question]
@@ -90,7 +92,14 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
     }
 
 
-async def rerank_filter(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+async def rerank_filter(
+    state: State, runtime: Runtime[Context], deps: MigresDeps
+) -> dict[str, Any]:
+    """The knowledge filter: the candidates' sentences that the scorer finds relevant.
+
+    Reads: `question`, `raw_candidates`, `pending_queries`, `seen_counts`, `iterations`; writes:
+    `filtered_snippets`, `trace`.
+    """
     ctx = runtime.context
     scorer = await to_thread(scorer_for, ctx, deps)
     cleaned = [Evidence(**{**c, "text": strip_markup(c["text"])}) for c in state.raw_candidates]
@@ -109,6 +118,11 @@ async def rerank_filter(state: State, runtime: Runtime[Context], deps: Deps) -> 
 
 
 async def llm_knowledge(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The model's own knowledge on the first pending query, as one snippet if usable.
+
+    Reads: `question`, `pending_queries`; writes: `filtered_snippets`, `llm_knowledge_used`,
+    `llm_calls_by_kind`, `trace`.
+    """
     ctx = runtime.context
     query = (state.pending_queries or [state.question])[0]
     llm = await deps.achat(ctx)
@@ -138,6 +152,15 @@ async def llm_knowledge(state: State, runtime: Runtime[Context], deps: Deps) -> 
 
 
 async def extract(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The leaf module: the useful facts in the snippets shown (at most ``top_k``).
+
+    A snippet is shown at most ``max_shown`` times per question; the first snippets shown are kept
+    for an answer without retrieved facts.
+
+    Reads: `question`, `filtered_snippets`, `seen_counts`, `llm_knowledge_used`, `pending_queries`,
+    `question_snippets`; writes: `leaf_passages`, `seen_counts`, `extracted_info`,
+    `question_snippets`, `knowledge_tokens`, `llm_calls_by_kind`.
+    """
     ctx = runtime.context
     seen = dict(state.seen_counts)
     shown: list[Snippet] = []
@@ -182,7 +205,12 @@ async def extract(state: State, runtime: Runtime[Context], deps: Deps) -> dict[s
     return update
 
 
-async def verify_nli(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+async def verify_nli(state: State, runtime: Runtime[Context], deps: MigresDeps) -> dict[str, Any]:
+    """Keep the new facts a cited snippet entails (all of them with ``verifier="off"``).
+
+    Reads: `extracted_info`, `known_info`, `leaf_passages`, `iterations`; writes: `verified_info`,
+    `trace`, `llm_calls_by_kind`.
+    """
     ctx = runtime.context
     check: Verifier | None = deps.fact_verifier
     if check is None and ctx.verifier == "llm":
@@ -216,6 +244,12 @@ async def verify_nli(state: State, runtime: Runtime[Context], deps: Deps) -> dic
 
 
 def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Add the verified facts to the known information, with the passages behind them.
+
+    Reads: `verified_info`, `known_info`, `known_sources`, `leaf_passages`, `seen_counts`,
+    `evidence`, `known_info_len_at_round_start`, `iterations`; writes: `known_info`,
+    `known_sources`, `seen_counts`, `evidence`, `new_info_this_round`, `passages_per_round`.
+    """
     known = list(state.known_info)
     sources = [list(s) for s in state.known_sources[: len(known)]]
     sources += [[] for _ in range(len(known) - len(sources))]
@@ -292,6 +326,141 @@ async def _pool_answer(
     return value, clean_answer_text(value.answer.text) if value is not None else ""
 
 
+# -- judge_missing: the main module, then the sufficiency decision -------------------------------
+@dataclasses.dataclass(frozen=True)
+class _Candidate:
+    """The answer a judged round would stop with, and where it comes from."""
+
+    text: str
+    confidence: int
+    explanation: str
+    source: str  # "judge" (the main module's answer) or "final" (the final-answer prompt)
+
+
+def _skipped_judge(state: State, ctx: Context, rounds: int) -> dict[str, Any] | None:
+    """The skip rule: with ``skip_judge_if_no_new_info``, a round after the first that added no
+    fact is not judged; the loop continues (decision path ``rule``, the candidate answer so far
+    recorded) without a model call. Returns that round's update, or None when the judge runs."""
+    if not (ctx.skip_judge_if_no_new_info and rounds > 1 and state.new_info_this_round == 0):
+        return None
+    nodes.log_decision(
+        "sufficiency",
+        rounds,
+        "continue",
+        path="rule",
+        threshold=ctx.sufficiency_threshold,
+        answer=state.candidate_answer or None,
+    )
+    return {
+        "judge_rounds": rounds,
+        "trace": [{"node": "judge_missing", "event": "skipped", "reason": "no new facts"}],
+    }
+
+
+async def _ask_judge(state: State, ctx: Context, llm: LLM) -> tuple[RenderedPrompt, str, Judgement]:
+    """The main call over the known facts (``main``, or ``main_yesno`` for StrategyQA): its
+    messages, its raw reply and its verdict (what is missing, an explanation, an answer or
+    "unanswerable")."""
+    messages = prompt("main_yesno" if ctx.task_type == "strategyqa" else "main", ctx).render(
+        known_info=known_passages(state), question=state.question
+    )
+    reply = await llm.astructured(
+        messages,
+        MainReply,
+        default=MainReply(answer=AnswerField(text="unanswerable")),
+        max_tokens=ctx.judge_max_tokens,
+        call="main",
+    )
+    return messages, reply.raw, _verdict(reply)
+
+
+def _verdict(reply: Structured[MainReply]) -> Judgement:
+    """The salvage: the parsed reply's verdict, else that of the key-scan salvage of its raw
+    text; a reply neither can read gives a verdict with ``parsed_ok`` False."""
+    if reply.path != "default":
+        return judgement(reply.value)
+    salvaged = salvage_main(reply.raw)
+    return judgement(salvaged or reply.value, parsed_ok=salvaged is not None)
+
+
+async def _ask_sufficiency(
+    state: State, ctx: Context, llm: LLM, messages: RenderedPrompt, raw: str, verdict: Judgement
+) -> nodes.Reading | None:
+    """The follow-up question: after the judge's reply, "is the information enough?" as a
+    forced Yes/No choice, read as p = P(Yes). Not asked (None) when the verdict was unreadable
+    or the pool holds no retrieved fact."""
+    if not verdict["parsed_ok"] or not retrieved_facts(state, ctx):
+        return None
+    follow = follow_up(messages, raw.strip() or "{}", PROMPTS["sufficiency"].render())
+    choice = await llm.achoose(follow, ["Yes", "No"], default="No", call="sufficiency")
+    return nodes.read_choice(choice, "Yes")
+
+
+async def _candidate_answer(
+    state: State, ctx: Context, deps: Deps, verdict: Judgement, stop: bool
+) -> _Candidate:
+    """The candidate answer: the judge's own; when it said "unanswerable" and the loop stops
+    (or at every judged round of a calibration run), the final-answer prompt's over the pool
+    ("" when neither gives one)."""
+    judged = _Candidate(
+        verdict["answer_text"] if verdict["answered"] else "",
+        verdict["confidence"],
+        verdict["explanation"],
+        "judge",
+    )
+    if judged.text or not (stop or ctx.calibration):
+        return judged
+    final, text = await _pool_answer(state, ctx, deps, call="candidate")
+    if final is None:
+        return dataclasses.replace(judged, text=text, source="final")
+    return _Candidate(text, final.answer.confidence, final.explanation, "final")
+
+
+def _judged_update(
+    state: State,
+    rounds: int,
+    verdict: Judgement,
+    reading: nodes.Reading,
+    stop: bool,
+    candidate: _Candidate,
+    calls: dict[str, int],
+) -> dict[str, Any]:
+    """The trace and update of a judged round: its count, calls by kind, candidate answer and
+    trace event; on a stop the answer with its confidence and explanation (``stop_reason``
+    ``answered``), else what is missing (the judge's words; when it names nothing, the
+    previous missing information or the question)."""
+    update: dict[str, Any] = {
+        "judge_rounds": rounds,
+        "llm_calls_by_kind": calls,
+        "candidate_answer": candidate.text,
+        "trace": [
+            {
+                "node": "judge_missing",
+                "round": rounds,
+                "answered": verdict["answered"],
+                "p_sufficient": reading.p,
+                "path": reading.path,
+                "stop": stop,
+                "answer_from": candidate.source,
+            }
+        ],
+    }
+    if stop:
+        update.update(
+            answer=candidate.text,
+            confidence=candidate.confidence,
+            explanation=candidate.explanation,
+            status="answered",
+            stop_reason="answered",
+        )
+    else:
+        missing = verdict["missing_information"]
+        if missing.strip().lower() in ("", "none"):
+            missing = state.missing_info or state.question
+        update["missing_info"] = missing
+    return update
+
+
 async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     """The main module, then the sufficiency decision.
 
@@ -303,107 +472,67 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
     run: continue. A stop whose judge said "unanswerable" takes its answer from the
     final-answer prompt; calibration runs get that answer at every judged round, so that
     ``gaprag calibrate`` can replay any threshold from the records.
+
+    Reads: `question`, `known_info`, `known_sources`, `missing_info`, `judge_rounds`,
+    `iterations`; writes: `judge_rounds`, `llm_calls_by_kind`, `candidate_answer`, `trace`, and
+    on a stop `answer`, `confidence`, `explanation`, `status`, `stop_reason`, else
+    `missing_info`.
     """
     ctx = runtime.context
     rounds = state.judge_rounds + 1
-    t = ctx.sufficiency_threshold
-    if ctx.skip_judge_if_no_new_info and rounds > 1 and state.new_info_this_round == 0:
-        nodes.log_decision(
-            "sufficiency",
-            rounds,
-            "continue",
-            path="rule",
-            threshold=t,
-            answer=state.candidate_answer or None,
-        )
-        return {
-            "judge_rounds": rounds,
-            "trace": [{"node": "judge_missing", "event": "skipped", "reason": "no new facts"}],
-        }
+    skipped = _skipped_judge(state, ctx, rounds)
+    if skipped is not None:
+        return skipped
     llm = await deps.achat(ctx)
-    messages = prompt("main_yesno" if ctx.task_type == "strategyqa" else "main", ctx).render(
-        known_info=known_passages(state), question=state.question
-    )
-    reply = await llm.astructured(
-        messages,
-        MainReply,
-        default=MainReply(answer=AnswerField(text="unanswerable")),
-        max_tokens=ctx.judge_max_tokens,
-        call="main",
-    )
-    if reply.path != "default":
-        verdict = judgement(reply.value)
-    else:  # the key-scan salvage of the raw reply
-        salvaged = salvage_main(reply.raw)
-        verdict = judgement(salvaged or reply.value, parsed_ok=salvaged is not None)
+    messages, raw, verdict = await _ask_judge(state, ctx, llm)
     calls: dict[str, int] = {"main": 1}
-    p: float | None = None
-    says: bool | None = None  # the judge's own Yes, where it answered without a probability
-    path: str = "rule"  # nothing retrieved yet: never a model stop
-    if not verdict["parsed_ok"]:  # a judge reply nothing could read: keep retrieving
-        path = "default"
-    elif retrieved_facts(state, ctx):
-        follow = follow_up(messages, reply.raw.strip() or "{}", PROMPTS["sufficiency"].render())
-        choice = await llm.achoose(follow, ["Yes", "No"], default="No", call="sufficiency")
+    asked = await _ask_sufficiency(state, ctx, llm, messages, raw, verdict)
+    if asked is not None:
         calls["sufficiency"] = 1
-        p, path, says = nodes.read_choice(choice, "Yes")
-    stop = nodes.should_stop(
-        p, t, calibration=ctx.calibration, says_stop=says, no_logprobs=ctx.no_logprobs
+    # not asked: a reply nothing could read (default), or nothing retrieved yet (rule)
+    reading = (
+        asked
+        if asked is not None
+        else nodes.Reading(None, "rule" if verdict["parsed_ok"] else "default", None)
     )
-    answer = verdict["answer_text"] if verdict["answered"] else ""
-    confidence, explanation, source = verdict["confidence"], verdict["explanation"], "judge"
-    if not answer and (stop or ctx.calibration):
-        final, answer = await _pool_answer(state, ctx, deps, call="candidate")
-        if final is not None:
-            confidence, explanation = final.answer.confidence, final.explanation
+    stop = nodes.should_stop(
+        reading.p,
+        ctx.sufficiency_threshold,
+        calibration=ctx.calibration,
+        says_stop=reading.says_stop,
+        no_logprobs=ctx.no_logprobs,
+    )
+    candidate = await _candidate_answer(state, ctx, deps, verdict, stop)
+    if candidate.source == "final":
         calls["candidate"] = 1
-        source = "final"
-    stop = stop and bool(answer)
+    stop = stop and bool(candidate.text)
     nodes.log_decision(
         "sufficiency",
         rounds,
         "stop" if stop else "continue",
-        p=p,
-        path=path,
-        threshold=t,
-        answer=answer or None,
+        p=reading.p,
+        path=reading.path,
+        threshold=ctx.sufficiency_threshold,
+        answer=candidate.text or None,
     )
-    update: dict[str, Any] = {
-        "judge_rounds": rounds,
-        "llm_calls_by_kind": calls,
-        "candidate_answer": answer,
-        "trace": [
-            {
-                "node": "judge_missing",
-                "round": rounds,
-                "answered": verdict["answered"],
-                "p_sufficient": p,
-                "path": path,
-                "stop": stop,
-                "answer_from": source,
-            }
-        ],
-    }
-    if stop:
-        update.update(
-            answer=answer,
-            confidence=confidence,
-            explanation=explanation,
-            status="answered",
-            stop_reason="answered",
-        )
-    else:
-        missing = verdict["missing_information"]
-        if missing.strip().lower() in ("", "none"):
-            missing = state.missing_info or state.question
-        update["missing_info"] = missing
-    emit(round=state.iterations, answered=stop, p_sufficient=p, missing=update.get("missing_info"))
+    update = _judged_update(state, rounds, verdict, reading, stop, candidate, calls)
+    emit(
+        round=state.iterations,
+        answered=stop,
+        p_sufficient=reading.p,
+        missing=update.get("missing_info"),
+    )
     return update
 
 
 async def regenerate_keywords(
     state: State, runtime: Runtime[Context], deps: Deps
 ) -> dict[str, Any]:
+    """New queries for the missing information, none repeating an earlier one.
+
+    Reads: `question`, `query_history`, `known_info`, `known_sources`, `missing_info`, `iterations`;
+    writes: `pending_queries`, `query_history`, `llm_calls_by_kind`.
+    """
     ctx = runtime.context
     history = state.query_history or [state.question]
     llm = await deps.achat(ctx)
@@ -433,6 +562,13 @@ async def regenerate_keywords(
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The forced answer when the loop ran out: one call over the known facts.
+
+    No call when the shared reader answers after this step.
+
+    Reads: `question`, `known_info`, `known_sources`, `question_snippets`; writes: `answer`,
+    `confidence`, `explanation`, `status`, `stop_reason`, `llm_calls_by_kind`.
+    """
     if nodes.reader_answers(runtime.context):  # the shared reader answers after this step
         return {"status": "forced", "stop_reason": "max_iterations"}
     value, text = await _pool_answer(state, runtime.context, deps, call="final")
@@ -448,6 +584,10 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
 
 
 def finalize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """The question's closing trace record: why it stopped, its status and its rounds.
+
+    Reads: `stop_reason`, `status`, `judge_rounds`, `iterations`, `known_info`; writes: `trace`.
+    """
     emit(done=True, stop_reason=state.stop_reason, iterations=state.iterations)
     return {
         "trace": [

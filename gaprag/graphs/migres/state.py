@@ -15,7 +15,6 @@ from typing import Annotated, Literal
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for JSON schemas on 3.11
 
-from gaprag.errors import deprecated_names
 from gaprag.state import base
 from gaprag.state.base import BaseState, Evidence, InputState
 
@@ -65,16 +64,34 @@ def add_counts(left: dict[str, int] | None, right: dict[str, int] | None) -> dic
 class OutputState(base.OutputState):
     """The common output fields plus what MIGRES reports (Tables 4 and 5 of the paper)."""
 
-    known_info: list[str] = field(default_factory=list)
-    query_history: list[str] = field(default_factory=list)
-    missing_info: str = ""
-    judge_rounds: int = 0
+    known_info: Annotated[
+        list[str], Field(description="The known information: seed and verified facts (set I).")
+    ] = field(default_factory=list)
+    query_history: Annotated[
+        list[str], Field(description="Every query asked for this question, the question first.")
+    ] = field(default_factory=list)
+    missing_info: Annotated[
+        str, Field(description="What the main module last said is missing.")
+    ] = ""
+    judge_rounds: Annotated[int, Field(description="Sufficiency judgements made.")] = 0
     status: Annotated[str, Field(description="running | answered | forced | failed")] = "running"
-    confidence: int = 0
-    explanation: str = ""
-    llm_calls_by_kind: Annotated[dict[str, int], add_counts] = field(default_factory=dict)
-    passages_per_round: Annotated[list[int], operator.add] = field(default_factory=list)
-    knowledge_tokens: Annotated[int, operator.add] = 0
+    confidence: Annotated[
+        int, Field(description="The answer's confidence as the model gave it (-1: none).")
+    ] = 0
+    explanation: Annotated[str, Field(description="The model's explanation of its answer.")] = ""
+    llm_calls_by_kind: Annotated[
+        dict[str, int],
+        Field(description="LLM calls per module: main, leaf, query, knowledge, verify, final."),
+        add_counts,
+    ] = field(default_factory=dict)
+    passages_per_round: Annotated[
+        list[int], Field(description="Snippets the leaf module was shown, per round."), operator.add
+    ] = field(default_factory=list)
+    knowledge_tokens: Annotated[
+        int,
+        Field(description="Estimated tokens of the snippets shown to the leaf module."),
+        operator.add,
+    ] = 0
 
 
 @dataclass(kw_only=True)
@@ -82,27 +99,56 @@ class State(BaseState, OutputState):
     """Internal state. ``evidence`` (from the base) holds the passages that supported facts."""
 
     # queries and memory
-    pending_queries: list[str] = field(default_factory=list)
-    seen_counts: dict[str, int] = field(default_factory=dict)
+    pending_queries: Annotated[
+        list[str], Field(description="The queries the next round retrieves for.")
+    ] = field(default_factory=list)
+    seen_counts: Annotated[
+        dict[str, int], Field(description="How often each snippet was shown to the leaf module.")
+    ] = field(default_factory=dict)
     # per-round artefacts (overwritten each round)
-    raw_candidates: list[Evidence] = field(default_factory=list)
-    filtered_snippets: list[Snippet] = field(default_factory=list)
-    llm_knowledge_used: bool = False
-    leaf_passages: list[Snippet] = field(default_factory=list)
-    extracted_info: list[InfoItem] = field(default_factory=list)
-    verified_info: list[InfoItem] = field(default_factory=list)
-    # the evidence pool (the paper's information set I) is ``known_info``; ``known_sources[i]``
-    # holds the passage ids behind ``known_info[i]`` (empty for seeds and LLM knowledge), so a
-    # prompt that shows a fact counts its passages as shown
-    known_sources: list[list[str]] = field(default_factory=list)
-    # the first corpus snippets the leaf was shown (round 1: ranked against the question
-    # itself): what the forced answer reads when the pool holds no retrieved fact and
-    # ``llm_knowledge`` is off
-    question_snippets: list[Snippet] = field(default_factory=list)
-    known_info_len_at_round_start: int = 0
-    new_info_this_round: int = 0
-    # the answer the method would give if it stopped now (the last judged round's answer)
-    candidate_answer: str = ""
+    raw_candidates: Annotated[
+        list[Evidence], Field(description="The round's retrieved passages, before the filter.")
+    ] = field(default_factory=list)
+    filtered_snippets: Annotated[
+        list[Snippet],
+        Field(description="The round's snippets the knowledge filter kept (or LLM knowledge)."),
+    ] = field(default_factory=list)
+    llm_knowledge_used: Annotated[
+        bool, Field(description="The round's snippet is the model's own knowledge.")
+    ] = False
+    leaf_passages: Annotated[
+        list[Snippet], Field(description="The snippets the leaf module was shown this round.")
+    ] = field(default_factory=list)
+    extracted_info: Annotated[
+        list[InfoItem],
+        Field(description="The facts the leaf module extracted, with the snippets they cite."),
+    ] = field(default_factory=list)
+    verified_info: Annotated[
+        list[InfoItem], Field(description="The extracted facts the verifier accepted.")
+    ] = field(default_factory=list)
+    # ``known_sources[i]`` holds the passage ids behind ``known_info[i]``, so a prompt that
+    # shows a fact counts its passages as shown
+    known_sources: Annotated[
+        list[list[str]],
+        Field(
+            description="The passage ids behind each known fact (none for seeds and LLM knowledge)."
+        ),
+    ] = field(default_factory=list)
+    question_snippets: Annotated[
+        list[Snippet],
+        Field(
+            description="The first corpus snippets the leaf was shown: the forced answer reads "
+            "them when the pool holds no retrieved fact and llm_knowledge is off."
+        ),
+    ] = field(default_factory=list)
+    known_info_len_at_round_start: Annotated[
+        int, Field(description="Known facts when the round started.")
+    ] = 0
+    new_info_this_round: Annotated[int, Field(description="Facts the round added.")] = 0
+    candidate_answer: Annotated[
+        str,
+        Field(description="The answer the method would give if it stopped now (last judged)."),
+    ] = ""
 
 
 __all__ = [
@@ -115,9 +161,3 @@ __all__ = [
     "Status",
     "add_counts",
 ]
-
-
-_DEPRECATED = {"Output": "OutputState"}
-
-
-__getattr__ = deprecated_names(__name__, _DEPRECATED, globals())

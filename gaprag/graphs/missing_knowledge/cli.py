@@ -153,7 +153,7 @@ def cmd_qa_pairs(args: argparse.Namespace) -> int:
         )
         return 0
 
-    from gaprag.stores.documents import load_documents
+    from gaprag.stores.loaders import load_documents
 
     docs = load_documents(args.corpus, chunk_size=args.chunk_size, overlap=0)
     done = store.processed(JOB)

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gaprag.context import BaseContext, Calibration, describe
+from gaprag.context import (
+    MAX_OUTPUT_TOKENS,
+    MAX_PASSAGES,
+    MAX_PROBABILITY_THRESHOLD,
+    BaseContext,
+    Calibration,
+    describe,
+)
 from gaprag.graphs.missing_knowledge.state import KnowledgeBase
 from gaprag.stores.store import RetrievalMode
 
@@ -23,6 +30,7 @@ class Context(BaseContext):
         "TopK: the paper's chunk budget, split between KB A and KB B (budget_mode); "
         "first_k can raise the KB A share. Paper: 4.",
         minimum=1,
+        maximum=MAX_PASSAGES,
     )
     first_k: int = describe(
         5,
@@ -30,6 +38,7 @@ class Context(BaseContext):
         "standard_rag baseline's top_k, so the draft sees what the baseline sees. 0 = the "
         "paper's budget only (top_k//2 in matched mode).",
         minimum=0,
+        maximum=MAX_PASSAGES,
     )
     judge_threshold: float = describe(
         0.5,
@@ -38,6 +47,7 @@ class Context(BaseContext):
         "else retrieve the missing knowledge. Without logprobs it always retrieves. "
         "0.5 = the paper's yes/no verdict; above 1 = always retrieve.",
         minimum=0,
+        maximum=MAX_PROBABILITY_THRESHOLD,
     )
     budget_mode: BudgetMode = describe(
         "matched",
@@ -48,6 +58,7 @@ class Context(BaseContext):
         0,
         "Chunks retrieved per missing-knowledge query; 0 = the missing-knowledge budget.",
         minimum=0,
+        maximum=MAX_PASSAGES,
     )
     mk_budget: MkBudget = describe(
         "round_robin",
@@ -59,6 +70,7 @@ class Context(BaseContext):
         "Cap on the judge's queries (the paper sets none; its examples use 2).",
         minimum=0,
         maximum=20,
+        repeats=True,
     )
     kb_primary: KnowledgeBase = describe(
         "passages",
@@ -79,6 +91,7 @@ class Context(BaseContext):
         "Pair ranking sim(q, question)^gamma * sim(q, chunk)^(1-gamma): 1 = match the pairs' "
         "questions (the paper indexes the pair text); 0.5 = RAG-EF's mix with the source chunk.",
         minimum=0,
+        maximum=1,
     )
     merged_order: MergedOrder = describe(
         "score",
@@ -99,7 +112,10 @@ class Context(BaseContext):
         "'Options:' block appended to the question is recognised the same way.",
     )
     judge_max_tokens: int = describe(
-        512, "Output cap for the judge call (thought + verdict + lists + queries).", minimum=1
+        512,
+        "Output cap for the judge call (thought + verdict + lists + queries).",
+        minimum=1,
+        maximum=MAX_OUTPUT_TOKENS,
     )
     final_when_not_missing: FinalWhenNotMissing = describe(
         "regenerate",

@@ -18,7 +18,6 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from gaprag.deps import Deps
-from gaprag.errors import deprecated_names
 from gaprag.graphs.missing_knowledge.context import Context
 from gaprag.graphs.missing_knowledge.nodes import (
     gathered,
@@ -68,8 +67,3 @@ def build(
 
 
 __all__ = ["Context", "build", "route_after_judge_missing"]
-
-#: the router's old name, kept for one release with a warning
-__getattr__ = deprecated_names(
-    __name__, {"route_after_judge": "route_after_judge_missing"}, globals()
-)

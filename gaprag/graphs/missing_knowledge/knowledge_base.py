@@ -196,10 +196,10 @@ def pair_retriever(pairs: Any, *, gamma: float = 1.0) -> Retriever:
     return as_retriever(pairs)
 
 
-def open_pair_store(path: str) -> Any:
+def open_pair_store(path: str, *, create: bool = True) -> Any:
     from gaprag.stores.pairs import PairStore
 
-    return PairStore.open(path)
+    return PairStore.open(path, create=create)
 
 
 def to_evidence(chunk: Chunk, round: int) -> Evidence:

@@ -28,6 +28,7 @@ from gaprag.graphs.missing_knowledge.question import language, question_block, s
 from gaprag.graphs.missing_knowledge.state import Chunk, KnowledgeBase, State
 from gaprag.graphs.missing_knowledge.turns import load_turns, with_follow_up
 from gaprag.llm.client import LLM
+from gaprag.operator import chosen_by_run
 from gaprag.progress import emit
 from gaprag.prompts import Passages, RenderedPrompt, load_prompts
 from gaprag.stores.retriever import Retriever
@@ -79,13 +80,17 @@ async def pair_source(ctx: Context, deps: Deps) -> Retriever | None:
     ``qa_gamma``; None when there is neither."""
     if deps.kb_pairs is None and not ctx.qa_store:
         return None
-    make = functools.partial(open_pairs, deps.kb_pairs, ctx.qa_store, ctx.qa_gamma)
-    return await deps.acached(("missing_knowledge.pairs", ctx.qa_store, ctx.qa_gamma), make)
+    create = not chosen_by_run(ctx, "qa_store")  # a run's own path: an existing store
+    make = functools.partial(open_pairs, deps.kb_pairs, ctx.qa_store, ctx.qa_gamma, create)
+    key = ("missing_knowledge.pairs", ctx.qa_store, ctx.qa_gamma, create)
+    return await deps.acached(key, make)
 
 
-def open_pairs(given: Any, path: str, gamma: float) -> Retriever:
-    """The given pair store, else the one at ``path``, as a retriever ranked with ``gamma``."""
-    return pair_retriever(given if given is not None else open_pair_store(path), gamma=gamma)
+def open_pairs(given: Any, path: str, gamma: float, create: bool = True) -> Retriever:
+    """The given pair store, else the one at ``path`` (``create=False``: only an existing
+    one), as a retriever ranked with ``gamma``."""
+    store = given if given is not None else open_pair_store(path, create=create)
+    return pair_retriever(store, gamma=gamma)
 
 
 def chunk_budget(ctx: Context) -> tuple[int, int, int]:
@@ -94,6 +99,10 @@ def chunk_budget(ctx: Context) -> tuple[int, int, int]:
 
 
 async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The first retrieval: the question's chunks from the primary knowledge base.
+
+    Reads: `question`; writes: `initial_contexts`, `evidence`, `queries`, `iterations`.
+    """
     ctx = runtime.context
     k_orig, _, _ = chunk_budget(ctx)
     query, _ = split_question(state.question)
@@ -109,6 +118,10 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
 
 
 async def generate_draft(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The draft answer over the first chunks, which the judge reviews.
+
+    Reads: `question`, `initial_contexts`; writes: `draft_answer`.
+    """
     ctx = runtime.context
     lang = language(ctx.language, state.question)
     messages = render(
@@ -122,10 +135,15 @@ async def generate_draft(state: State, runtime: Runtime[Context], deps: Deps) ->
 
 
 async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """The one judge call (thought, verdict, missing knowledge, queries), then the loop
-    decision on P(nothing missing): a forced Yes/No choice asked after the judge's analysis,
-    read from first-token logprobs. Stop iff p >= ``judge_threshold``; without a probability
-    (no logprobs, no Yes/No among them) retrieve, and never stop in a calibration run."""
+    """The one judge call (thought, verdict, missing knowledge, queries), then the loop decision.
+
+    The decision is on P(nothing missing): a forced Yes/No choice asked after the judge's analysis,
+    read from first-token logprobs. Stop iff p >= ``judge_threshold``; without a probability (no
+    logprobs, no Yes/No among them) retrieve, and never stop in a calibration run.
+
+    Reads: `question`, `initial_contexts`, `draft_answer`; writes: `missing`, `judge_verdict`,
+    `thought`, `missing_knowledge`, `mk_queries`, `judge_parse_ok`, `decisions`.
+    """
     ctx = runtime.context
     lang = language(ctx.language, state.question)
     messages = PROMPTS[f"judge_{lang}"].render(
@@ -216,8 +234,12 @@ async def answer_without_new_chunks(state: State, ctx: Context, deps: Deps, lang
 
 
 async def retrieve_missing(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """Each query's top chunks among those not retrieved yet: the first chunks and the
-    earlier queries' chunks are excluded, so every query brings new ones."""
+    """Each query's top chunks among those not retrieved yet.
+
+    The first chunks and the earlier queries' chunks are excluded, so every query brings new ones.
+
+    Reads: `mk_queries`, `initial_contexts`; writes: `mk_candidates`, `queries`, `iterations`.
+    """
     ctx = runtime.context
     _, per_query, _ = chunk_budget(ctx)
     base = await knowledge_base(ctx, deps, ctx.kb_secondary)
@@ -234,8 +256,14 @@ async def retrieve_missing(state: State, runtime: Runtime[Context], deps: Deps) 
 
 
 def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Merge the queries' chunks rank by rank (md5 dedup against the first chunks and each
-    other), within the budget; the evidence is the first chunks (round 1) plus these (2)."""
+    """Merge the queries' chunks rank by rank, within the budget.
+
+    Chunks are deduplicated by md5 against the first chunks and each other; the evidence is the
+    first chunks (round 1) plus these (round 2).
+
+    Reads: `initial_contexts`, `mk_candidates`, `mk_round`; writes: `mk_contexts`, `evidence`,
+    `mk_round`.
+    """
     ctx = runtime.context
     _, _, total = chunk_budget(ctx)
     seen = [c["md5"] for c in state.initial_contexts]
@@ -251,6 +279,14 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The final answer over the first chunks, the judge's thought and the new chunks.
+
+    The draft is the answer when nothing was missing and ``final_when_not_missing`` reuses it, or
+    when the shared reader answers after this step.
+
+    Reads: `question`, `initial_contexts`, `draft_answer`, `missing`, `thought`,
+    `missing_knowledge`, `mk_contexts`, `mk_round`; writes: `answer`, `stop_reason`.
+    """
     ctx = runtime.context
     stop = stop_reason(state)
     if nodes.reader_answers(ctx) or (

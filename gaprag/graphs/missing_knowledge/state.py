@@ -58,8 +58,12 @@ class OutputState(base.OutputState):
     thought: Annotated[str, Field(description="The judge's analysis, shown to the final call.")] = (
         ""
     )
-    missing_knowledge: list[str] = field(default_factory=list)
-    mk_queries: list[str] = field(default_factory=list)
+    missing_knowledge: Annotated[
+        list[str], Field(description="The knowledge the judge says the first chunks lack.")
+    ] = field(default_factory=list)
+    mk_queries: Annotated[
+        list[str], Field(description="The judge's queries for the missing knowledge.")
+    ] = field(default_factory=list)
     draft_answer: Annotated[str, Field(description="The first-round (standard RAG) answer.")] = ""
     judge_parse_ok: Annotated[
         bool, Field(description="False when the judge reply could not be parsed (default used).")
@@ -68,14 +72,26 @@ class OutputState(base.OutputState):
 
 @dataclass(kw_only=True)
 class State(BaseState, OutputState):
-    initial_contexts: list[Chunk] = field(default_factory=list)
-    """KB A's chunks for the user question."""
-    mk_candidates: list[list[Chunk]] = field(default_factory=list)
-    """KB B's ranked chunks, one list per missing-knowledge query (before the merge)."""
-    mk_contexts: list[Chunk] = field(default_factory=list)
-    """The missing-knowledge chunks kept by the merge (md5-deduplicated, within the budget)."""
-    mk_round: int = 0
-    """1 once the missing-knowledge chunks were merged into the evidence."""
+    initial_contexts: Annotated[
+        list[Chunk], Field(description="KB A's chunks for the user question.")
+    ] = field(default_factory=list)
+    mk_candidates: Annotated[
+        list[list[Chunk]],
+        Field(
+            description="KB B's ranked chunks, one list per missing-knowledge query (before "
+            "the merge)."
+        ),
+    ] = field(default_factory=list)
+    mk_contexts: Annotated[
+        list[Chunk],
+        Field(
+            description="The missing-knowledge chunks kept by the merge (md5-deduplicated, "
+            "within the budget)."
+        ),
+    ] = field(default_factory=list)
+    mk_round: Annotated[
+        int, Field(description="1 once the missing-knowledge chunks were merged into the evidence.")
+    ] = 0
 
 
 __all__ = ["Chunk", "ChunkKind", "InputState", "KnowledgeBase", "OutputState", "State"]

@@ -112,7 +112,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 
 def _corpus(sources: list[str], chunk_size: int, overlap: int) -> list[Any]:
-    from gaprag.stores.documents import load_documents
+    from gaprag.stores.loaders import load_documents
 
     paths: list[str] = []
     for raw in sources:

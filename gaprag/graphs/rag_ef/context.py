@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from gaprag.context import BaseContext, describe
+from gaprag.context import MAX_OUTPUT_TOKENS, MAX_PASSAGES, BaseContext, describe
 
 QARender = Literal["qa", "q_only", "wrong_answer", "none"]
 Judge = Literal["off", "llm", "gold"]
@@ -25,11 +25,14 @@ class Context(BaseContext):
         "GAPRAG_FEEDBACK_STORE, else GAPRAG_HOME/feedback.sqlite.",
         operator="path",
     )
-    top_k: int = describe(5, "K: pairs retrieved by Eq. 2 (paper: 5).", minimum=1)
+    top_k: int = describe(
+        5, "K: pairs retrieved by Eq. 2 (paper: 5).", minimum=1, maximum=MAX_PASSAGES
+    )
     gamma: float = describe(
         0.5,
         "γ in Eq. 2: weight of question similarity (1 = question only, 0 = chunk only).",
         minimum=0,
+        maximum=1,
     )
     scoring: Scoring = describe(
         "geometric", "geometric = Eq. 2 (paper); arithmetic = γ·sim_q + (1-γ)·sim_c (Table 10)."
@@ -44,19 +47,25 @@ class Context(BaseContext):
     qa_render_mode: QARender = describe(
         "qa", "Q&A block: qa (paper), q_only, wrong_answer (Table 9 ablations) or none (Table 3)."
     )
-    wrong_answer_seed: int = describe(0, "Seed for the wrong_answer ablation's answer swap.")
+    wrong_answer_seed: int = describe(
+        0, "Seed for the wrong_answer ablation's answer swap.", minimum=0, maximum=2**31 - 1
+    )
     sources: str = describe(
         "",
         "Pair sources to search, separated by commas or + (synthetic,expert or synthetic+expert, "
         "the form a --variant needs); empty = all.",
     )
     min_pair_score: float | None = describe(
-        None, "Optional gate τ: drop pairs scoring below it (not in the paper; off = None)."
+        None,
+        "Optional gate τ: drop pairs scoring below it (not in the paper; off = None).",
+        minimum=0,
+        maximum=1000,
     )
     max_contexts: int | None = describe(
         None,
         "Optional cap on the unique contexts N shown (None = paper behaviour, N ≤ K).",
         minimum=0,
+        maximum=MAX_PASSAGES,
     )
     empty_store_fallback: bool = describe(
         True, "With no pairs to search, answer from the document retriever's top-K (not in paper)."
@@ -73,12 +82,14 @@ class Context(BaseContext):
         True, "After inserting expert feedback, answer once more from the updated store."
     )
     max_feedback_rounds: int = describe(
-        1, "Bound on expert feedback rounds per question.", minimum=0, maximum=5
+        1, "Bound on expert feedback rounds per question.", minimum=0, maximum=5, repeats=True
     )
     answer_max_tokens: int = describe(
-        32, "Output cap for the answer call (short answers).", minimum=1
+        32, "Output cap for the answer call (short answers).", minimum=1, maximum=MAX_OUTPUT_TOKENS
     )
-    judge_max_tokens: int = describe(8, "Output cap for the judge call.", minimum=1)
+    judge_max_tokens: int = describe(
+        8, "Output cap for the judge call.", minimum=1, maximum=MAX_OUTPUT_TOKENS
+    )
 
     @property
     def pauses(self) -> bool:

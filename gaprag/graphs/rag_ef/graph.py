@@ -81,9 +81,11 @@ def route_after_collect_feedback(state: State) -> Literal["update_evidence_pool"
 def route_after_update_evidence_pool(
     state: State, runtime: Runtime[Context]
 ) -> Literal["retrieve_again", "short_answer"]:
-    """Answer once more from the updated store when ``reanswer_after_feedback`` is on and
-    the rounds allow it."""
+    """Answer once more from the updated store when the triple was added,
+    ``reanswer_after_feedback`` is on and the rounds allow it."""
     ctx = runtime.context
+    if state.stop_reason != "feedback_added":  # not stored: writes off, or an invalid triple
+        return "short_answer"
     if ctx.reanswer_after_feedback and state.feedback_rounds <= ctx.max_feedback_rounds:
         return "retrieve_again"
     return "short_answer"

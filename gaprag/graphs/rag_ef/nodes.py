@@ -96,7 +96,14 @@ async def _retrieval_pass(
 
 
 async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """Start a question: check a pause could be resumed, then rank the pairs."""
+    """Start a question: check a pause could be resumed, then rank the pairs.
+
+    Pairs by Eq. 2 (the store's chunks in standard mode); with nothing to rank, the document
+    retriever's passages when ``empty_store_fallback`` allows.
+
+    Reads: `question`; writes: `retrieved_pairs`, `passages`, `gated_out`, `queries`, `iterations`,
+    `trace`.
+    """
     ctx = runtime.context
     require_checkpointer(ctx, _configurable())
     # a question's first pass is round 1, whatever an earlier question left on the thread
@@ -104,13 +111,20 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
 
 
 async def retrieve_again(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """After the expert's triple was inserted: rank the pairs again, from the updated store."""
+    """After the expert's triple was inserted: rank the pairs again, from the updated store.
+
+    Reads: `question`, `iterations`; writes: `retrieved_pairs`, `passages`, `gated_out`, `queries`,
+    `iterations`, `trace`.
+    """
     rnd = state.iterations + 1
     return await _retrieval_pass(state.question, rnd, runtime.context, deps, "retrieve_again")
 
 
 def rerank_filter(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
-    """The optional score gate τ (not in the paper): drop pairs scoring below it."""
+    """The optional score gate τ (not in the paper): drop pairs scoring below it.
+
+    Reads: `retrieved_pairs`; writes: `retrieved_pairs`, `gated_out`, `trace`.
+    """
     tau = runtime.context.min_pair_score
     assert tau is not None
     kept = [p for p in state.retrieved_pairs if p["score"] >= tau]
@@ -124,7 +138,14 @@ def rerank_filter(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
 
 
 async def assemble_evidence(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """The K Q&A lines (answers swapped in the wrong_answer ablation) and the unique chunks."""
+    """The K Q&A lines and the unique chunks the answer call shows.
+
+    The answers are swapped in the wrong_answer ablation; standard mode (or the empty-store
+    fallback) shows passages only.
+
+    Reads: `question`, `retrieved_pairs`, `passages`, `iterations`; writes: `qa_block`, `contexts`,
+    `evidence`.
+    """
     ctx = runtime.context
     pairs = state.retrieved_pairs
     if pairs:
@@ -148,8 +169,13 @@ async def assemble_evidence(state: State, runtime: Runtime[Context], deps: Deps)
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """One call: the Q&A block, the contexts, the instruction and the question (paper's
-    layout, one user message); the standard-mode baseline shows the contexts only."""
+    """One call: the Q&A block, the contexts, the instruction and the question.
+
+    The paper's layout, one user message; the standard-mode baseline shows the contexts only.
+
+    Reads: `question`, `qa_block`, `contexts`, `retrieved_pairs`, `feedback_rounds`; writes:
+    `answer`, `first_answer`, `stop_reason`.
+    """
     ctx = runtime.context
     contexts = blocks.render_contexts(state.contexts, FORMATS, ctx.max_passage_words)
     if state.retrieved_pairs or ctx.retrieval_mode == "rag_ef":
@@ -170,8 +196,14 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
 async def feedback_classifier(
     state: State, runtime: Runtime[Context], deps: Deps
 ) -> dict[str, Any]:
-    """Judge the answer (judge="llm": the model; "gold": exact match), then decide whether to
-    ask the expert: always with review=True, else when the answer was judged incorrect."""
+    """Judge the answer, then decide whether to ask the expert.
+
+    ``judge="llm"``: the model; ``"gold"``: exact match. The expert is asked always with
+    ``review=True``, else when the answer was judged incorrect.
+
+    Reads: `question`, `answer`, `gold_answers`, `qa_block`, `contexts`, `iterations`; writes:
+    `verdict`, `stop_reason` (when it asks), `decisions`.
+    """
     ctx = runtime.context
     p: float | None = None
     path = "rule"
@@ -221,7 +253,11 @@ async def feedback_classifier(
 
 
 def collect_feedback(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Pause for the expert: resume with {'answer', 'chunk'} (or {'skip': True})."""
+    """Pause for the expert: resume with {'answer', 'chunk'} (or {'skip': True}).
+
+    Reads: `question`, `answer`, `verdict`, `qa_block`, `contexts`; writes: `feedback`,
+    `stop_reason`, `trace`.
+    """
     parsed = parse_feedback(interrupt(review_request(state)), state.question)
     if parsed is None:
         return {"feedback": None, "stop_reason": "feedback_skipped"}
@@ -231,22 +267,34 @@ def collect_feedback(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
             "stop_reason": "feedback_invalid",
             "trace": [{"node": "collect_feedback", "error": parsed}],
         }
-    if not policy_of(type(runtime.context)).feedback_writes:
-        why = "the operator has not enabled feedback writes (GAPRAG_FEEDBACK_WRITES=1)"
-        return {
-            "feedback": None,
-            "stop_reason": "feedback_not_stored",
-            "trace": [{"node": "collect_feedback", "error": why}],
-        }
     return {"feedback": parsed}
 
 
 async def update_evidence_pool(
     state: State, runtime: Runtime[Context], deps: Deps
 ) -> dict[str, Any]:
-    """Upsert the expert's triple (source "expert") into the pair store."""
-    fb = state.feedback
-    assert fb is not None
+    """Upsert the expert's triple (source "expert") into the pair store.
+
+    Only when the operator allows feedback writes, and only a triple that passes the resume
+    value's checks (whatever put it in the state).
+
+    Reads: `feedback`, `question`, `feedback_rounds`, `iterations`; writes: `inserted_pair_id`,
+    `feedback`, `feedback_rounds`, `stop_reason`, `trace`.
+    """
+    fb = parse_feedback(state.feedback, state.question)
+    if not policy_of(type(runtime.context)).feedback_writes:
+        why = "the operator has not enabled feedback writes (GAPRAG_FEEDBACK_WRITES=1)"
+        return {
+            "feedback": None,
+            "stop_reason": "feedback_not_stored",
+            "trace": [{"node": "update_evidence_pool", "error": why}],
+        }
+    if not isinstance(fb, dict):
+        return {
+            "feedback": None,
+            "stop_reason": "feedback_invalid",
+            "trace": [{"node": "update_evidence_pool", "error": fb or "no feedback"}],
+        }
     store = await to_thread(pair_store, runtime.context, deps)
     pid = await to_thread(
         store.add,

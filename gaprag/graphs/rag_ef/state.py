@@ -73,17 +73,34 @@ class OutputState(base.OutputState):
     inserted_pair_id: Annotated[
         str | None, Field(description="Id of the expert pair inserted by this run, if any.")
     ] = None
-    retrieved_pairs: list[ScoredPair] = field(default_factory=list)
-    gated_out: list[str] = field(default_factory=list)  # pair ids dropped by the optional gate
-    contexts: list[ContextItem] = field(default_factory=list)
+    retrieved_pairs: Annotated[
+        list[ScoredPair],
+        Field(description="The ranked (question, answer, chunk) pairs, with their Eq. 2 scores."),
+    ] = field(default_factory=list)
+    gated_out: Annotated[
+        list[str], Field(description="Ids of the pairs the optional score gate dropped.")
+    ] = field(default_factory=list)
+    contexts: Annotated[
+        list[ContextItem], Field(description="The unique chunks the answer call shows.")
+    ] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
 class State(BaseState, InputState, OutputState):
-    feedback_rounds: int = 0  # expert pairs inserted for this question
-    passages: list[Evidence] = field(default_factory=list)  # standard mode / empty-store fallback
-    qa_block: list[QAItem] = field(default_factory=list)
-    feedback: Feedback | None = None
+    feedback_rounds: Annotated[
+        int, Field(description="Expert pairs inserted for this question.")
+    ] = 0
+    passages: Annotated[
+        list[Evidence],
+        Field(description="Passages shown instead of pairs (standard mode, empty-store fallback)."),
+    ] = field(default_factory=list)
+    qa_block: Annotated[
+        list[QAItem], Field(description="The Q&A lines the answer call shows, one per pair.")
+    ] = field(default_factory=list)
+    feedback: Annotated[
+        Feedback | None,
+        Field(description="The expert's triple from the pause, before it is stored."),
+    ] = None
 
 
 __all__ = ["ContextItem", "Feedback", "InputState", "OutputState", "QAItem", "State", "Verdict"]

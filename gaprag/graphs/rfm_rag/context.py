@@ -8,7 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from gaprag.context import BaseContext, Calibration, describe
+from gaprag.context import (
+    MAX_OUTPUT_TOKENS,
+    MAX_PASSAGES,
+    MAX_PROBABILITY_THRESHOLD,
+    BaseContext,
+    Calibration,
+    describe,
+)
 from gaprag.graphs.rfm_rag.feedback_model.features import LengthUnit
 from gaprag.stores.store import RetrievalMode
 
@@ -25,12 +32,14 @@ class Context(BaseContext):
         "Maximum retrievals per question (paper: 3). The loop also stops when the pool is sufficient.",
         minimum=1,
         maximum=15,
+        repeats=True,
     )
     top_k: int = describe(
         5,
         "Passages per retrieval (not given in the paper; 5 here, the standard_rag baseline's "
         "budget).",
         minimum=1,
+        maximum=MAX_PASSAGES,
     )
     retrieval_mode: RetrievalMode = describe(
         "bm25", "bm25 (paper), dense or hybrid. Passages already seen for the question are skipped."
@@ -51,17 +60,20 @@ class Context(BaseContext):
         "Stop when the R-Feedback model's (calibrated) probability that the pool is sufficient "
         "is >= this (not given in the paper; 0.5 here).",
         minimum=0,
+        maximum=MAX_PROBABILITY_THRESHOLD,
     )
     llm_judge_threshold: float = describe(
         0.5,
         "feedback_mode=llm_judge: stop when P(Yes) of the judge's Yes/No choice is >= this "
         "(without token probabilities the loop goes on).",
         minimum=0,
+        maximum=MAX_PROBABILITY_THRESHOLD,
     )
     coverage_threshold: float = describe(
         0.2,
         "θ: an entity whose pool coverage is below this is a knowledge gap (not given; 0.2 here).",
         minimum=0,
+        maximum=10,
     )
     coverage_length_unit: LengthUnit = describe(
         "sentences", "L_E in coverage = occurrences / L_E: pool sentences (default) or tokens."
@@ -82,16 +94,23 @@ class Context(BaseContext):
         "are shown to the judge and the answer too.",
     )
     answer_max_tokens: int = describe(
-        128, "Output cap for the final (chain-of-thought) answer.", minimum=1
+        128,
+        "Output cap for the final (chain-of-thought) answer.",
+        minimum=1,
+        maximum=MAX_OUTPUT_TOKENS,
     )
     structure_max_tokens: int = describe(
-        256, "Output cap for the entities/triples call.", minimum=1
+        256, "Output cap for the entities/triples call.", minimum=1, maximum=MAX_OUTPUT_TOKENS
     )
     extract_max_tokens: int = describe(
-        320, "Output cap for the evidence-condensing call.", minimum=1
+        320, "Output cap for the evidence-condensing call.", minimum=1, maximum=MAX_OUTPUT_TOKENS
     )
-    fills_max_tokens: int = describe(128, "Output cap for the placeholder-filling call.", minimum=1)
-    judge_max_tokens: int = describe(8, "Output cap for the llm_judge's Yes/No choice.", minimum=1)
+    fills_max_tokens: int = describe(
+        128, "Output cap for the placeholder-filling call.", minimum=1, maximum=MAX_OUTPUT_TOKENS
+    )
+    judge_max_tokens: int = describe(
+        8, "Output cap for the llm_judge's Yes/No choice.", minimum=1, maximum=MAX_OUTPUT_TOKENS
+    )
 
 
 def rescore(

@@ -16,8 +16,8 @@ from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
-from gaprag.deps import Deps
 from gaprag.graphs.rfm_rag.context import Context
+from gaprag.graphs.rfm_rag.deps import RfmRagDeps
 from gaprag.graphs.rfm_rag.nodes import (
     extract_evidence,
     extract_question_structure,
@@ -48,7 +48,7 @@ def route_after_feedback_classifier(state: State) -> Literal["judge_missing", "g
 
 
 def build(
-    deps: Deps,
+    deps: RfmRagDeps,
     context: type[Context] = Context,
     checkpointer: BaseCheckpointSaver[Any] | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:

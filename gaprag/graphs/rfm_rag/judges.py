@@ -1,14 +1,14 @@
 """rfm_rag's sufficiency judges: which one a run uses, and the optional LLM judge.
 
 The R-Feedback MLP (the paper's judge) and the rule judges live in
-:mod:`gaprag.graphs.rfm_rag.feedback_model.model`; an injected ``Deps.sufficiency_model``
+:mod:`gaprag.graphs.rfm_rag.feedback_model.model`; an injected ``RfmRagDeps.sufficiency_model``
 replaces them all.
 """
 
 from __future__ import annotations
 
-from gaprag.deps import Deps
 from gaprag.graphs.rfm_rag.context import Context
+from gaprag.graphs.rfm_rag.deps import RfmRagDeps
 from gaprag.graphs.rfm_rag.feedback_model.features import FeatureExtractor
 from gaprag.graphs.rfm_rag.feedback_model.model import (
     FeedbackResult,
@@ -23,7 +23,7 @@ from gaprag.graphs.rfm_rag.feedback_model.model import (
 from gaprag.stores.embeddings import Embedder, embedder_by_name
 
 
-def mlp_judge(ctx: Context, deps: Deps) -> SufficiencyJudge:
+def mlp_judge(ctx: Context, deps: RfmRagDeps) -> SufficiencyJudge:
     """The R-Feedback MLP with the embedder its weights were trained with (the store's own
     embedder when it is that one, so a loaded MiniLM is shared), built once per settings."""
     path = ctx.rf_weights or str(shipped_weights_path())
@@ -44,7 +44,7 @@ def mlp_judge(ctx: Context, deps: Deps) -> SufficiencyJudge:
     return deps.cached(key, make)
 
 
-def choose_judge(ctx: Context, deps: Deps) -> SufficiencyJudge | None:
+def choose_judge(ctx: Context, deps: RfmRagDeps) -> SufficiencyJudge | None:
     """The judge for this run; None means the LLM judge (an async model call)."""
     if deps.sufficiency_model is not None:
         return deps.sufficiency_model

@@ -19,6 +19,7 @@ from gaprag.accounting import record_decision
 from gaprag.aio import to_thread
 from gaprag.deps import Deps
 from gaprag.graphs.rfm_rag.context import Context
+from gaprag.graphs.rfm_rag.deps import RfmRagDeps
 from gaprag.graphs.rfm_rag.evidence_pool import (
     add_to_pool,
     facts_for_prompt,
@@ -52,8 +53,14 @@ FACT_WORDS = 1_000_000  # pool facts are short sentences, shown whole
 async def extract_question_structure(
     state: State, runtime: Runtime[Context], deps: Deps
 ) -> dict[str, Any]:
-    """Prompt 2, once per question: entities and triples. Starts the question: the pool is
-    emptied unless ``pool_scope="thread"`` keeps the thread's earlier questions' facts."""
+    """Prompt 2, once per question: the question's entities and triples.
+
+    Starts the question: the pool is emptied unless ``pool_scope="thread"`` keeps the thread's
+    earlier questions' facts.
+
+    Reads: `question`, `evidence_pool`; writes: `entities`, `triples`, `task_type`, `current_query`,
+    `evidence_pool`.
+    """
     ctx = runtime.context
     llm = await deps.achat(ctx)
     reply = await llm.astructured(
@@ -82,7 +89,11 @@ async def extract_question_structure(
 
 
 async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """Top-k passages for the current query, skipping those already retrieved this question."""
+    """Top-k passages for the current query, skipping those already retrieved this question.
+
+    Reads: `question`, `current_query`, `retrieved_passages`, `iterations`; writes: `retrieved`,
+    `retrieved_passages`, `iterations`, `queries`.
+    """
     ctx = runtime.context
     round_no = state.iterations + 1
     query = state.current_query or state.question
@@ -104,7 +115,10 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
 
 
 async def extract_evidence(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """Prompt 1: condense the round's passages into short fact sentences."""
+    """Prompt 1: condense the round's passages into short fact sentences.
+
+    Reads: `question`, `current_query`, `retrieved`; writes: `round_evidence`.
+    """
     ctx = runtime.context
     if not state.retrieved:
         return {"round_evidence": []}
@@ -125,7 +139,12 @@ async def extract_evidence(state: State, runtime: Runtime[Context], deps: Deps) 
 
 
 def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Add the round's facts to the pool (with provenance) and recompute entity coverage."""
+    """Add the round's facts to the pool (with provenance), recompute entity coverage.
+
+    Reads: `question`, `evidence_pool`, `round_evidence`, `retrieved`, `current_query`, `entities`,
+    `found_fact_ids`, `iterations`; writes: `evidence_pool`, `found_fact_ids`, `evidence`,
+    `entity_coverage`, `syntactic_coverage`.
+    """
     ctx = runtime.context
     pool, added = add_to_pool(
         state.evidence_pool,
@@ -155,11 +174,16 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
 
 
 async def feedback_classifier(
-    state: State, runtime: Runtime[Context], deps: Deps
+    state: State, runtime: Runtime[Context], deps: RfmRagDeps
 ) -> dict[str, Any]:
-    """Is the pool sufficient? ``p`` = the judge's probability that it is; stop iff
-    ``nodes.should_stop(p, threshold, calibration=...)``: without a probability the loop goes
-    on, and a calibration run never stops here (it records the answer it would have given)."""
+    """Is the pool sufficient? The R-Feedback Model's (or judge's) P(sufficient).
+
+    Stop iff ``nodes.should_stop(p, threshold, calibration=...)``: without a probability the loop
+    goes on, and a calibration run never stops here (it records the answer it would have given).
+
+    Reads: `question`, `evidence_pool`, `entities`, `syntactic_coverage`, `iterations`; writes:
+    `sufficient`, `feedback_prob`, `trace`, `decisions`.
+    """
     ctx = runtime.context
     judge = await to_thread(choose_judge, ctx, deps)  # may load the weights and embedder
     sentences = [e["text"] for e in state.evidence_pool]
@@ -237,7 +261,10 @@ async def feedback_classifier(
 
 
 def judge_missing(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
-    """G: the question's entities whose pool coverage is below θ (recomputed every round)."""
+    """G: the question's entities whose pool coverage is below θ (recomputed every round).
+
+    Reads: `entities`, `entity_coverage`; writes: `gap_entities`.
+    """
     threshold = runtime.context.coverage_threshold
     return {
         "gap_entities": [e for e in state.entities if state.entity_coverage.get(e, 0.0) < threshold]
@@ -247,7 +274,11 @@ def judge_missing(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
 async def regenerate_keywords(
     state: State, runtime: Runtime[Context], deps: Deps
 ) -> dict[str, Any]:
-    """Prompt 3: fill the triples' placeholders from the pool (z); the next query is G + z."""
+    """Prompt 3: fill the triples' placeholders from the pool (z); the next query is G + z.
+
+    Reads: `question`, `triples`, `gap_entities`, `evidence_pool`, `iterations`; writes:
+    `current_query`.
+    """
     ctx = runtime.context
     fills: list[str] = []
     if state.triples:
@@ -287,8 +318,13 @@ async def answer_from_pool(state: State, ctx: Context, deps: Deps) -> tuple[str,
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """The answer, once, from the pool: a short chain of thought ending in the span (no call
-    when the shared reader answers after this step)."""
+    """The answer, once, from the pool: a short chain of thought ending in the span.
+
+    No call when the shared reader answers after this step.
+
+    Reads: `question`, `evidence_pool`, `task_type`, `found_fact_ids`, `sufficient`, `iterations`;
+    writes: `raw_answer`, `answer`, `stop_reason`, `evidence`, `trace`.
+    """
     raw, answer = ("", "")
     if not nodes.reader_answers(runtime.context):
         raw, answer = await answer_from_pool(state, runtime.context, deps)

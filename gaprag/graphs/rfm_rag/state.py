@@ -55,29 +55,57 @@ class OutputState(base.OutputState):
     """Per question by default (``pool_scope="question"``, the paper's setting: the first node
     empties it); with ``pool_scope="thread"`` it is kept across a checkpointed thread's
     questions, so a follow-up can be answered from facts gathered earlier."""
-    entities: list[str] = field(default_factory=list)
-    triples: list[Triple] = field(default_factory=list)
+    entities: Annotated[list[str], Field(description="The question's entities (Prompt 2).")] = (
+        field(default_factory=list)
+    )
+    triples: Annotated[
+        list[Triple],
+        Field(description="The question's (subject, relation, object) triples, with placeholders."),
+    ] = field(default_factory=list)
     retrieved_passages: Annotated[
         list[Evidence], Field(description="Every passage retrieved for this question, in order.")
     ] = field(default_factory=list)
-    feedback_prob: float | None = None
-    sufficient: bool = False
-    raw_answer: str = ""
+    feedback_prob: Annotated[
+        float | None,
+        Field(description="The last decision's P(the pool is sufficient); None without one."),
+    ] = None
+    sufficient: Annotated[
+        bool, Field(description="The last decision found the pool sufficient.")
+    ] = False
+    raw_answer: Annotated[
+        str, Field(description="The answer call's reply before its span was taken.")
+    ] = ""
 
 
 @dataclass(kw_only=True)
 class State(BaseState, OutputState):
     """Internal state of the rfm_rag graph."""
 
-    task_type: str = "short_answer"  # "short_answer" | "yes_no"
-    current_query: str = ""  # the next retrieval's query (q_i)
-    retrieved: list[Evidence] = field(default_factory=list)  # K_i of the latest round
-    round_evidence: list[str] = field(default_factory=list)  # E_i: the round's fact sentences
-    entity_coverage: dict[str, float] = field(default_factory=dict)
-    syntactic_coverage: float = 0.0  # S_f
-    gap_entities: list[str] = field(default_factory=list)  # G
-    found_fact_ids: list[str] = field(default_factory=list)
-    """Pool facts this question's rounds produced or found again: its ``evidence``."""
+    task_type: Annotated[
+        str, Field(description="short_answer or yes_no: how the answer is asked for.")
+    ] = "short_answer"
+    current_query: Annotated[str, Field(description="The next retrieval's query (q_i).")] = ""
+    retrieved: Annotated[
+        list[Evidence], Field(description="The latest round's passages (K_i).")
+    ] = field(default_factory=list)
+    round_evidence: Annotated[
+        list[str], Field(description="The latest round's fact sentences (E_i).")
+    ] = field(default_factory=list)
+    entity_coverage: Annotated[
+        dict[str, float], Field(description="Each question entity's coverage by the pool.")
+    ] = field(default_factory=dict)
+    syntactic_coverage: Annotated[
+        float, Field(description="The pool's syntactic coverage of the question (S_f).")
+    ] = 0.0
+    gap_entities: Annotated[
+        list[str], Field(description="The entities whose coverage is below θ (G).")
+    ] = field(default_factory=list)
+    found_fact_ids: Annotated[
+        list[str],
+        Field(
+            description="Pool facts this question's rounds produced or found again: its evidence."
+        ),
+    ] = field(default_factory=list)
 
 
 __all__ = ["EvidenceItem", "InputState", "OutputState", "State", "Triple"]

@@ -17,6 +17,10 @@ FORMATS = nodes.load_formats(__package__)
 
 
 async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """The one retrieval round: the question's top ``top_k`` passages.
+
+    Reads: `question`; writes: `evidence`, `queries`, `iterations`.
+    """
     ctx = runtime.context
     hits = await nodes.retrieve(
         await deps.aretriever(ctx), [state.question], k=ctx.top_k, mode=ctx.retrieval_mode, round=1
@@ -25,6 +29,12 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
+    """One answer call over the passages.
+
+    No call when the shared reader answers after this step.
+
+    Reads: `question`, `evidence`; writes: `answer`, `stop_reason`.
+    """
     ctx = runtime.context
     if nodes.reader_answers(ctx):  # the shared reader answers over the same passages
         return {"stop_reason": "answered"}

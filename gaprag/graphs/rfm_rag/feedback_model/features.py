@@ -15,15 +15,12 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from gaprag.stores.embeddings import Embedder
-
-if TYPE_CHECKING:
-    from gaprag.graphs.rfm_rag.feedback_model.examples import Sample
 
 Array = npt.NDArray[np.float64]
 LengthUnit = Literal["sentences", "tokens"]
@@ -143,8 +140,20 @@ class FeatureExtractor:
         return Features(cov, syntactic_coverage(cov), self.relevance(question, sentences))
 
 
+class Pool(Protocol):
+    """What the features are computed from: a question, its entities and the pool's sentences
+    (a labelled :class:`~gaprag.graphs.rfm_rag.feedback_model.examples.Sample` is one)."""
+
+    @property
+    def question(self) -> str: ...
+    @property
+    def entities(self) -> Sequence[str]: ...
+    @property
+    def sentences(self) -> Sequence[str]: ...
+
+
 def featurize(
-    samples: Sequence[Sample],
+    samples: Sequence[Pool],
     embedder: Embedder,
     *,
     unit: LengthUnit = "sentences",
