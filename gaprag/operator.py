@@ -27,7 +27,8 @@ variable when the build left it empty) is no change. ``dev_allow_runtime_setting
 Spend: ``max_bounds`` (``GAPRAG_MAX_BOUNDS="max_iterations=3,max_steps=5"``) caps numeric
 settings (a run asking for more is refused; a default above the cap is lowered to it);
 ``deadline_s`` (``GAPRAG_RUN_DEADLINE``) and ``token_budget`` (``GAPRAG_RUN_TOKEN_BUDGET``) end
-a run early with ``stop_reason`` ``deadline`` or ``token_budget`` (:func:`limit_reached`);
+a run early with ``stop_reason`` ``deadline`` or ``token_budget``: the LLM layer keeps them for
+the run and checks them before every call (:mod:`gaprag.llm.spend`);
 ``feedback_writes`` (``GAPRAG_FEEDBACK_WRITES``) lets resumed expert reviews write to RAG-EF's
 shared feedback store.
 """
@@ -288,15 +289,6 @@ class OperatorPolicy:
         text = str(err)
         hidden = self.hide(text)
         return None if hidden == text else GapragError(f"{type(err).__name__}: {hidden}")
-
-    def limit(self, usage: Mapping[str, Any]) -> str:
-        """``deadline`` or ``token_budget`` when a run's ``usage`` has reached that limit."""
-        tokens = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
-        if self.token_budget is not None and tokens >= self.token_budget:
-            return "token_budget"
-        if self.deadline_s is not None and float(usage.get("wall_s", 0.0)) >= self.deadline_s:
-            return "deadline"
-        return ""
 
 
 _MAX_PATH = 1024

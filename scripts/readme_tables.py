@@ -7,10 +7,11 @@ docs/results/README.md quote the committed numbers instead of copies typed by ha
 The directory needs the ``summary.json`` that ``gaprag report SET_DIR... --out DIR [--before
 BEFORE_DIR...]`` writes over several sets. Prints (docs/results/README.md): the methods' F1 per
 set and pooled with both recalls and the cost per question; the paired ΔF1 against the
-baseline per set and pooled; and, where the summary has a before run, after against before per
+baseline per set and pooled, with the pooled oracle F1 and the share of it captured; and, where the summary has a before run, after against before per
 method; for RAG-EF's ladder directory (``docs/results/n50/rag_ef``), its ladder table. With
 ``--readme LADDER_DIR`` it prints instead README.md's one results table: each
-method's settings, pooled F1 and ΔF1 against plain RAG with the cost per question, and last
+method's settings, pooled F1 and ΔF1 against plain RAG, its oracle F1 and the share captured,
+with the cost per question, and last
 RAG-EF's row from its ladder's summary (its own corpus and plain RAG).
 """
 
@@ -23,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gaprag.eval.stats import headroom_cells
 from gaprag.nodes.gate import GATE_STOP, probability
 
 SET_NAMES = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue"}
@@ -72,6 +74,12 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -
     return "\n".join(lines)
 
 
+def has_headroom(summary: Mapping[str, Any]) -> bool:
+    """Whether the summary's pooled table has the headroom columns (reports written before
+    them have none)."""
+    return any(e.get("headroom") for e in summary["pooled"].values())
+
+
 def order(summary: Mapping[str, Any]) -> list[str]:
     """The baseline first, then the other methods by pooled ΔF1, best first."""
     base = summary.get("baseline", "standard_rag")
@@ -118,6 +126,7 @@ def deltas(summary: Mapping[str, Any]) -> str:
         f1 = summary["datasets"][s]["methods"][base]["f1"]["mean"]
         header.append(f"{SET_NAMES.get(s, s)} ({base} F1 {num(f1)})")
     header += [f"pooled, {n} questions", "wins / losses"]
+    header += ["oracle F1", "captured"] * has_headroom(summary)
     rows = []
     for m in order(summary)[1:]:
         cells = []
@@ -126,7 +135,8 @@ def deltas(summary: Mapping[str, Any]) -> str:
             cells.append(with_ci(vs, signed=True))
         vs = (pooled[m].get("vs_baseline") or {}).get("f1") or {}
         wl = f"{vs['wins']} / {vs['losses']}" if vs else "–"
-        rows.append([label(summary, m), *cells, f"**{with_ci(vs, signed=True)}**", wl])
+        row = [label(summary, m), *cells, f"**{with_ci(vs, signed=True)}**", wl]
+        rows.append([*row, *headroom_cells(pooled[m])[: len(header) - len(row)]])
     return table(header, rows)
 
 
@@ -231,6 +241,8 @@ def overview(summary: Mapping[str, Any], ladder: Mapping[str, Any] | None = None
     gates = {m: gate_cell(summary, m) for m in pooled}
     any_gate = any(cell != "–" for cell in gates.values())
     header = ["method", "settings", f"pooled F1, {n} q", "ΔF1 vs plain RAG [95% CI]"]
+    any_headroom = has_headroom(summary)
+    header += ["oracle F1", "captured"] * any_headroom
     header += ["loops when", "looped"] * any_gate + ["LLM calls / q", "s / q"]
 
     def row(
@@ -239,7 +251,7 @@ def overview(summary: Mapping[str, Any], ladder: Mapping[str, Any] | None = None
         vs = (entry.get("vs_baseline") or {}).get("f1")
         cost = entry["cost"]
         return [label, settings, with_ci(entry["f1"]), with_ci(vs, signed=True) if vs else "–",
-                *gate[: 2 * any_gate], num(cost["llm_calls"], places=1), f"{cost['wall_s']:.0f}"]  # fmt: skip
+                *headroom_cells(entry)[: 2 * any_headroom], *gate[: 2 * any_gate], num(cost["llm_calls"], places=1), f"{cost['wall_s']:.0f}"]  # fmt: skip
 
     base_name = summary.get("baseline", "standard_rag")
     rows = [

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gaprag.eval.stats import unbeaten_on
+from gaprag.eval.stats import HEADROOM_NOTE, headroom_cells, unbeaten_on
 from gaprag.traces import method_traces
 
 TEMPLATE = "report.html.j2"
@@ -246,6 +246,7 @@ def render_html(
     env.filters["num"] = _format_number
     env.filters["stat"] = _format_stat
     env.filters["unbeaten_on"] = unbeaten_on
+    env.filters["headroom_cells"] = headroom_cells
     index, details = build_data(summary, rows, dirs)
     return env.get_template(TEMPLATE).render(
         summary=summary,
@@ -253,6 +254,7 @@ def render_html(
         index_json=_script_json(index),
         details_json=_script_json(details),
         n_questions=len(index["questions"]),
+        headroom_note=HEADROOM_NOTE.replace("*", ""),
     )
 
 

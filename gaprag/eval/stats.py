@@ -10,6 +10,11 @@ method's retrieval mode and passages per prompt; how each loop decision was take
 counts per decision, mean ``p``, defaults); the paired difference to ``standard_rag`` on the
 questions both answered, stop reasons and the miss rate where a method reports ``missing``.
 
+The headroom of a configuration (``headroom``, per dataset and pooled): on the questions it
+and ``standard_rag`` both answered, the per-question oracle over its candidates (plain RAG's
+answer, the method's answer, and plain RAG's answer as the method's gate gave it, recorded in
+its ``gate`` decision), and the share of the oracle's gain over plain RAG the method captured.
+
 Rules: a failed question (``error`` set) is left out of the metric means and counted under
 ``errors``; when a (dataset, method, id) appears more than once (a retried failure, or the
 same method in several directories) the last successful row wins. Rows written before the two
@@ -29,6 +34,7 @@ import numpy as np
 from gaprag.eval.planning import resolved_settings
 from gaprag.eval.record import current_settings
 from gaprag.eval.results import normalize_row
+from gaprag.metrics import f1_score
 
 BASELINE = "standard_rag"
 METRICS: tuple[str, ...] = (
@@ -324,6 +330,7 @@ def summarize(
             }
             if m != baseline and baseline in per:
                 entry["vs_baseline"] = _paired(per[baseline], per[m], seed, n_boot)
+                entry["headroom"] = headroom(per[baseline], per[m])
             methods[m] = entry
         scored = {
             m: e[primary]["mean"]
@@ -404,6 +411,7 @@ def pooled(
         entry["cost_ci"] = _cost_ci(ok, seed, n_boot)
         if m != baseline and baseline in per:
             entry["vs_baseline"] = _paired(per[baseline], per[m], seed, n_boot)
+            entry["headroom"] = headroom(per[baseline], per[m])
         out[m] = entry
     return out
 
@@ -479,4 +487,83 @@ def _paired(
         bm, om = means["base"][key], means["other"][key]
         ratio[key] = om / bm if bm and om is not None else None
     out["cost_ratio"] = ratio
+    return out
+
+
+def gate_answer(row: Mapping[str, Any]) -> str | None:
+    """Plain RAG's answer as the row's gate gave it (the ``answer`` of its ``gate`` decision),
+    or None when the row has none."""
+    for d in row.get("decisions") or []:
+        if isinstance(d, Mapping) and d.get("node") == "gate" and isinstance(d.get("answer"), str):
+            return str(d["answer"])
+    return None
+
+
+def _f1(row: Mapping[str, Any]) -> float | None:
+    value = row.get("f1")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def captured_share(method: float, plain: float, oracle: float) -> float | None:
+    """``(method − plain) / (oracle − plain)``: the share of the oracle's gain over plain RAG a
+    configuration captured; None when the oracle is no better than plain RAG."""
+    gap = oracle - plain
+    return (method - plain) / gap if gap > 1e-12 else None
+
+
+#: how reports explain their headroom columns (:func:`headroom_cells`)
+HEADROOM_NOTE = (
+    "*Oracle F1*: the mean over questions of the best F1 among a configuration's candidates "
+    "(plain RAG's answer, its own, and its gate's answer where it records one); *captured*: "
+    "(F1 − plain RAG's F1) / (oracle F1 − plain RAG's F1), on the questions both answered."
+)
+
+
+def headroom_cells(entry: Mapping[str, Any]) -> list[str]:
+    """A report's two headroom cells for a summary entry: the oracle F1 and the share
+    captured, e.g. ``["0.495", "40%"]``; "–" where there is none."""
+    h = entry.get("headroom")
+    if not h:
+        return ["–", "–"]
+    share = h.get("captured")
+    return [f"{h['oracle']:.3f}", "–" if share is None else f"{share:.0%}"]
+
+
+def headroom(
+    base: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The headroom of ``other`` over ``base`` (plain RAG) on the questions both answered with
+    an F1: the means of plain RAG's F1 (``plain``), the method's (``method``), the per-question
+    best of the candidates (``oracle``: plain RAG's row, the method's row and the gate's own
+    answer where the method's row records one, scored with the rows' F1 against the row's gold
+    answers), the best of the method's own candidates (``in_run``: its answer and its gate's
+    answer; the method's F1 where there is no gate answer) and the ``captured`` share
+    (:func:`captured_share`). ``gate_answers``: the questions whose gate answer was a
+    candidate. None when no question is shared."""
+    b = {r.get("id"): r for r in base if not r.get("error") and _f1(r) is not None}
+    o = {r.get("id"): r for r in other if not r.get("error") and _f1(r) is not None}
+    common = [i for i in o if i in b]
+    if not common:
+        return None
+    plain, method, oracle, in_run, gated = 0.0, 0.0, 0.0, 0.0, 0
+    for i in common:
+        p, m = float(_f1(b[i]) or 0.0), float(_f1(o[i]) or 0.0)
+        own = [m]
+        answer = gate_answer(o[i])
+        if answer is not None:
+            own.append(f1_score(answer, o[i].get("answers") or []))
+            gated += 1
+        plain, method = plain + p, method + m
+        oracle += max(p, *own)
+        in_run += max(own)
+    n = len(common)
+    out: dict[str, Any] = {
+        "n": n,
+        "plain": plain / n,
+        "method": method / n,
+        "oracle": oracle / n,
+        "in_run": in_run / n,
+        "gate_answers": gated,
+    }
+    out["captured"] = captured_share(out["method"], out["plain"], out["oracle"])
     return out

@@ -45,6 +45,8 @@ from gaprag.llm.failures import (
 )
 from gaprag.llm.memo import ReplyMemo, current_run, deterministic, memo_key
 from gaprag.llm.parse import parse_choice, parse_model, strip_thinking
+from gaprag.llm.spend import call_cost
+from gaprag.llm.spend import current as current_ledger
 from gaprag.prompts import prompt_parts
 
 M = TypeVar("M", bound=BaseModel)
@@ -218,12 +220,23 @@ class LLM:
                 context_window=cut.window,
             )
         reply: BaseMessage | None = None
+        ledger = current_ledger()
+        cost = call_cost(sum(len(_text(m)) for m in messages), max_tokens)
+        held = 0
         for attempt in range(2):  # one more try after a malformed reply; transport retries
+            # the run's limits, before anything is sent (SpendLimit: not sent, run stopped)
+            held = ledger.admit(cost) if ledger is not None else 0
             try:  # (connection errors, 429, 5xx) happen inside the client, with Retry-After
-                if sync_mode():
-                    reply = self.chat.invoke(messages, **kwargs)
-                else:
-                    reply = await self.chat.ainvoke(messages, **kwargs)
+                try:
+                    if sync_mode():
+                        reply = self.chat.invoke(messages, **kwargs)
+                    else:
+                        reply = await self.chat.ainvoke(messages, **kwargs)
+                except BaseException:  # no reply (an error, a cancelled run): nothing held
+                    if ledger is not None:
+                        ledger.release(held)
+                    held = 0
+                    raise
                 break
             except Exception as exc:  # every failure becomes one clear EndpointError
                 truncated = _truncated_reply(exc)
@@ -260,15 +273,15 @@ class LLM:
         usage = reply.usage_metadata
         if usage:
             details = usage.get("input_token_details") or {}
-            record_llm_call(
-                max(0, int(usage.get("input_tokens", 0) or 0)),
-                max(0, int(usage.get("output_tokens", 0) or 0)),
-                cached_tokens=max(0, int(details.get("cache_read", 0) or 0)),
-                parts=parts,
-            )
+            prompt = max(0, int(usage.get("input_tokens", 0) or 0))
+            completion = max(0, int(usage.get("output_tokens", 0) or 0))
+            cached = max(0, int(details.get("cache_read", 0) or 0))
         else:
             prompt = sum(estimate_tokens(_text(m)) for m in messages)
-            record_llm_call(prompt, estimate_tokens(_text(reply)), parts=parts)
+            completion, cached = estimate_tokens(_text(reply)), 0
+        if ledger is not None:
+            ledger.settle(held, prompt, completion)
+        record_llm_call(prompt, completion, cached_tokens=cached, parts=parts)
         if self.memo is not None and key:
             self.memo.put(run, key, reply)
         return reply
@@ -366,6 +379,45 @@ class LLM:
                 return Scored(strip_thinking(_text(reply)).strip(), _token_logprobs(reply))
         reply = await self._ainvoke(msgs, max_tokens, parts)
         return Scored(strip_thinking(_text(reply)).strip(), None)
+
+    async def ascore_continuation(
+        self, messages: Messages, prefix: str, text: str, *, top_logprobs: int = 2
+    ) -> Scored | None:
+        """``text``'s tokens with their logprobs, as the model's reply to ``messages`` that
+        continues after ``prefix`` (the start of that reply; may be empty).
+
+        The request ends with an assistant message holding ``prefix``, which llama.cpp's
+        server continues (its assistant prefill; the reply may repeat the prefix), and is
+        answered at temperature 0: the tokens are the model's own, as it generates ``text``.
+        None when the endpoint gives no logprobs or its continuation does not start with
+        ``text`` (another model, or a reply that was constrained when it was made)."""
+        if not self.supports_logprobs:
+            return None
+        msgs = to_messages(messages)
+        if prefix:
+            msgs = [*msgs, AIMessage(content=prefix)]
+        extra: dict[str, Any] = {"logprobs": True, "top_logprobs": top_logprobs, "temperature": 0.0}
+        try:
+            reply = await self._ainvoke(msgs, len(text) + 2, prompt_parts(messages), **extra)
+        except EndpointError:
+            raise
+        except Exception as exc:  # the endpoint has no logprobs: stop asking
+            record_decision(event="logprobs_unavailable", error=one_line(str(exc), 200))
+            self.supports_logprobs = False
+            return None
+        tokens = _token_logprobs(reply)
+        content = _text(reply)
+        if prefix and content.startswith(prefix):
+            content = content[len(prefix) :]
+        target = text.strip()
+        if tokens is None or not content.lstrip().startswith(target):
+            return None
+        kept: list[TokenLogprob] = []
+        for token in tokens:
+            if len("".join(t.token for t in kept).strip()) >= len(target):
+                break
+            kept.append(token)
+        return Scored(content, kept)
 
     def _constraint(self, schema: Mapping[str, Any]) -> dict[str, Any]:
         if self.structured_mode == "json_schema":

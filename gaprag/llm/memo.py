@@ -7,10 +7,10 @@ prompt is the same, so :class:`gaprag.llm.client.LLM` answers such a call from t
 instead of the endpoint. In the n = 50 evaluation's traces every repeated prompt (311 of them)
 had got the same reply both times.
 
-The memo is scoped to one run of one question: the node wiring
-(:mod:`gaprag.nodes.wiring`) gives each question a run key (``run_key`` in the state) and sets
-it around every node with :func:`run_scope`; outside a run there is no key and nothing is
-reused. So one method's cost never depends on what another method, or an earlier question,
+The memo is scoped to one run of one question: the node wiring (:mod:`gaprag.nodes.wiring`)
+sets the key of the run's ledger (:mod:`gaprag.llm.spend`, kept by the run, never read from
+the state) around every node with :func:`run_scope`; outside a run there is no key and nothing
+is reused. So one method's cost never depends on what another method, or an earlier question,
 asked. A reused reply is not an LLM call: it adds no calls or tokens to ``usage`` and leaves a
 ``reply_reused`` record in the trace.
 """

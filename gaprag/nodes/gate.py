@@ -119,9 +119,10 @@ async def gate(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[str, Any]:
     ctx = runtime.context
     if ctx.gate == "off":
         return {}
-    llm, question = deps.chat(ctx), state.question
+    llm, question = await deps.achat(ctx), state.question
     prompt, fmt = plain_rag()
-    hits = await retrieve(deps.search(ctx), [question], k=PLAIN_TOP_K, mode=PLAIN_MODE, round=1)
+    retriever = await deps.aretriever(ctx)
+    hits = await retrieve(retriever, [question], k=PLAIN_TOP_K, mode=PLAIN_MODE, round=1)
     passages = render_passages(hits, fmt, max_words=ctx.max_passage_words)
     messages = prompt.render(question=question, passages=passages)
     signal: Signal = ctx.gate

@@ -204,14 +204,15 @@ async def choose(
     return pack(ranked, budget), ranked
 
 
-def reader_embedder(deps: Deps, retriever: Any) -> Embedder:
-    """The store's embedder where the retriever is a gaprag store, else the shipped MiniLM."""
+async def reader_embedder(deps: Deps, retriever: Any) -> Embedder:
+    """The store's embedder where the retriever is a gaprag store, else the shipped MiniLM
+    (loaded in a worker thread the first time)."""
     embedder = getattr(retriever, "embedder", None)
     if embedder is not None and hasattr(embedder, "embed"):
         return embedder  # type: ignore[no-any-return]
     from gaprag.stores.embeddings import default_embedder
 
-    return deps.cached("reader_embedder", default_embedder)
+    return await deps.acached("reader_embedder", default_embedder)
 
 
 async def read(
@@ -275,9 +276,11 @@ def reader_node(gather: Gather = gathered_evidence) -> Callable[..., Any]:
         if not reader_answers(ctx) or state.stop_reason == "gate_confident":
             return {}
         ranker: Ranker = ctx.reader_ranker
-        embedder = reader_embedder(deps, deps.search(ctx)) if ranker == "dense" else None
+        embedder = None
+        if ranker == "dense":
+            embedder = await reader_embedder(deps, await deps.aretriever(ctx))
         answer, shown = await read(
-            deps.chat(ctx),
+            await deps.achat(ctx),
             state.question,
             gather(state),
             ranker=ranker,

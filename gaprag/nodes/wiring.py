@@ -16,8 +16,8 @@ it ends, or the question differs from the one the state was last reset for) its 
 resets every per-question field to its default (reducer fields included, with LangGraph's
 ``Overwrite``), so a second question on a checkpointed thread starts clean; when it runs again
 inside a loop of the same question, nothing is reset. A field annotated with
-:data:`gaprag.state.base.PERSISTENT` is kept across a thread's questions. The question is
-validated there, once.
+:data:`gaprag.state.base.PERSISTENT` is kept across a thread's questions. Every node validates
+the question it is given, whichever way it was written into the state.
 
 A router is a module-level function ``(state, runtime) -> Literal[...]``; :func:`add_router`
 gives it the resolved settings too and passes its ``Literal`` values as the edge map, so
@@ -32,11 +32,14 @@ the compiled graph's recursion limit is what the longest valid run needs (every 
 each bound at its maximum, and a margin), so any bound a run may set works in ``invoke``,
 ``ainvoke``, ``stream``, a subgraph and LangGraph's server, and a runaway loop still stops.
 
-The operator's spend limits (a run's deadline and token budget, :mod:`gaprag.operator`) are
-checked here once for every method: after each node the run's usage is compared with them and
-the first limit reached is recorded in the state (``limit``); a router given ``on_limit``
-then sends the run from a loop's next round to the step that answers with what was gathered,
-and the step that ends the question reports the limit as its ``stop_reason``.
+Every node runs inside its run's ledger (:mod:`gaprag.llm.spend`): the LLM layer checks the
+operator's spend limits (a run's deadline and token budget, :mod:`gaprag.operator`) before
+every call and refuses a call the run cannot afford; the node that made it ends there with the
+limit as its ``stop_reason``. A router given ``on_limit`` sends a run that reached a limit, or
+whose nodes ran more rounds than its own loop bounds allow (:func:`runs_cap`, counted by the
+ledger, not read from the state), from a loop's next round to the step that answers with what
+was gathered, and a step that ends the question after a limit was reached reports the limit as
+its ``stop_reason``.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import dataclasses
 import inspect
 import time
 import typing
-import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import is_dataclass
 from typing import Any, get_args, get_origin
@@ -60,13 +63,14 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime, get_runtime
 from langgraph.types import Overwrite
 
-from gaprag.accounting import metered
+from gaprag.accounting import metered, record_decision
 from gaprag.aio import run_sync
 from gaprag.context import BaseContext, aresolve_context, field_range
 from gaprag.deps import Deps
+from gaprag.llm import spend
 from gaprag.llm.memo import run_scope
 from gaprag.operator import policy_of
-from gaprag.state.base import PERSISTENT, InputState, add_usage
+from gaprag.state.base import PERSISTENT, InputState
 from gaprag.validate import check_question
 
 NodeFn = Callable[..., Any]
@@ -121,35 +125,58 @@ def _stale(state: Any, inputs: frozenset[str]) -> dict[str, tuple[Any, bool]]:
     return out
 
 
-def _start_update(
-    update: Any, stale: dict[str, tuple[Any, bool]], question: str, run_key: str
-) -> Any:
+def _start_update(update: Any, stale: dict[str, tuple[Any, bool]], question: str) -> Any:
     """A first node's update for a new question: the stale fields reset (or overwritten by
-    the node's own values), the question the state was reset for recorded, and the question's
-    run key (when the state has one)."""
+    the node's own values), and the question the state was reset for recorded."""
     if not isinstance(update, dict):
         return update
     merged = {**update, "asked": question}
-    if run_key:
-        merged["run_key"] = run_key
     for name, (default, reducer) in stale.items():
         value = update.get(name, default)
         merged[name] = Overwrite(value) if reducer else value
     return merged
 
 
-def _mark_limit(update: Any, state: Any, ctx: Any) -> Any:
-    """The update with the operator's limit: a question that reached it before this node ends
-    with it as ``stop_reason``; one this node made reach it is marked (``limit``)."""
-    if not isinstance(update, dict) or not hasattr(state, "limit"):
-        return update
-    if state.limit:
-        if update.get("stop_reason"):
-            update["stop_reason"] = state.limit
-        return update
-    reached = policy_of(type(ctx)).limit(add_usage(state.usage, update.get("usage")))
-    if reached:
-        update["limit"] = reached
+def _thread(runtime: Runtime[Any], graph: object) -> str:
+    """The checkpointed thread a node of ``graph`` (its built objects) runs on, and the
+    graph's place in it ('' without a thread)."""
+    info = getattr(runtime, "execution_info", None)
+    thread = getattr(info, "thread_id", None)
+    if not thread:
+        return ""
+    namespace = str(getattr(info, "checkpoint_ns", "") or "").split("|")[:-1]
+    return f"{id(graph)}|{thread}|" + "|".join(part.split(":")[0] for part in namespace)
+
+
+def _run(runtime: Runtime[Any]) -> object | None:
+    """What identifies the invocation a node runs in: LangGraph's run-scoped control object
+    (one per invocation, shared with its subgraphs), else the run's id when the caller gave
+    one."""
+    control: object | None = getattr(runtime, "control", None)
+    if control is not None:
+        return control
+    run_id = getattr(getattr(runtime, "execution_info", None), "run_id", None)
+    return str(run_id) if run_id else None
+
+
+def run_ledger(
+    runtime: Runtime[Any], ctx: Any, graph: object, *, first: bool = False
+) -> spend.Ledger:
+    """The ledger of the run a node of ``graph`` (its built objects) belongs to (see
+    :func:`gaprag.llm.spend.ledger_for`), with the operator's limits for a new one."""
+    policy = policy_of(type(ctx))
+    return spend.ledger_for(
+        _run(runtime),
+        _thread(runtime, graph),
+        starting=first,
+        make=lambda: spend.Ledger(token_budget=policy.token_budget, deadline_s=policy.deadline_s),
+    )
+
+
+def _end_at_limit(update: Any, limit: str) -> Any:
+    """A step that ends the question after the run reached ``limit`` reports it."""
+    if limit and isinstance(update, dict) and update.get("stop_reason"):
+        update["stop_reason"] = limit
     return update
 
 
@@ -180,24 +207,32 @@ def as_node(
     is_async = inspect.iscoroutinefunction(fn)
 
     async def afunc(state: Any, runtime: Runtime[Any]) -> Any:
+        check_question(getattr(state, "question", None))
         starting = first and new_question(state)
         stale: dict[str, tuple[Any, bool]] = {}
-        if first:
-            check_question(getattr(state, "question", None))
         if starting:  # the node sees the clean state of a new question
             stale = _stale(state, inputs)
             state = dataclasses.replace(
                 state, **{k: copy.deepcopy(d) for k, (d, _) in stale.items()}
             )
         run = runtime.override(context=await aresolve_context(context, runtime.context))
-        # a new question gets a new run key (the scope of the LLM layer's reply reuse)
-        keyed = hasattr(state, "run_key")  # BaseState has it; a foreign state does not
-        run_key = (uuid.uuid4().hex if starting else state.run_key) if keyed else ""
+        ledger = run_ledger(runtime, run.context, deps, first=first)
+        reached = ledger.limit()
         start = time.perf_counter()
         try:
-            with run_scope(run_key), metered() as meter:
-                result = fn(state, run, deps) if takes_deps else fn(state, run)
-                update = await result if is_async else result
+            with (
+                run_scope(ledger.key),
+                spend.spending(ledger),
+                ledger.step(name),
+                metered() as meter,
+            ):
+                try:
+                    result = fn(state, run, deps) if takes_deps else fn(state, run)
+                    update = await result if is_async else result
+                except spend.SpendLimit as stop:  # a call the run could not afford: not sent
+                    record_decision(event="spend_limit", limit=stop.reason)
+                    update = {"stop_reason": stop.reason, "answer": getattr(state, "answer", "")}
+                    reached = stop.reason
         except GraphBubbleUp:  # a pause or a command: LangGraph's, as it is
             raise
         except Exception as err:  # a served graph's errors show no server path
@@ -206,8 +241,8 @@ def as_node(
                 raise
             raise hidden from err
         update = meter.apply(update, name, time.perf_counter() - start)
-        update = _mark_limit(update, state, run.context)
-        return _start_update(update, stale, state.question, run_key) if starting else update
+        update = _end_at_limit(update, reached)
+        return _start_update(update, stale, state.question) if starting else update
 
     async def anode(state: Any) -> Any:
         return await afunc(state, get_runtime())
@@ -285,9 +320,13 @@ def add_router(
         else:
             ctx = await aresolve_context(context, runtime.context)
             chosen = fn(state, runtime.override(context=ctx))
-        if getattr(state, "limit", "") and chosen in cuts:
-            return cuts[chosen]
-        return chosen
+        if chosen not in cuts:
+            return chosen
+        ledger = spend.find(_run(runtime))
+        if ledger is None:
+            return chosen
+        cap = runs_cap(builder, await aresolve_context(context, runtime.context))
+        return cuts[chosen] if ledger.limit() or ledger.most_runs() > cap else chosen
 
     async def apath(state: Any) -> Any:
         return await aroute(state, get_runtime())
@@ -298,6 +337,23 @@ def add_router(
     builder.add_conditional_edges(
         source, RunnableLambda(path, afunc=apath, name=fn.__name__), targets
     )
+
+
+_LOOPS: weakref.WeakKeyDictionary[Any, Mapping[str, int]] = weakref.WeakKeyDictionary()
+
+
+def runs_cap(builder: StateGraph[Any, Any, Any, Any], ctx: Any) -> int:
+    """The most times one node of a run with settings ``ctx`` may run: once, and once more
+    for each round its loop bounds allow (a bound of 0, "the task's", at the bound's
+    maximum). When a node has run more often, the routers' ``on_limit`` send the run to its
+    answer, whatever counters its state holds."""
+    fields = {f.name: f for f in dataclasses.fields(ctx)}
+    total = 1
+    for name in _LOOPS.get(builder, {}):
+        value = getattr(ctx, name, 0)
+        bound = value if isinstance(value, int) and value > 0 else field_range(fields[name])[1]
+        total += int(bound or 0)
+    return total
 
 
 def recursion_limit(
@@ -331,6 +387,8 @@ def compile_graph(
     The recursion limit is :func:`recursion_limit`, fixed on the compiled graph, so every run
     whose settings validate fits, whatever it sets at run time. A caller's own
     ``recursion_limit`` in the run config (or a parent graph's, for a subgraph) takes its
-    place."""
+    place, but not past the run's own bounds: the routers end every loop at
+    :func:`runs_cap`."""
+    _LOOPS[builder] = dict(loops or {})
     graph = builder.compile(checkpointer=checkpointer, name=name)
     return graph.with_config(recursion_limit=recursion_limit(builder, loops))

@@ -212,22 +212,6 @@ class BaseState(InputState, OutputState):
         Field(description="The question the per-question fields were last reset for."),
         PERSISTENT,
     ] = ""
-    limit: Annotated[
-        str,
-        Field(
-            description="deadline or token_budget once this question reached the operator's "
-            "limit: routers then end the loop, and the step that ends it reports the limit as "
-            "the stop_reason."
-        ),
-    ] = ""
-    run_key: Annotated[
-        str,
-        Field(
-            description="This question's run, in which the LLM layer answers a repeated call "
-            "from its memo; set by the first node of each new question."
-        ),
-        PERSISTENT,
-    ] = ""
     gate_passages: Annotated[
         list[Evidence],
         Field(

@@ -8,11 +8,19 @@ made earlier in the process: the module's ``GAPRAG_HOME`` is empty at its start,
 run builds the demo store and every later one opens it; each run makes its chat client for a
 configured endpoint (``GAPRAG_BASE_URL``), or for the embedded server, which the first run
 that needs it starts with the real start-up code around a fake server process.
+
+The default setup's first run is also run as ``langgraph dev`` meets it: each method, with the
+settings of the default model's shipped profile (the gate on where it turns it on), as the
+first run of a fresh process that starts the embedded server (``python -m
+tests.unit.test_no_blocking METHOD``, one process per method).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,9 +30,11 @@ from typing import Any
 import pytest
 
 import gaprag
+from gaprag import config
 from gaprag.context import BaseContext
 from gaprag.deps import Deps
 from gaprag.llm import factory, server
+from gaprag.profiles import profile_for
 from gaprag.stores import HashingEmbedder, Store, demo
 from tests.fake_openai import FakeOpenAI
 
@@ -33,6 +43,30 @@ blockbuster = pytest.importorskip("blockbuster")
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "What is the capital of France?"
 ANSWER = "Paris"
+
+
+@contextmanager
+def fake_embedded_server() -> Iterator[dict[Any, server.EmbeddedServer]]:
+    """The embedded server as ``default_llm()`` starts it: the real decision and start-up code
+    (free port, log file, supervised subprocess, health checks), with a fake OpenAI server as
+    the subprocess's command instead of llama.cpp and its weights; stopped at the end."""
+    servers: dict[Any, server.EmbeddedServer] = {}
+
+    def command(self: server.EmbeddedServer, model_file: Path) -> list[str]:
+        return [sys.executable, "-m", "tests.fake_openai", "--port", str(self.port),
+                "--reply", ANSWER]  # fmt: skip
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", str(ROOT))  # the subprocess imports tests.fake_openai
+        mp.setattr(server, "_servers", servers)
+        mp.setattr(server, "pick_engine", lambda requested=None: "xllamacpp")
+        mp.setattr(server, "ensure_model", lambda name, quiet=False: Path("model.gguf"))
+        mp.setattr(server.EmbeddedServer, "command", command)
+        try:
+            yield servers
+        finally:
+            for started in servers.values():
+                started.stop()
 
 
 @contextmanager
@@ -88,23 +122,8 @@ def embedded_servers() -> Iterator[dict[Any, server.EmbeddedServer]]:
     (free port, log file, supervised subprocess, health checks), with a fake OpenAI server as
     the subprocess's command instead of llama.cpp and its weights. Started by the module's
     first run that needs it, stopped at the module's end."""
-    servers: dict[Any, server.EmbeddedServer] = {}
-
-    def command(self: server.EmbeddedServer, model_file: Path) -> list[str]:
-        return [sys.executable, "-m", "tests.fake_openai", "--port", str(self.port),
-                "--reply", ANSWER]  # fmt: skip
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PYTHONPATH", str(ROOT))  # the subprocess imports tests.fake_openai
-        mp.setattr(server, "_servers", servers)
-        mp.setattr(server, "pick_engine", lambda requested=None: "xllamacpp")
-        mp.setattr(server, "ensure_model", lambda name, quiet=False: Path("model.gguf"))
-        mp.setattr(server.EmbeddedServer, "command", command)
-        try:
-            yield servers
-        finally:
-            for started in servers.values():
-                started.stop()
+    with fake_embedded_server() as servers:
+        yield servers
 
 
 @pytest.fixture
@@ -216,3 +235,55 @@ def test_sync_invoke_resolves_the_same_lazy_dependencies(cold: Path, endpoint: F
     out = gaprag.build_graph("standard_rag").invoke({"question": QUESTION})
     assert out["answer"] == ANSWER and out["evidence"]
     assert built_demo_stores(cold)
+
+
+# -- the default setup's first run, one fresh process per method -----------------------------
+def first_run(method: str) -> dict[str, Any]:
+    """``method``'s first run in this process, on the embedded server it starts, under the
+    default model's profile; what the run answered and the settings it ran with."""
+    with fake_embedded_server():
+        out = run_async(method)
+    gate = getattr(gaprag.build_graph(method).context_schema, "gate", "off")
+    return {"stop_reason": out.get("stop_reason"), "answer": out.get("answer"), "gate": gate}
+
+
+@pytest.fixture(scope="module")
+def first_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, str]]:
+    """Each method's first run in a fresh process (all started at once), as ``langgraph dev``
+    with no endpoint starts: an empty GAPRAG_HOME, the default model (whose profile turns the
+    gate on), the embedded server not started. Per method: (exit code, stdout, stderr)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GAPRAG_BASE_URL", "OPENAI_BASE_URL")}
+    env.update(GAPRAG_LOCAL_MODEL=config.DEFAULT_LOCAL_MODEL, PYTHONPATH=str(ROOT))
+    running = {}
+    for method in gaprag.list_methods():
+        home = str(tmp_path_factory.mktemp(f"first-{method}"))
+        running[method] = subprocess.Popen(
+            [sys.executable, "-m", "tests.unit.test_no_blocking", method],
+            env={**env, "GAPRAG_HOME": home},
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    done = {}
+    for method, process in running.items():
+        out, err = process.communicate(timeout=600)
+        done[method] = (process.returncode, out, err)
+    return done
+
+
+@pytest.mark.parametrize("method", gaprag.list_methods())
+def test_default_setups_first_run_never_blocks_the_loop(
+    method: str, first_runs: dict[str, tuple[int, str, str]]
+) -> None:
+    profile = profile_for(config.DEFAULT_LOCAL_MODEL)
+    assert profile is not None, "the default model has a shipped profile"
+    code, stdout, stderr = first_runs[method]
+    assert code == 0, stderr[-3000:]
+    out = json.loads(stdout.strip().splitlines()[-1])
+    assert out["stop_reason"] and out["answer"] == ANSWER
+    assert out["gate"] == profile.settings(method).get("gate", "off")
+
+
+if __name__ == "__main__":
+    print(json.dumps(first_run(sys.argv[1])))
