@@ -17,7 +17,7 @@ store (built into a fresh ``GAPRAG_HOME`` by the first run) and the endpoint fro
    (from its request to its result), ``wall_over_one_run`` (wall time / the method's one run),
    LLM calls per run, and the median time a run spent inside gaprag's nodes
    (``in_nodes_p50_s``, its ``usage.wall_s``; the rest is the server's); meanwhile ``GET /ok`` is probed every ``--probe-ms`` (50) ms from
-   another thread: max and p95 latency, and how many probes took over 100 ms.
+   another thread: max, p95 and p99 latency, and how many probes took over 100 ms.
 
 What bounds the concurrency: the server runs ``--n-jobs-per-worker`` runs at once (``langgraph
 dev`` runs one at a time unless given ``--n-jobs-per-worker``; ``--jobs``, default
@@ -159,6 +159,7 @@ class HealthProbe:
             "failures": self.failures,
             "max_ms": round(max(ms), 1) if ms else None,
             "p95_ms": round(pct(ms, 0.95), 1) if ms else None,
+            "p99_ms": round(pct(ms, 0.99), 1) if ms else None,
             "over_100ms": sum(x > 100 for x in ms),
         }
 
