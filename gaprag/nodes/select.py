@@ -1,8 +1,9 @@
 """The shared answer selection: choose the question's answer between plain RAG's (the gate's)
 and the method's loop's (``select`` setting; off by default).
 
-Where the gate let the loop run, a run holds two candidates: plain RAG's answer, recorded with
-its probability in the ``gate`` decision, and the loop's final answer. The call whose text
+Where the gate let the loop run, a run holds two candidates: plain RAG's answer, recorded in
+the ``gate`` decision (its ``p`` here is ``exp`` of its mean token logprob, from the gate's trace
+record: :func:`gate_probability`), and the loop's final answer. The call whose text
 became the loop's answer is scored on that same call when selection is on (only logprobs are
 requested, the messages are the same: :func:`answer_call`): the answer span's tokens (after
 "the answer is" inside a chain-of-thought sentence, the value of a JSON ``text`` field) give
@@ -15,7 +16,7 @@ short-answer step, only when the loop ran:
 - ``logprob``: plain RAG's answer when its ``p`` exceeds the loop answer's by at least
   ``select_margin`` (:func:`takes_gate`), else the loop's; path ``logprobs``;
 - ``agreement``, or ``logprob`` without both probabilities (no logprobs, an answer the
-  method does not score, the gate's signal not a token logprob): the loop's answer, with
+  method does not score): the loop's answer, with
   ``p`` 1 when the two candidates agree after normalisation and 0 when they differ; path
   ``agreement`` (``agreement_fallback`` when the rule was ``logprob``).
 
@@ -40,8 +41,6 @@ from gaprag.nodes.gate import logprob_signals, normalize
 
 #: where an answer starts inside a reply: a chain-of-thought marker or a JSON answer field
 ANSWER_MARKER = re.compile(r"""answer\s+is\s*:?|answer\s*:|"text"\s*:\s*\"""", re.IGNORECASE)
-#: the gate's signals whose ``p`` is a token probability (comparable with the loop's)
-TOKEN_SIGNALS = ("logprob_mean", "logprob_min")
 
 
 def answer_span(reply: str, answer: str) -> tuple[int, int] | None:
@@ -108,12 +107,23 @@ def _gate_decision(state: Any) -> dict[str, Any] | None:
     return None
 
 
+def gate_probability(state: Any) -> float | None:
+    """Plain RAG's answer's ``exp(mean token logprob)`` from the gate's trace record (whichever
+    signal the gate decided on), None where the gate had no logprobs."""
+    for record in reversed(list(getattr(state, "trace", []) or [])):
+        if isinstance(record, dict) and record.get("call") == "gate":
+            mean = record.get("value") if record.get("signal") == "logprob_mean" else None
+            mean = record.get("logprob_mean", mean)
+            return None if mean is None else math.exp(min(float(mean), 0.0))
+    return None
+
+
 def select(state: Any, runtime: Runtime[Any]) -> dict[str, Any]:
     """The graph node: the question's answer between plain RAG's and the loop's.
 
     With ``select="off"``, or without the gate's answer, it does nothing.
 
-    Reads: `answer`, `answer_p`, `decisions`, `iterations`; writes: `answer` (when plain RAG's
+    Reads: `answer`, `answer_p`, `decisions`, `trace`, `iterations`; writes: `answer` (when plain RAG's
     is chosen), `decisions`, `trace`.
     """
     ctx = runtime.context
@@ -123,7 +133,7 @@ def select(state: Any, runtime: Runtime[Any]) -> dict[str, Any]:
     loop_answer = str(state.answer or "")
     gate_answer = str(gate.get("answer") or "")
     loop_p = (state.answer_p or {}).get(loop_answer)
-    gate_p = gate.get("p") if gate.get("path") == "logprobs" and ctx.gate in TOKEN_SIGNALS else None
+    gate_p = gate_probability(state)
     agree = bool(gate_answer) and normalize(gate_answer) == normalize(loop_answer)
     chosen, p, threshold = "loop", loop_p, None
     if ctx.select == "logprob" and gate_p is not None and loop_p is not None:

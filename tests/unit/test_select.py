@@ -40,10 +40,8 @@ def ircot_run(
     model = ScriptedChatModel(
         rules=[(PLAIN, "Paris"), (REASON, sentence)], reply_logprobs=scored, default="Unknown"
     )
-    graph = build_graph(
-        "ircot", llm=LLM(model, supports_logprobs=True), retriever=store,
-        gate="logprob_mean", gate_threshold=-0.5, **options,
-    )  # fmt: skip
+    options = {"gate": "logprob_mean", "gate_threshold": -0.5, **options}
+    graph = build_graph("ircot", llm=LLM(model, supports_logprobs=True), retriever=store, **options)
     return graph.invoke({"question": Q}), model
 
 
@@ -87,6 +85,17 @@ def test_an_unsure_loop_answer_gives_way_to_a_surer_plain_answer(store: Store) -
     assert decision["p"] == pytest.approx(GATE_P, rel=1e-4) and decision["answer"] == "Paris"
     record = next(t for t in out["trace"] if t.get("call") == "select")
     assert record["loop_p"] == pytest.approx(math.exp(-4.0), rel=1e-4) and not record["agree"]
+
+
+def test_plain_rags_probability_is_its_mean_token_probability_whatever_the_gates_signal(
+    store: Store,
+) -> None:
+    out, _ = ircot_run(
+        store, loop_logprob=-4.0, select="logprob", gate="logprob_margin", gate_threshold=2.0
+    )
+    decision = selection(out)
+    assert out["answer"] == "Paris" and decision["path"] == "logprobs"
+    assert decision["p"] == pytest.approx(GATE_P, rel=1e-4)
 
 
 def test_the_margin_keeps_the_loop_answer_when_plain_rag_is_not_sure_enough(store: Store) -> None:
