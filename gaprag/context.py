@@ -234,6 +234,21 @@ class BaseContext(metaclass=_Checked):
         minimum=-100,
         maximum=100,
     )
+    select: Literal["off", "logprob", "agreement"] = describe(
+        "off",
+        "Where the gate let the loop run, choose the answer between plain RAG's and the "
+        "loop's: off (the loop's, as without selection); logprob (plain RAG's when its "
+        "probability exceeds the loop answer's by at least select_margin); agreement (the "
+        "loop's, recording whether the two agree). Without logprobs logprob falls back to "
+        "agreement.",
+    )
+    select_margin: float = describe(
+        0.0,
+        "The logprob selection takes plain RAG's answer when its probability minus the loop "
+        "answer's is at least this.",
+        minimum=-1,
+        maximum=1,
+    )
     no_logprobs: Literal["retrieve_more", "trust_answer"] = describe(
         "retrieve_more",
         "A loop decision the endpoint gives no probability for (no logprobs): retrieve_more "

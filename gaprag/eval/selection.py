@@ -38,7 +38,6 @@ import asyncio
 import json
 import math
 import os
-import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from gaprag.eval.stats import BASELINE, captured_share, dedupe, gate_answer
 from gaprag.metrics import f1_score
 from gaprag.nodes.answer import clean_answer
 from gaprag.nodes.gate import GATE_STOP, Signal, logprob_signals, normalize, probability
+from gaprag.nodes.select import answer_span, takes_gate
 from gaprag.nodes.short_answer import rule_answer
 from gaprag.traces import method_traces
 
@@ -62,7 +62,6 @@ if TYPE_CHECKING:
 SCORES = "selection_scores.jsonl"
 #: the gate's signal when a trace does not name one
 DEFAULT_SIGNAL: Signal = "logprob_mean"
-_MARKER = re.compile(r"""answer\s+is\s*:?|answer\s*:|"text"\s*:\s*\"""", re.IGNORECASE)
 _ROLES = {"ai": "assistant", "system": "system"}
 
 
@@ -74,21 +73,6 @@ class Located:
     call: int
     start: int
     end: int
-
-
-def _span(reply: str, answer: str) -> tuple[int, int] | None:
-    """Where ``answer`` is in ``reply`` (case ignored): the first occurrence after the last
-    answer marker, else the first one."""
-    low, needle = reply.lower(), answer.lower()
-    if not needle or needle not in low:
-        return None
-    markers = list(_MARKER.finditer(reply))
-    if markers:
-        after = low.find(needle, markers[-1].end())
-        if after >= 0:
-            return after, after + len(answer)
-    first = low.find(needle)
-    return first, first + len(answer)
 
 
 def _short_answer(trace: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -125,14 +109,14 @@ def locate(trace: Mapping[str, Any]) -> Located | None:
         original = answer
     exact = [(i, r) for i, r in replies if clean_answer(r) == original]
     for i, reply in [*exact, *replies]:
-        found = _span(reply, original)
+        found = answer_span(reply, original)
         if found is None:
             continue
-        inner = _span(reply[found[0] : found[1]], answer)
+        inner = answer_span(reply[found[0] : found[1]], answer)
         if inner is not None:
             return Located(i, found[0] + inner[0], found[0] + inner[1])
     for i, reply in replies:
-        found = _span(reply, answer)
+        found = answer_span(reply, answer)
         if found is not None:
             return Located(i, *found)
     return None
@@ -399,9 +383,7 @@ RULES: dict[str, tuple[tuple[str, ...], Rule]] = {
     "loop_p": (("b",), lambda c, t: c.loop_p is not None and c.loop_p < t["b"]),
     "margin": (
         ("m",),
-        lambda c, t: (
-            c.gate_p is not None and c.loop_p is not None and c.gate_p - c.loop_p >= t["m"]
-        ),
+        lambda c, t: takes_gate(c.gate_p, c.loop_p, t["m"]),
     ),
     "both": (
         ("a", "b"),

@@ -11,6 +11,8 @@
   gathered, keep a budget with the strongest next to the question, answer.
 - :mod:`~gaprag.nodes.gate`: the shared gate (``gate``): answer as plain RAG does first and
   run the loop only when that answer is unsure.
+- :mod:`~gaprag.nodes.select`: the shared answer selection (``select``): choose between plain
+  RAG's answer and the loop's where the gate let the loop run.
 - :mod:`~gaprag.nodes.pool`: update an evidence pool (dedup, provenance, round).
 - :mod:`~gaprag.nodes.decisions`: record a loop decision with its probability and path.
 - :mod:`~gaprag.nodes.wiring`: turn module-level node functions into graph nodes and routers,

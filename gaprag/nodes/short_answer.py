@@ -137,7 +137,11 @@ def add_short_answer(
     ``reader``: put the shared reader (:mod:`gaprag.nodes.reader`) between ``after`` and the
     short-answer step; it answers anew when the run's ``reader`` setting is ``ranked``. True
     reads the method's ``evidence`` (:func:`~gaprag.nodes.reader.gathered_evidence`); a
-    function ``state -> Gathered`` says what else the method gathered."""
+    function ``state -> Gathered`` says what else the method gathered.
+
+    A graph with the shared gate also gets the answer selection step
+    (:mod:`gaprag.nodes.select`) before the short-answer step (a pass-through with
+    ``select="off"``); the gate's own stop goes straight to the short-answer step."""
     from gaprag.nodes.reader import gathered_evidence, reader_node
     from gaprag.nodes.wiring import as_node
 
@@ -151,6 +155,12 @@ def add_short_answer(
         builder.add_node("reader", as_node(reader_node(gather), deps, context))
         builder.add_edge(after, "reader")
         after = "reader"
+    if after is not None and "gate" in builder.nodes:  # answer selection
+        from gaprag.nodes.select import select
+
+        builder.add_node("select", as_node(select, deps, context))
+        builder.add_edge(after, "select")
+        after = "select"
     if after is not None:
         builder.add_edge(after, "short_answer")
     builder.add_edge("short_answer", END)

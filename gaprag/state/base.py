@@ -121,6 +121,11 @@ def concat(left: list[T] | None, right: list[T] | None) -> list[T]:
     return [*(left or []), *(right or [])]
 
 
+def merge(left: dict[str, float] | None, right: dict[str, float] | None) -> dict[str, float]:
+    """Reducer: the two mappings merged, the right one's values winning."""
+    return {**(left or {}), **(right or {})}
+
+
 def add_unique(left: list[str] | None, right: list[str] | None) -> list[str]:
     """Reducer for id lists: append the new ids not seen yet, keeping first-seen order."""
     out = list(left or [])
@@ -212,6 +217,15 @@ class BaseState(InputState, OutputState):
         Field(description="The question the per-question fields were last reset for."),
         PERSISTENT,
     ] = ""
+    answer_p: Annotated[
+        dict[str, float],
+        Field(
+            description="The probability of each answer the loop gave, from its own call's "
+            "token logprobs (answer -> p), recorded when answer selection is on; the select step "
+            "reads it."
+        ),
+        merge,
+    ] = field(default_factory=dict)
     gate_passages: Annotated[
         list[Evidence],
         Field(

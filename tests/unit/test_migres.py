@@ -243,7 +243,7 @@ def test_graph_has_the_method_nodes_and_edges(levity: Store) -> None:
     assert set(drawn.nodes) - {"__start__", "__end__"} == {
         "init", "retrieve", "rerank_filter", "llm_knowledge", "extract", "verify_nli",
         "update_evidence_pool", "judge_missing", "regenerate_keywords", "generate_answer",
-        "finalize", "short_answer", "gate", "reader",
+        "finalize", "short_answer", "gate", "reader", "select",
     }  # fmt: skip
     edges = {(e.source, e.target, e.conditional) for e in drawn.edges}
     assert edges == {
@@ -266,7 +266,8 @@ def test_graph_has_the_method_nodes_and_edges(levity: Store) -> None:
         ("regenerate_keywords", "retrieve", False),
         ("generate_answer", "finalize", False),
         ("finalize", "reader", False),
-        ("reader", "short_answer", False),
+        ("reader", "select", False),
+        ("select", "short_answer", False),
         ("short_answer", "__end__", False),
     }
 

@@ -177,7 +177,7 @@ def pairs(tmp_path: Path) -> PairStore:
 def test_graph_nodes_and_edges() -> None:
     g = build_graph("missing_knowledge", llm=scripted()).get_graph()
     assert set(g.nodes) - {"__start__", "__end__"} == {
-        "retrieve", "generate_draft", "judge_missing", "retrieve_missing", "update_evidence_pool", "generate_answer", "short_answer", "gate", "reader",
+        "retrieve", "generate_draft", "judge_missing", "retrieve_missing", "update_evidence_pool", "generate_answer", "short_answer", "gate", "reader", "select",
     }  # fmt: skip
     edges = {(e.source, e.target): e.conditional for e in g.edges}
     assert (
@@ -187,6 +187,7 @@ def test_graph_nodes_and_edges() -> None:
     assert ("update_evidence_pool", "generate_draft") not in edges  # single pass, no loop back
     assert edges[("gate", "retrieve")] and edges[("gate", "short_answer")]
     assert edges[("generate_answer", "reader")] is False
+    assert edges[("reader", "select")] is False and edges[("select", "short_answer")] is False
 
 
 # -- routing -------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from gaprag import build_graph
 from gaprag.graphs import METHODS, list_methods
 from gaprag.nodes.gate import gate
 from gaprag.nodes.reader import reader_node
+from gaprag.nodes.select import select
 from gaprag.nodes.short_answer import short_answer
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.testing import ScriptedChatModel
@@ -29,6 +30,7 @@ AVAILABLE = list_methods()
 SHARED: dict[str, Callable[..., Any]] = {
     "gate": gate,
     "reader": reader_node(),
+    "select": select,
     "short_answer": short_answer,
 }
 #: nodes whose steps are documented where they are defined, not in one Reads/writes line

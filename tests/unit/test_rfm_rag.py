@@ -175,7 +175,7 @@ def test_graph_nodes_and_edges(store: Store) -> None:
     g = make_graph(fake_llm(), store).get_graph()
     assert set(g.nodes) - {"__start__", "__end__"} == {
         "extract_question_structure", "retrieve", "extract_evidence", "update_evidence_pool",
-        "feedback_classifier", "judge_missing", "regenerate_keywords", "generate_answer", "short_answer", "gate", "reader",
+        "feedback_classifier", "judge_missing", "regenerate_keywords", "generate_answer", "short_answer", "gate", "reader", "select",
     }  # fmt: skip
     edges = {(e.source, e.target, e.conditional) for e in g.edges}
     assert edges == {
@@ -192,7 +192,8 @@ def test_graph_nodes_and_edges(store: Store) -> None:
         ("judge_missing", "regenerate_keywords", False),
         ("regenerate_keywords", "retrieve", False),
         ("generate_answer", "reader", False),
-        ("reader", "short_answer", False),
+        ("reader", "select", False),
+        ("select", "short_answer", False),
         ("short_answer", "__end__", False),
     }
 

@@ -12,6 +12,7 @@ from gaprag import nodes
 from gaprag.deps import Deps
 from gaprag.graphs.ircot.context import Context
 from gaprag.graphs.ircot.state import State
+from gaprag.nodes.select import answer_call, scored_update
 from gaprag.progress import emit
 from gaprag.prompts import load_prompts
 
@@ -58,27 +59,31 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
 async def reason(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     """The next sentence of the chain of thought over the first ``max_passages`` passages.
 
-    Reads: `question`, `evidence`, `thoughts`, `iterations`; writes: `thoughts`, `decisions`.
+    Reads: `question`, `evidence`, `thoughts`, `iterations`; writes: `thoughts`, `decisions`,
+    `answer_p`.
     """
     ctx = runtime.context
     passages = nodes.render_passages(
         state.evidence[: ctx.max_passages], FORMATS["passages"], max_words=ctx.max_passage_words
     )
     llm = await deps.achat(ctx)
-    reply = await llm.agenerate(
+    reply, tokens = await answer_call(
+        llm,
         PROMPTS["reason"].render(
             passages=passages, question=state.question, thoughts=" ".join(state.thoughts)
         ),
+        ctx,
         max_tokens=ctx.step_max_tokens,
     )
     thought = first_sentence(reply)
-    answered = final_answer(thought) is not None
+    stated = final_answer(thought)
+    answered = stated is not None
     last = state.iterations >= ctx.max_steps  # every step retrieves once: this bounds the loop
     nodes.log_decision(
         "reason", state.iterations, "answer" if answered or last else "retrieve", path="rule"
     )
     emit(round=state.iterations, thought=thought)
-    return {"thoughts": [thought] if thought else []}
+    return {"thoughts": [thought] if thought else [], **scored_update(stated or "", tokens)}
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:

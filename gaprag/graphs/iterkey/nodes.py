@@ -23,6 +23,7 @@ from gaprag.graphs.iterkey.parsing import (
 )
 from gaprag.graphs.iterkey.state import IterationRecord, ParseFailure, State, VerdictScores
 from gaprag.llm.client import LLM
+from gaprag.nodes.select import answer_call, scored_update
 from gaprag.progress import emit
 from gaprag.prompts import Passages, load_prompts
 
@@ -112,17 +113,21 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     """Step 2: an answer over the round's documents.
 
-    Reads: `question`, `evidence`, `current_raw`; writes: `answer`, `current_raw`.
+    Reads: `question`, `evidence`, `current_raw`; writes: `answer`, `current_raw`, `answer_p`.
     """
     ctx = runtime.context
     llm = await deps.achat(ctx)
-    raw = await llm.agenerate(
+    raw, tokens = await answer_call(
+        llm,
         PROMPTS["answer"].render(documents=documents(state, ctx), question=state.question),
+        ctx,
         max_tokens=ctx.answer_max_tokens,
     )
+    answer = nodes.clean_answer(raw)
     return {
-        "answer": nodes.clean_answer(raw),
+        "answer": answer,
         "current_raw": {**state.current_raw, "answer": raw},
+        **scored_update(answer, tokens),
     }
 
 

@@ -28,6 +28,7 @@ from gaprag.graphs.missing_knowledge.question import language, question_block, s
 from gaprag.graphs.missing_knowledge.state import Chunk, KnowledgeBase, State
 from gaprag.graphs.missing_knowledge.turns import load_turns, with_follow_up
 from gaprag.llm.client import LLM
+from gaprag.nodes.select import answer_call, scored_update
 from gaprag.operator import chosen_by_run
 from gaprag.progress import emit
 from gaprag.prompts import Passages, RenderedPrompt, load_prompts
@@ -120,7 +121,7 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
 async def generate_draft(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     """The draft answer over the first chunks, which the judge reviews.
 
-    Reads: `question`, `initial_contexts`; writes: `draft_answer`.
+    Reads: `question`, `initial_contexts`; writes: `draft_answer`, `answer_p`.
     """
     ctx = runtime.context
     lang = language(ctx.language, state.question)
@@ -130,8 +131,9 @@ async def generate_draft(state: State, runtime: Runtime[Context], deps: Deps) ->
         question=question_block(state.question, ctx.options_text, lang),
     )
     llm = await deps.achat(ctx)
-    reply = await llm.agenerate(messages, max_tokens=ctx.answer_max_tokens)
-    return {"draft_answer": nodes.clean_answer(reply)}
+    reply, tokens = await answer_call(llm, messages, ctx, max_tokens=ctx.answer_max_tokens)
+    draft = nodes.clean_answer(reply)
+    return {"draft_answer": draft, **scored_update(draft, tokens)}
 
 
 async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
@@ -285,7 +287,7 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
     when the shared reader answers after this step.
 
     Reads: `question`, `initial_contexts`, `draft_answer`, `missing`, `thought`,
-    `missing_knowledge`, `mk_contexts`, `mk_round`; writes: `answer`, `stop_reason`.
+    `missing_knowledge`, `mk_contexts`, `mk_round`; writes: `answer`, `stop_reason`, `answer_p`.
     """
     ctx = runtime.context
     stop = stop_reason(state)
@@ -296,8 +298,13 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
     lang = language(ctx.language, state.question)
     messages = final_messages(state, ctx, lang)
     llm = await deps.achat(ctx)
-    reply = await llm.agenerate(messages, max_tokens=ctx.answer_max_tokens)
-    return {"answer": nodes.clean_answer(reply) or state.draft_answer, "stop_reason": stop}
+    reply, tokens = await answer_call(llm, messages, ctx, max_tokens=ctx.answer_max_tokens)
+    answer = nodes.clean_answer(reply)
+    return {
+        "answer": answer or state.draft_answer,
+        "stop_reason": stop,
+        **scored_update(answer, tokens),
+    }
 
 
 def stop_reason(state: State) -> str:

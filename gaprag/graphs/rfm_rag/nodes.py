@@ -42,6 +42,7 @@ from gaprag.graphs.rfm_rag.parsing import (
     parse_structure_text,
 )
 from gaprag.graphs.rfm_rag.state import State
+from gaprag.nodes.select import answer_call, scored_update
 from gaprag.progress import emit
 from gaprag.prompts import load_prompts
 
@@ -306,16 +307,19 @@ async def regenerate_keywords(
     return {"current_query": query}
 
 
-async def answer_from_pool(state: State, ctx: Context, deps: Deps) -> tuple[str, str]:
-    """(raw reply, answer span) of the QA call over the current pool: the final answer, and
-    in calibration runs the answer each decision would have led to."""
+async def answer_from_pool(
+    state: State, ctx: Context, deps: Deps
+) -> tuple[str, str, dict[str, Any]]:
+    """(raw reply, answer span, its ``answer_p`` update) of the QA call over the current pool:
+    the final answer, and in calibration runs the answer each decision would have led to."""
     pool = nodes.render_passages(
         facts_for_prompt(state.evidence_pool), FORMATS["pool_answer"], max_words=FACT_WORDS
     )
     messages = PROMPTS["answer"].render(pool=pool, question=state.question)
     llm = await deps.achat(ctx)
-    raw = await llm.agenerate(messages, max_tokens=ctx.answer_max_tokens)
-    return raw, extract_answer(raw, state.task_type)
+    raw, tokens = await answer_call(llm, messages, ctx, max_tokens=ctx.answer_max_tokens)
+    answer = extract_answer(raw, state.task_type)
+    return raw, answer, scored_update(answer, tokens)
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
@@ -324,11 +328,12 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
     No call when the shared reader answers after this step.
 
     Reads: `question`, `evidence_pool`, `task_type`, `found_fact_ids`, `sufficient`, `iterations`;
-    writes: `raw_answer`, `answer`, `stop_reason`, `evidence`, `trace`.
+    writes: `raw_answer`, `answer`, `stop_reason`, `evidence`, `trace`, `answer_p`.
     """
-    raw, answer = ("", "")
+    raw, answer = "", ""
+    scored: dict[str, Any] = {}
     if not nodes.reader_answers(runtime.context):
-        raw, answer = await answer_from_pool(state, runtime.context, deps)
+        raw, answer, scored = await answer_from_pool(state, runtime.context, deps)
     stop = "sufficient" if state.sufficient else "max_iterations"
     return {
         "raw_answer": raw,
@@ -343,6 +348,7 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
                 "pool": len(state.evidence_pool),
             }
         ],
+        **scored,
     }
 
 

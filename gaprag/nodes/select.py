@@ -1,0 +1,153 @@
+"""The shared answer selection: choose the question's answer between plain RAG's (the gate's)
+and the method's loop's (``select`` setting; off by default).
+
+Where the gate let the loop run, a run holds two candidates: plain RAG's answer, recorded in
+the ``gate`` decision (its ``p`` here is ``exp`` of its mean token logprob, from the gate's trace
+record: :func:`gate_probability`), and the loop's final answer. The call whose text
+became the loop's answer is scored on that same call when selection is on (only logprobs are
+requested, the messages are the same: :func:`answer_call`): the answer span's tokens (after
+"the answer is" inside a chain-of-thought sentence, the value of a JSON ``text`` field) give
+``p = exp(mean logprob)``, as the gate's ``logprob_mean`` does (:func:`answer_probability`).
+The method records it in ``answer_p`` (:func:`scored_update`).
+
+The ``select`` step runs after the method's answer (and the shared reader), before the
+short-answer step, only when the loop ran:
+
+- ``logprob``: plain RAG's answer when its ``p`` exceeds the loop answer's by at least
+  ``select_margin`` (:func:`takes_gate`), else the loop's; path ``logprobs``;
+- ``agreement``, or ``logprob`` without both probabilities (no logprobs, an answer the
+  method does not score): the loop's answer, with
+  ``p`` 1 when the two candidates agree after normalisation and 0 when they differ; path
+  ``agreement`` (``agreement_fallback`` when the rule was ``logprob``).
+
+Where the two agree there is nothing to choose. The step records decision ``select`` with
+the chosen candidate, its ``p`` and path, and a trace record ``{call: "select", gate_p,
+loop_p, agree}``. With ``select="off"`` it does nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from gaprag.accounting import record_decision
+from gaprag.llm.client import LLM, Messages, TokenLogprob
+from gaprag.nodes.decisions import log_decision
+from gaprag.nodes.gate import logprob_signals, normalize
+
+#: where an answer starts inside a reply: a chain-of-thought marker or a JSON answer field
+ANSWER_MARKER = re.compile(r"""answer\s+is\s*:?|answer\s*:|"text"\s*:\s*\"""", re.IGNORECASE)
+
+
+def answer_span(reply: str, answer: str) -> tuple[int, int] | None:
+    """Where ``answer`` is in ``reply`` (case ignored): the first occurrence after the last
+    answer marker, else the first one; None when the reply does not hold it."""
+    low, needle = reply.lower(), answer.lower()
+    if not needle or needle not in low:
+        return None
+    markers = list(ANSWER_MARKER.finditer(reply))
+    if markers:
+        after = low.find(needle, markers[-1].end())
+        if after >= 0:
+            return after, after + len(answer)
+    first = low.find(needle)
+    return first, first + len(answer)
+
+
+def answer_probability(tokens: Sequence[TokenLogprob] | None, answer: str) -> float | None:
+    """``exp`` of the mean logprob of the reply tokens that hold ``answer`` (the reply is the
+    tokens' text); None without tokens or when the reply does not hold the answer."""
+    if not tokens:
+        return None
+    span = answer_span("".join(t.token for t in tokens), answer.strip())
+    if span is None:
+        return None
+    inside, pos = [], 0
+    for t in tokens:
+        start, pos = pos, pos + len(t.token)
+        if start < span[1] and pos > span[0]:
+            inside.append(t)
+    signals = logprob_signals(inside)
+    return None if signals is None else math.exp(min(signals["logprob_mean"], 0.0))
+
+
+async def answer_call(
+    llm: LLM, messages: Messages, ctx: Any, *, max_tokens: int
+) -> tuple[str, list[TokenLogprob] | None]:
+    """The reply of a call whose text may become the final answer, and its tokens' logprobs
+    when selection is on (the same messages, logprobs requested); None tokens when it is off
+    or the endpoint gives none."""
+    if getattr(ctx, "select", "off") == "off":
+        return await llm.agenerate(messages, max_tokens=max_tokens), None
+    scored = await llm.agenerate_scored(messages, max_tokens=max_tokens)
+    return scored.text, scored.tokens
+
+
+def scored_update(answer: str, tokens: Sequence[TokenLogprob] | None) -> dict[str, Any]:
+    """The state update recording ``answer``'s probability in ``answer_p`` (nothing when it
+    has none)."""
+    p = answer_probability(tokens, answer) if answer else None
+    return {} if p is None else {"answer_p": {answer: round(p, 6)}}
+
+
+def takes_gate(gate_p: float | None, loop_p: float | None, margin: float) -> bool:
+    """The ``logprob`` rule: plain RAG's answer when its probability exceeds the loop
+    answer's by at least ``margin`` (never without both)."""
+    return gate_p is not None and loop_p is not None and gate_p - loop_p >= margin
+
+
+def _gate_decision(state: Any) -> dict[str, Any] | None:
+    for decision in reversed(list(getattr(state, "decisions", []) or [])):
+        if decision.get("node") == "gate" and "answer" in decision:
+            return dict(decision)
+    return None
+
+
+def gate_probability(state: Any) -> float | None:
+    """Plain RAG's answer's ``exp(mean token logprob)`` from the gate's trace record (whichever
+    signal the gate decided on), None where the gate had no logprobs."""
+    for record in reversed(list(getattr(state, "trace", []) or [])):
+        if isinstance(record, dict) and record.get("call") == "gate":
+            mean = record.get("value") if record.get("signal") == "logprob_mean" else None
+            mean = record.get("logprob_mean", mean)
+            return None if mean is None else math.exp(min(float(mean), 0.0))
+    return None
+
+
+def select(state: Any, runtime: Runtime[Any]) -> dict[str, Any]:
+    """The graph node: the question's answer between plain RAG's and the loop's.
+
+    With ``select="off"``, or without the gate's answer, it does nothing.
+
+    Reads: `answer`, `answer_p`, `decisions`, `trace`, `iterations`; writes: `answer` (when plain RAG's
+    is chosen), `decisions`, `trace`.
+    """
+    ctx = runtime.context
+    gate = _gate_decision(state)
+    if ctx.select == "off" or gate is None:
+        return {}
+    loop_answer = str(state.answer or "")
+    gate_answer = str(gate.get("answer") or "")
+    loop_p = (state.answer_p or {}).get(loop_answer)
+    gate_p = gate_probability(state)
+    agree = bool(gate_answer) and normalize(gate_answer) == normalize(loop_answer)
+    chosen, p, threshold = "loop", loop_p, None
+    if ctx.select == "logprob" and gate_p is not None and loop_p is not None:
+        path, threshold = "logprobs", ctx.select_margin
+        if not agree and takes_gate(gate_p, loop_p, ctx.select_margin):
+            chosen, p = "gate", gate_p
+        elif agree:
+            p = max(gate_p, loop_p)
+    else:
+        path = "agreement" if ctx.select == "agreement" else "agreement_fallback"
+        p = float(agree)
+    answer = gate_answer if chosen == "gate" else loop_answer
+    log_decision(
+        "select", state.iterations, chosen, p=p, path=path, threshold=threshold, answer=answer
+    )
+    record_decision(call="select", gate_p=gate_p, loop_p=loop_p, agree=agree)
+    return {"answer": answer} if answer != loop_answer else {}

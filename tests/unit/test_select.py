@@ -1,0 +1,163 @@
+"""The shared answer selection: plain RAG's answer or the loop's, where the gate let the loop
+run (``select``; off by default)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from gaprag import build_graph
+from gaprag.graphs import ITERATIVE, METHODS
+from gaprag.llm.client import LLM, TokenLogprob
+from gaprag.nodes.select import answer_probability, answer_span, takes_gate
+from gaprag.stores.store import Store
+from gaprag.testing import ScriptedChatModel
+
+Q = "What is the capital of France?"
+PLAIN = "Use the passages below to answer the question."  # plain RAG's answer prompt
+UNSURE = [[("Paris", -1.6), ("Lyon", -1.7)], [("ian", -2.4), (" city", -2.5)]]  # p = e^-2
+GATE_P = math.exp(-2.0)
+REASON = "Next sentence:"  # IRCoT's reasoning prompt
+
+
+def cot(answer: str, logprob: float) -> list[list[tuple[str, float]]]:
+    """IRCoT's sentence "So the answer is: <answer>." with ``logprob`` on the answer token."""
+    lead = [("So", -0.01), (" the", -0.01), (" answer", -0.01), (" is", -0.01), (":", -0.01)]
+    return [[t] for t in [*lead, (f" {answer}", logprob), (".", -0.01)]]
+
+
+def ircot_run(
+    store: Store, loop: str = "Lyon", loop_logprob: float | None = -0.1, **options: Any
+) -> tuple[dict[str, Any], ScriptedChatModel]:
+    """One IRCoT question whose gate is unsure of "Paris" and whose chain of thought answers
+    ``loop`` (scored with ``loop_logprob`` on its answer token; None: no logprobs)."""
+    sentence = f"So the answer is: {loop}."
+    scored = {"Paris": UNSURE}
+    if loop_logprob is not None:
+        scored[sentence] = cot(loop, loop_logprob)
+    model = ScriptedChatModel(
+        rules=[(PLAIN, "Paris"), (REASON, sentence)], reply_logprobs=scored, default="Unknown"
+    )
+    options = {"gate": "logprob_mean", "gate_threshold": -0.5, **options}
+    graph = build_graph("ircot", llm=LLM(model, supports_logprobs=True), retriever=store, **options)
+    return graph.invoke({"question": Q}), model
+
+
+def selection(out: dict[str, Any]) -> dict[str, Any]:
+    (decision,) = [d for d in out["decisions"] if d["node"] == "select"]
+    return dict(decision)
+
+
+def test_the_answer_span_is_the_one_after_the_answer_marker() -> None:
+    reply = "Lyon is near Paris, so the answer is: Paris."
+    start, end = answer_span(reply, "paris") or (0, 0)
+    assert reply[start:end] == "Paris" and start > reply.index("answer")
+    json = '{"why": "Lyon", "text": "Lyon"}'
+    assert answer_span(json, "Lyon") == (json.rindex("Lyon"), json.rindex("Lyon") + 4)
+    assert answer_span("Lyon.", "Paris") is None
+
+
+def test_the_answer_probability_reads_only_the_answer_tokens() -> None:
+    tokens = [TokenLogprob(t, lp) for ((t, lp),) in cot("Lyon", -0.7)]
+    assert answer_probability(tokens, "Lyon") == pytest.approx(math.exp(-0.7))
+    assert answer_probability(tokens, "Paris") is None and answer_probability(None, "Lyon") is None
+
+
+def test_the_logprob_rule_takes_plain_rags_answer_only_past_the_margin() -> None:
+    assert takes_gate(0.6, 0.3, 0.2) and not takes_gate(0.4, 0.3, 0.2)
+    assert not takes_gate(None, 0.3, 0.0) and not takes_gate(0.6, None, 0.0)
+
+
+def test_a_confident_loop_answer_is_kept(store: Store) -> None:
+    out, _ = ircot_run(store, loop_logprob=-0.1, select="logprob")
+    decision = selection(out)
+    assert out["answer"] == "Lyon" and decision["decision"] == "loop"
+    assert decision["path"] == "logprobs" and decision["p"] == pytest.approx(math.exp(-0.1), 1e-4)
+    assert decision["threshold"] == 0.0 and decision["answer"] == "Lyon"
+
+
+def test_an_unsure_loop_answer_gives_way_to_a_surer_plain_answer(store: Store) -> None:
+    out, _ = ircot_run(store, loop_logprob=-4.0, select="logprob")
+    decision = selection(out)
+    assert out["answer"] == "Paris" and decision["decision"] == "gate"
+    assert decision["p"] == pytest.approx(GATE_P, rel=1e-4) and decision["answer"] == "Paris"
+    record = next(t for t in out["trace"] if t.get("call") == "select")
+    assert record["loop_p"] == pytest.approx(math.exp(-4.0), rel=1e-4) and not record["agree"]
+
+
+def test_plain_rags_probability_is_its_mean_token_probability_whatever_the_gates_signal(
+    store: Store,
+) -> None:
+    out, _ = ircot_run(
+        store, loop_logprob=-4.0, select="logprob", gate="logprob_margin", gate_threshold=2.0
+    )
+    decision = selection(out)
+    assert out["answer"] == "Paris" and decision["path"] == "logprobs"
+    assert decision["p"] == pytest.approx(GATE_P, rel=1e-4)
+
+
+def test_the_margin_keeps_the_loop_answer_when_plain_rag_is_not_sure_enough(store: Store) -> None:
+    out, _ = ircot_run(store, loop_logprob=-4.0, select="logprob", select_margin=0.5)
+    assert out["answer"] == "Lyon" and selection(out)["decision"] == "loop"
+
+
+def test_agreeing_candidates_are_kept_with_the_stronger_probability(store: Store) -> None:
+    out, _ = ircot_run(store, loop="Paris", loop_logprob=-4.0, select="logprob")
+    decision = selection(out)
+    assert out["answer"] == "Paris" and decision["decision"] == "loop"
+    assert decision["p"] == pytest.approx(GATE_P, rel=1e-4)
+
+
+def test_the_agreement_rule_keeps_the_loop_answer_and_records_the_disagreement(
+    store: Store,
+) -> None:
+    differ, _ = ircot_run(store, select="agreement")
+    agree, _ = ircot_run(store, loop="Paris", select="agreement")
+    assert differ["answer"] == "Lyon" and selection(differ)["p"] == 0.0
+    assert selection(agree)["p"] == 1.0 and selection(agree)["path"] == "agreement"
+
+
+def test_without_the_loop_answers_logprobs_selection_falls_back_to_agreement(
+    store: Store,
+) -> None:
+    out, _ = ircot_run(store, loop_logprob=None, select="logprob")
+    decision = selection(out)
+    assert out["answer"] == "Lyon" and decision["path"] == "agreement_fallback"
+    assert decision["p"] == 0.0
+
+
+def test_selection_off_changes_no_request_and_no_answer(store: Store) -> None:
+    off, off_model = ircot_run(store, loop_logprob=-4.0)
+    _, on_model = ircot_run(store, loop_logprob=-4.0, select="logprob")
+    assert off["answer"] == "Lyon" and not [d for d in off["decisions"] if d["node"] == "select"]
+    assert "answer_p" not in off or not off["answer_p"]
+    # scoring asks for logprobs on the same messages, and only that
+    assert [c["messages"] for c in off_model.calls] == [c["messages"] for c in on_model.calls]
+    reason_off = [c for c in off_model.calls if REASON in c["messages"][-1][1]]
+    reason_on = [c for c in on_model.calls if REASON in c["messages"][-1][1]]
+    assert reason_off and not any(c["kwargs"].get("logprobs") for c in reason_off)
+    assert all(c["kwargs"].get("logprobs") for c in reason_on)
+
+
+def test_the_gates_own_stop_is_not_selected_again(store: Store) -> None:
+    model = ScriptedChatModel(
+        rules=[(PLAIN, "Paris")], reply_logprobs={"Paris": [[("Paris", -0.05)]]}, default="x"
+    )
+    graph = build_graph(
+        "ircot", llm=LLM(model, supports_logprobs=True), retriever=store,
+        gate="logprob_mean", select="logprob",
+    )  # fmt: skip
+    out = graph.invoke({"question": Q})
+    assert out["answer"] == "Paris" and [d["node"] for d in out["decisions"]] == ["gate"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_iterative_method_selects_before_its_short_answer(method: str, store: Store) -> None:
+    graph = build_graph(method, llm=ScriptedChatModel(default="Paris"), retriever=store)
+    edges = set(graph.builder.edges)
+    assert ("select" in graph.builder.nodes) == (method in ITERATIVE), method
+    if method in ITERATIVE:
+        assert ("select", "short_answer") in edges
+        assert sum(1 for source, target in edges if target == "select") == 1
