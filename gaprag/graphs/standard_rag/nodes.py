@@ -33,10 +33,9 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """One answer call over the passages, scored as the shared gate scores plain RAG's answer
-    (the same request: the gate's answer call and this one are one call).
+    """One answer call over the passages, scored as the shared gate scores plain RAG's answer.
 
-    Records decision ``answer`` (round 1, ``stop``) with ``p`` = exp(mean token logprob of the
+    The same request as the gate's answer call. Records decision ``answer`` (round 1, ``stop``) with ``p`` = exp(mean token logprob of the
     answer), path ``logprobs``; without logprobs no ``p``, path ``no-logprobs``. No call when
     the shared reader answers after this step.
 
