@@ -1209,3 +1209,37 @@ def test_a_reused_call_reports_the_seconds_of_the_call_it_stands_for(
     second = [r for r in read_results(out) if r["method"] == "b"]
     assert len(second) == 2 and all(r["wall_s"] >= 0.3 for r in second)
     assert json.loads((out / "run.json").read_text())["reuse"]["seconds_saved"] >= 0.5
+
+
+@pytest.mark.parametrize(("flags", "reuse"), [([], None), (["--no-reuse"], False)])
+def test_no_reuse_on_the_command_line_turns_reuse_off(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flags: list[str], reuse: bool | None
+) -> None:
+    from gaprag.cli import main
+    from gaprag.eval import runner
+
+    seen: list[Any] = []
+
+    def fake_evaluate(settings: Any) -> dict[str, Any]:
+        seen.append(settings)
+        return {"new_rows": 0, "skipped": 0, "errors": 0}
+
+    monkeypatch.setattr(runner, "evaluate", fake_evaluate)
+    args = ["eval", "--methods", "standard_rag", "--dataset", "hotpotqa", "--quiet"]
+    assert main([*args, "--out", str(tmp_path), *flags]) == 0
+    assert seen[0].reuse is reuse
+
+
+def test_two_identical_requests_in_flight_are_sent_once() -> None:
+    fake = ScriptedChatModel(default="Paris", latency=0.2)
+    llm, store = LLM(fake), SharedReplies()
+
+    async def ask(method: str) -> tuple[str, int]:
+        with shared_scope(store, "q1") as tally:
+            return await llm.agenerate("Capital of France?", max_tokens=8), tally.reused
+
+    async def both() -> list[tuple[str, int]]:
+        return list(await asyncio.gather(ask("a"), ask("b")))
+
+    assert sorted(asyncio.run(both())) == [("Paris", 0), ("Paris", 1)]
+    assert len(fake.calls) == 1
