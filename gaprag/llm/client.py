@@ -667,19 +667,24 @@ class LLM:
 
 
 def _token_logprobs(reply: AIMessage) -> list[TokenLogprob] | None:
-    """The reply's generated tokens with their logprobs, or None when it carries none."""
+    """The reply's generated tokens with their logprobs, or None when it carries none (or
+    only malformed ones)."""
     logprobs = reply.response_metadata.get("logprobs") or {}
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    if not content:
+    items = [i for i in content if isinstance(i, dict)] if isinstance(content, list) else []
+    try:
+        tokens = [
+            TokenLogprob(
+                token=str(item.get("token", "")),
+                logprob=float(item.get("logprob", -100.0)),
+                top=[
+                    (str(t.get("token", "")), float(t.get("logprob", -100.0)))
+                    for t in item.get("top_logprobs") or []
+                    if isinstance(t, dict)
+                ],
+            )
+            for item in items
+        ]
+    except (TypeError, ValueError):  # a logprob that is not a number
         return None
-    return [
-        TokenLogprob(
-            token=str(item.get("token", "")),
-            logprob=float(item.get("logprob", -100.0)),
-            top=[
-                (str(t.get("token", "")), float(t.get("logprob", -100.0)))
-                for t in item.get("top_logprobs") or []
-            ],
-        )
-        for item in content
-    ]
+    return tokens or None
