@@ -53,6 +53,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             store=args.store,
             progress=not args.quiet,
             seed=args.seed,
+            reuse=False if args.no_reuse else default("reuse"),
         )
     )
     print(
@@ -187,6 +188,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--seed", type=int, default=default("seed"), help="bootstrap seed for the summary"
+    )
+    p.add_argument(
+        "--no-reuse",
+        action="store_true",
+        help="send every request, even one another method already sent for the same question "
+        "(reuse is on by default under repeatable serving; rows count reused calls as sent)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_eval)

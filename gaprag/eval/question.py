@@ -14,6 +14,7 @@ from gaprag.accounting import retrieval_log
 from gaprag.datasets import Dataset, Example
 from gaprag.eval.capture import LLMCallRecorder
 from gaprag.eval.scoring import retrieved_ids, score, seen_ids, shown_ids
+from gaprag.llm.memo import SharedReplies, shared_scope
 from gaprag.nodes.short_answer import CALL_PATHS as SHORT_ANSWER_CALL_PATHS
 from gaprag.traces import TraceWriter
 
@@ -31,7 +32,8 @@ _STANDARD = {
 @dataclasses.dataclass
 class Answered:
     """A graph's run on one question: its output (empty after a failure), the error and its
-    traceback, the wall time, and what the recorders saw (retrievals, LLM calls)."""
+    traceback, the wall time (with the seconds of the calls answered from the run's shared
+    replies, as if sent), and what the recorders saw (retrievals, LLM calls, shared replies)."""
 
     output: dict[str, Any]
     error: str | None
@@ -39,6 +41,8 @@ class Answered:
     wall_s: float
     retrievals: list[dict[str, Any]]
     calls: list[dict[str, Any]]
+    reused_calls: int = 0
+    seconds_saved: float = 0.0
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -53,15 +57,18 @@ def _decisions(output: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-async def invoke(graph: Any, method: str, example: Example) -> Answered:
-    """Run ``graph`` on ``example``'s prompt, recording its retrievals and LLM calls. A failure
-    is recorded (error and traceback), never raised."""
+async def invoke(
+    graph: Any, method: str, example: Example, shared: SharedReplies | None = None
+) -> Answered:
+    """Run ``graph`` on ``example``'s prompt, recording its retrievals and LLM calls; a request
+    already answered for this question in ``shared`` is answered from it. A failure is
+    recorded (error and traceback), never raised."""
     recorder = LLMCallRecorder()
     error: str | None = None
     tb = ""
     output: dict[str, Any] = {}
     start = time.perf_counter()
-    with retrieval_log() as log:  # this task's own context; copied into node threads
+    with retrieval_log() as log, shared_scope(shared, example.id) as tally:
         try:
             result = await graph.ainvoke(
                 {"question": example.prompt(), "dataset_id": example.id},
@@ -71,8 +78,9 @@ async def invoke(graph: Any, method: str, example: Example) -> Answered:
         except Exception as exc:  # one failed question must not end the run
             error = f"{type(exc).__name__}: {exc}"
             tb = traceback.format_exc()
-    wall = time.perf_counter() - start
-    return Answered(output, error, tb, wall, log, recorder.calls)
+    wall = time.perf_counter() - start + tally.seconds_saved
+    calls = [*recorder.calls, *tally.calls]
+    return Answered(output, error, tb, wall, log, calls, tally.reused, tally.seconds_saved)
 
 
 def _costs(run: Answered) -> dict[str, Any]:
@@ -199,6 +207,8 @@ def make_trace(
         "llm_calls": run.calls,
         "trace": list(output.get("trace") or []),
         "extra": {k: v for k, v in output.items() if k not in _STANDARD},
+        "reused_calls": run.reused_calls,
+        "seconds_saved": round(run.seconds_saved, 4),
         "error": run.error,
         "traceback": run.traceback or None,
     }
@@ -214,11 +224,13 @@ async def run_one(
     *,
     base_method: str | None = None,
     titles: Mapping[str, str] | None = None,
+    shared: SharedReplies | None = None,
 ) -> dict[str, Any]:
     """Run one question through one method's graph; returns its row (:class:`Row`) and
     appends its trace (the question's retrievals, LLM calls, decisions and output) to
-    ``traces``. A failed question is a row with its ``error``, never an exception."""
-    answered = await invoke(graph, method, example)
+    ``traces``. A failed question is a row with its ``error``, never an exception.
+    ``shared``: the run's replies shared across methods (:class:`SharedReplies`)."""
+    answered = await invoke(graph, method, example, shared)
     row = make_row(dataset, example, method, base_method or method, options, answered)
     traces.write(method, make_trace(example, row, answered, titles))
     return row

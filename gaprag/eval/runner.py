@@ -56,6 +56,7 @@ from gaprag.eval.results import (
 from gaprag.eval.serving import run_model
 from gaprag.eval.settings import EvalSettings, settings_of
 from gaprag.llm.client import LLM
+from gaprag.llm.memo import SharedReplies
 from gaprag.traces import TraceWriter
 
 
@@ -195,6 +196,31 @@ def _build_graphs(run: Run) -> dict[str, Any]:
     return graphs
 
 
+def _shared_replies(run: Run) -> SharedReplies | None:
+    """The run's replies shared across methods per question: ``reuse``, or by default on
+    exactly when the serving is repeatable (the same request gets the same reply)."""
+    on = run.settings.reuse
+    if on is None:
+        on = run.serving.get("repeatable") is True
+    return SharedReplies() if on else None
+
+
+def _record_reuse(run: Run, shared: SharedReplies | None) -> None:
+    """Add the calls answered from the shared store and the seconds saved to ``run.json``
+    (summed over resumed invocations)."""
+    run_file = run.out_dir / RUN_FILE
+    info = json.loads(run_file.read_text(encoding="utf-8")) if run_file.is_file() else {}
+    before = info.get("reuse") or {}
+    reused = shared.reused if shared is not None else 0
+    saved = shared.seconds_saved if shared is not None else 0.0
+    info["reuse"] = {
+        "on": shared is not None,
+        "reused_calls": int(before.get("reused_calls", 0)) + reused,
+        "seconds_saved": round(float(before.get("seconds_saved", 0.0)) + saved, 3),
+    }
+    write_json(run_file, info)
+
+
 def _means_so_far(run: Run, previous: list[dict[str, Any]]) -> Means:
     """The progress bar's means, starting from this run's successful earlier rows."""
     means = Means(run.keys)
@@ -232,6 +258,7 @@ async def run_questions(run: Run) -> dict[str, Any]:
     jobs = [(m, ex) for ex in run.selected for m in run.keys if (m, ex.id) not in done]
     titles = {d["id"]: d.get("title", "") for d in ds.documents()}
     traces = TraceWriter(out_dir)
+    shared = _shared_replies(run)
 
     async def answer(method: str, example: Example) -> dict[str, Any]:
         return await run_one(
@@ -243,6 +270,7 @@ async def run_questions(run: Run) -> dict[str, Any]:
             traces,
             base_method=run.bases[method],
             titles=titles,
+            shared=shared,
         )
 
     executed = await execute(
@@ -256,6 +284,7 @@ async def run_questions(run: Run) -> dict[str, Any]:
         progress=s.progress,
     )
     traces.compact()
+    _record_reuse(run, shared)
     summary = write_report([out_dir], out_dir, seed=s.seed) if s.report else {}
     summary = {
         **summary,

@@ -70,6 +70,11 @@ class EvalSettings:
     """Write summary.json, summary.md, the plots and report.html after the run."""
     seed: int = 0
     """The bootstrap seed of the summary."""
+    reuse: bool | None = None
+    """Answer a request identical to one already answered for the same question in this run
+    (by another method) from the run's per-question store instead of sending it again; rows
+    still count it as sent. None: on under repeatable serving (the default model), else off
+    (``--no-reuse``: off)."""
 
 
 def default(name: str) -> Any:

@@ -20,8 +20,11 @@ synchronous ``generate``, ``structured`` and ``choose`` run the same code throug
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
@@ -43,7 +46,16 @@ from gaprag.llm.failures import (
     is_transport,
     status_of,
 )
-from gaprag.llm.memo import ReplyMemo, current_run, deterministic, memo_key
+from gaprag.llm.memo import (
+    ReplyMemo,
+    Shared,
+    SharedReplies,
+    SharedTally,
+    current_run,
+    current_shared,
+    deterministic,
+    memo_key,
+)
 from gaprag.llm.parse import parse_choice, parse_model, strip_thinking
 from gaprag.llm.spend import call_cost
 from gaprag.llm.spend import current as current_ledger
@@ -210,6 +222,21 @@ class LLM:
             if reused is not None:  # the same prompt earlier in this run: the same reply
                 record_decision(event="reply_reused")
                 return reused
+        shared = current_shared()
+        if shared is None:
+            reply = (await self._send(messages, max_tokens, parts, kwargs)).reply
+        else:
+            reply = await self._send_shared(shared, messages, max_tokens, parts, kwargs)
+        if self.memo is not None and key:
+            self.memo.put(run, key, reply)
+        return reply
+
+    async def _send(
+        self, messages: list[BaseMessage], max_tokens: int, parts: Parts, kwargs: dict[str, Any]
+    ) -> Shared:
+        """Send one request (cut to the context window, admitted by the run's ledger, retried
+        once after a malformed reply) and account for it."""
+        start = time.perf_counter()
         messages, cut = fit_to_window(messages, self.context_window, max_tokens)
         if cut is not None:
             record_decision(
@@ -282,9 +309,76 @@ class LLM:
         if ledger is not None:
             ledger.settle(held, prompt, completion)
         record_llm_call(prompt, completion, cached_tokens=cached, parts=parts)
-        if self.memo is not None and key:
-            self.memo.put(run, key, reply)
-        return reply
+        return Shared(reply, prompt, completion, cached, time.perf_counter() - start)
+
+    async def _send_shared(
+        self,
+        shared: tuple[SharedReplies, str, SharedTally],
+        messages: list[BaseMessage],
+        max_tokens: int,
+        parts: Parts,
+        kwargs: dict[str, Any],
+    ) -> AIMessage:
+        """:meth:`_send`, or the reply to the identical request already answered (or in
+        flight) for the same question of the evaluation run, accounted as if sent."""
+        store, question, _ = shared
+        future, owner = store.claim(question, f"{id(self.chat)}:{memo_key(messages, kwargs)}")
+        if not owner:
+            start = time.perf_counter()
+            if sync_mode():
+                found = future.result()
+            else:
+                found = await asyncio.shield(asyncio.wrap_future(future))
+            if found is None:  # its first sending failed: send it
+                return (await self._send(messages, max_tokens, parts, kwargs)).reply
+            waited = time.perf_counter() - start
+            self._account_shared(found, messages, max_tokens, parts, waited, shared)
+            return found.reply.model_copy(deep=True)
+        try:
+            sent = await self._send(messages, max_tokens, parts, kwargs)
+        except BaseException:
+            future.set_result(None)
+            raise
+        future.set_result(dataclasses.replace(sent, reply=sent.reply.model_copy(deep=True)))
+        return sent.reply
+
+    @staticmethod
+    def _account_shared(
+        found: Shared,
+        messages: list[BaseMessage],
+        max_tokens: int,
+        parts: Parts,
+        waited: float,
+        shared: tuple[SharedReplies, str, SharedTally],
+    ) -> None:
+        """A shared reply counted as the call it stands for: the ledger, usage, trace, tally."""
+        store, _, tally = shared
+        ledger = current_ledger()
+        if ledger is not None:
+            cost = call_cost(sum(len(_text(m)) for m in messages), max_tokens)
+            ledger.settle(ledger.admit(cost), found.prompt_tokens, found.completion_tokens)
+        record_llm_call(
+            found.prompt_tokens,
+            found.completion_tokens,
+            cached_tokens=found.cached_tokens,
+            parts=parts,
+        )
+        saved = max(0.0, found.seconds - waited)
+        record_decision(event="reply_shared", seconds=round(found.seconds, 4))
+        store.count(saved)
+        tally.reused += 1
+        tally.seconds_saved += saved
+        tally.calls.append(
+            {
+                "messages": [{"role": m.type, "content": _text(m)} for m in messages],
+                "reply": _text(found.reply),
+                "prompt_tokens": found.prompt_tokens,
+                "completion_tokens": found.completion_tokens,
+                "cached_tokens": found.cached_tokens,
+                "seconds": round(found.seconds, 4),
+                "shared": True,
+            }
+        )
 
     def _timeout(self) -> float | None:
         timeout = getattr(self.chat, "request_timeout", None)
@@ -573,19 +667,24 @@ class LLM:
 
 
 def _token_logprobs(reply: AIMessage) -> list[TokenLogprob] | None:
-    """The reply's generated tokens with their logprobs, or None when it carries none."""
+    """The reply's generated tokens with their logprobs, or None when it carries none (or
+    only malformed ones)."""
     logprobs = reply.response_metadata.get("logprobs") or {}
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    if not content:
+    items = [i for i in content if isinstance(i, dict)] if isinstance(content, list) else []
+    try:
+        tokens = [
+            TokenLogprob(
+                token=str(item.get("token", "")),
+                logprob=float(item.get("logprob", -100.0)),
+                top=[
+                    (str(t.get("token", "")), float(t.get("logprob", -100.0)))
+                    for t in item.get("top_logprobs") or []
+                    if isinstance(t, dict)
+                ],
+            )
+            for item in items
+        ]
+    except (TypeError, ValueError):  # a logprob that is not a number
         return None
-    return [
-        TokenLogprob(
-            token=str(item.get("token", "")),
-            logprob=float(item.get("logprob", -100.0)),
-            top=[
-                (str(t.get("token", "")), float(t.get("logprob", -100.0)))
-                for t in item.get("top_logprobs") or []
-            ],
-        )
-        for item in content
-    ]
+    return tokens or None

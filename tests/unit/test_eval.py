@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
@@ -24,6 +25,7 @@ from gaprag.eval.results import RESULT_FIELDS, ResultsWriter
 from gaprag.eval.runner import TooManyErrors
 from gaprag.graphs import METHODS
 from gaprag.llm.client import LLM
+from gaprag.llm.memo import SharedReplies, shared_scope
 from gaprag.stores import HashingEmbedder
 from gaprag.stores.store import RetrievalMode
 from gaprag.testing import ScriptedChatModel
@@ -1089,3 +1091,155 @@ def test_protocol_names_only_the_methods_with_rows(dataset: Path, tmp_path: Path
         line for line in (out / "summary.md").read_text().splitlines() if "methods `" in line
     )
     assert "`standard_rag`" in protocol and "ircot" not in protocol
+
+
+# -- replies shared across methods in one run ---------------------------------------------
+#: plain RAG, and an iterative method whose gate sends plain RAG's request again
+GATED = [
+    "iterkey.gate=logprob_mean",
+    "iterkey.max_passage_words=150",
+    "iterkey.max_iterations=1",
+    "iterkey.answer_max_tokens=48",
+]
+
+
+def _costs(out: Path) -> dict[tuple[str, str], tuple[Any, ...]]:
+    keys = ("prediction", "llm_calls", "prompt_tokens", "completion_tokens", "f1")
+    return {(r["method"], r["id"]): tuple(r[k] for k in keys) for r in read_results(out)}
+
+
+def _run(dataset: Path, out: Path, reuse: bool, **kwargs: Any) -> ScriptedChatModel:
+    fake = ScriptedChatModel(default=_reply, latency=kwargs.pop("latency", 0.0))
+    run(dataset, out, llm=fake, reuse=reuse, **kwargs)
+    return fake
+
+
+def test_reuse_keeps_predictions_and_costs_and_sends_fewer_requests(
+    dataset: Path, tmp_path: Path
+) -> None:
+    methods = ["standard_rag", "iterkey"]
+    plain = _run(dataset, tmp_path / "plain", False, methods=methods, sets=GATED)
+    shared = _run(dataset, tmp_path / "shared", True, methods=methods, sets=GATED)
+    assert _costs(tmp_path / "shared") == _costs(tmp_path / "plain")
+    saved = len(plain.calls) - len(shared.calls)
+    assert saved >= 5  # at least the gate's first call on each of the five questions
+    reuse = json.loads((tmp_path / "shared" / "run.json").read_text())["reuse"]
+    assert reuse["on"] is True and reuse["reused_calls"] == saved
+    off = json.loads((tmp_path / "plain" / "run.json").read_text())["reuse"]
+    assert off == {"on": False, "reused_calls": 0, "seconds_saved": 0.0}
+    traces = list(method_traces(tmp_path / "shared", "iterkey").values())
+    assert sum(t["reused_calls"] for t in traces) == saved
+    for trace in traces:  # the reused call is in the trace like a sent one
+        assert len(trace["llm_calls"]) == trace["usage"]["llm_calls"]
+
+
+def test_a_second_identical_request_waits_for_the_first_and_reports_its_time(
+    dataset: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    fake = _run(
+        dataset,
+        out,
+        True,
+        methods=[],
+        variants=["a=standard_rag", "b=standard_rag"],
+        concurrency=2,
+        limit=2,
+        latency=0.3,
+    )
+    assert len(fake.calls) == 2  # one per question: the twin request waited for it
+    rows = read_results(out)
+    assert len(rows) == 4 and all(r["llm_calls"] == 1 for r in rows)
+    assert all(r["wall_s"] >= 0.3 for r in rows)  # as if sent
+    assert json.loads((out / "run.json").read_text())["reuse"]["reused_calls"] == 2
+
+
+def test_reuse_is_off_by_default_for_a_model_gaprag_does_not_serve(
+    dataset: Path, tmp_path: Path
+) -> None:
+    fake = ScriptedChatModel(default=_reply)
+    run(dataset, tmp_path, llm=fake, methods=[], variants=["a=standard_rag", "b=standard_rag"])
+    assert len(fake.calls) == 10
+    assert json.loads((tmp_path / "run.json").read_text())["reuse"]["on"] is False
+
+
+def test_shared_replies_are_per_question_and_count_as_calls() -> None:
+    fake = ScriptedChatModel(default="Paris")
+    llm, store = LLM(fake), SharedReplies()
+
+    async def ask(question: str) -> int:
+        with shared_scope(store, question) as tally:
+            await llm.agenerate("Capital of France?", max_tokens=8)
+        return tally.reused
+
+    assert asyncio.run(ask("q1")) == 0
+    assert asyncio.run(ask("q1")) == 1
+    assert asyncio.run(ask("q2")) == 0  # another question: sent again
+    assert len(fake.calls) == 2 and store.reused == 1
+
+
+def test_a_failed_first_request_is_sent_again_by_the_next() -> None:
+    class Flaky(ScriptedChatModel):
+        fail: bool = True
+
+        async def _agenerate(self, *args: Any, **kwargs: Any) -> Any:
+            if self.fail:
+                self.fail = False
+                raise ValueError("boom")
+            return await super()._agenerate(*args, **kwargs)
+
+    llm, store = LLM(Flaky(default="Paris")), SharedReplies()
+
+    async def ask() -> str:
+        with shared_scope(store, "q1"):
+            return await llm.agenerate("Capital of France?", max_tokens=8)
+
+    with pytest.raises(ValueError):
+        asyncio.run(ask())
+    assert asyncio.run(ask()) == "Paris"
+
+
+def test_a_reused_call_reports_the_seconds_of_the_call_it_stands_for(
+    dataset: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    variants = ["a=standard_rag", "b=standard_rag"]
+    fake = _run(dataset, out, True, methods=[], variants=variants, limit=2, latency=0.3)
+    assert len(fake.calls) == 2
+    second = [r for r in read_results(out) if r["method"] == "b"]
+    assert len(second) == 2 and all(r["wall_s"] >= 0.3 for r in second)
+    assert json.loads((out / "run.json").read_text())["reuse"]["seconds_saved"] >= 0.5
+
+
+@pytest.mark.parametrize(("flags", "reuse"), [([], None), (["--no-reuse"], False)])
+def test_no_reuse_on_the_command_line_turns_reuse_off(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flags: list[str], reuse: bool | None
+) -> None:
+    from gaprag.cli import main
+    from gaprag.eval import runner
+
+    seen: list[Any] = []
+
+    def fake_evaluate(settings: Any) -> dict[str, Any]:
+        seen.append(settings)
+        return {"new_rows": 0, "skipped": 0, "errors": 0}
+
+    monkeypatch.setattr(runner, "evaluate", fake_evaluate)
+    args = ["eval", "--methods", "standard_rag", "--dataset", "hotpotqa", "--quiet"]
+    assert main([*args, "--out", str(tmp_path), *flags]) == 0
+    assert seen[0].reuse is reuse
+
+
+def test_two_identical_requests_in_flight_are_sent_once() -> None:
+    fake = ScriptedChatModel(default="Paris", latency=0.2)
+    llm, store = LLM(fake), SharedReplies()
+
+    async def ask(method: str) -> tuple[str, int]:
+        with shared_scope(store, "q1") as tally:
+            return await llm.agenerate("Capital of France?", max_tokens=8), tally.reused
+
+    async def both() -> list[tuple[str, int]]:
+        return list(await asyncio.gather(ask("a"), ask("b")))
+
+    assert sorted(asyncio.run(both())) == [("Paris", 0), ("Paris", 1)]
+    assert len(fake.calls) == 1

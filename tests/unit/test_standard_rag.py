@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
 from gaprag import build_graph, list_methods
 from gaprag.errors import GapragError
+from gaprag.llm.client import LLM
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.documents import Document
-from gaprag.testing import scripted
+from gaprag.testing import ScriptedChatModel, scripted
 
 
 def test_answers_from_top_k_with_usage(store: Store) -> None:
@@ -60,3 +62,42 @@ def test_registry() -> None:
     assert "standard_rag" in list_methods()
     with pytest.raises(GapragError):
         build_graph("nope")
+
+
+PLAIN = "Use the passages below to answer the question."  # plain RAG's answer prompt
+
+
+def _scored_model() -> ScriptedChatModel:
+    tokens = [[("Paris", -0.1), ("Lyon", -3.0)], [(".", -0.3), ("!", -2.0)]]
+    return ScriptedChatModel(rules=[(PLAIN, "Paris.")], reply_logprobs={"Paris.": tokens})
+
+
+def test_the_answer_records_its_confidence_from_token_logprobs(store: Store) -> None:
+    llm = LLM(_scored_model(), supports_logprobs=True)
+    out = build_graph("standard_rag", llm=llm, retriever=store).invoke({"question": "Capital?"})
+    (decision,) = out["decisions"]
+    assert out["answer"] == "Paris" and out["usage"]["llm_calls"] == 1
+    assert decision["node"] == "answer" and decision["decision"] == "stop"
+    assert decision["path"] == "logprobs" and decision["answer"] == "Paris"
+    assert decision["p"] == pytest.approx(math.exp((-0.1 - 0.3) / 2), rel=1e-4)
+
+
+def test_without_logprobs_the_answer_is_recorded_without_a_probability(store: Store) -> None:
+    llm = LLM(_scored_model(), supports_logprobs=False)
+    out = build_graph("standard_rag", llm=llm, retriever=store).invoke({"question": "Capital?"})
+    (decision,) = out["decisions"]
+    assert out["answer"] == "Paris"
+    assert decision["p"] is None and decision["path"] == "no-logprobs"
+
+
+def test_plain_rags_request_is_the_gates_request(store: Store) -> None:
+    plain, gated = _scored_model(), _scored_model()
+    build_graph("standard_rag", llm=LLM(plain, supports_logprobs=True), retriever=store).invoke(
+        {"question": "Capital?"}
+    )
+    build_graph(
+        "missing_knowledge", llm=LLM(gated, supports_logprobs=True), retriever=store,
+        gate="logprob_mean", gate_threshold=-5.0,
+    ).invoke({"question": "Capital?"})  # fmt: skip
+    assert gated.calls[0]["messages"] == plain.calls[0]["messages"]
+    assert gated.calls[0]["kwargs"] == plain.calls[0]["kwargs"]
