@@ -27,6 +27,7 @@ METHODS: dict[str, str] = {
     "migres": "gaprag.graphs.migres.graph",
     "rfm_rag": "gaprag.graphs.rfm_rag.graph",
     "ircot": "gaprag.graphs.ircot.graph",
+    "escalating_rag": "gaprag.composed.escalating_rag.graph",
 }
 
 #: the iterative methods: each starts with the shared gate (``gate``) and can end with the

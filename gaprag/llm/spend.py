@@ -62,6 +62,10 @@ class Ledger:
     calls: int = 0
     tokens: int = 0
     reserved: int = 0
+    call_budget: int | None = None
+    """The most LLM calls the run may send (a composed graph's setting); None: no limit."""
+    pending: int = 0
+    """Calls admitted and not yet answered."""
     steps: dict[str, int] = field(default_factory=dict)
     """How many times each node has run (returned) in this run."""
     stopped: str = ""
@@ -124,21 +128,27 @@ class Ledger:
             budget = self.token_budget
             if not reason and budget is not None and committed + cost > budget:
                 reason, detail = "token_budget", f"{committed} + {cost} tokens > {budget}"
+            calls = self.calls + self.pending
+            if not reason and self.call_budget is not None and calls >= self.call_budget:
+                reason, detail = "call_budget", f"{calls} calls of {self.call_budget}"
             if reason:
                 self.stopped = self.stopped or reason
                 raise SpendLimit(reason, detail)
             self.reserved += cost
+            self.pending += 1
         return cost
 
     def release(self, held: int) -> None:
         """A held call that was never answered: its tokens are free again."""
         with self._lock:
             self.reserved -= held
+            self.pending -= 1
 
     def settle(self, held: int, prompt_tokens: int, completion_tokens: int) -> None:
         """A held call that returned: what it really spent replaces what it held."""
         with self._lock:
             self.reserved -= held
+            self.pending -= 1
             self.calls += 1
             self.tokens += max(0, prompt_tokens) + max(0, completion_tokens)
 

@@ -151,3 +151,37 @@ def select(state: Any, runtime: Runtime[Any]) -> dict[str, Any]:
     )
     record_decision(call="select", gate_p=gate_p, loop_p=loop_p, agree=agree)
     return {"answer": answer} if answer != loop_answer else {}
+
+
+def choose_answer(
+    candidates: Sequence[tuple[str, float | None]], rule: str, margin: float
+) -> tuple[int, float | None, str]:
+    """The index of the answer chosen among ``candidates`` (``(answer, p)``, plain RAG's
+    first, then each loop's in order), its ``p`` and the path, by the ``select`` rule:
+
+    - an answer two candidates share (after normalisation) wins: the latest such candidate,
+      ``p`` the highest of theirs (path ``agreement``); with ``off``, the latest loop's;
+    - else, with ``logprob`` and probabilities, the loop answer with the highest ``p``, unless
+      plain RAG's exceeds it by ``margin`` (:func:`takes_gate`; path ``logprobs``);
+    - else the latest loop's answer, ``p`` 0 (path ``agreement``, or ``agreement_fallback``
+      when the rule was ``logprob``).
+
+    With two candidates this is the ``select`` step's rule."""
+    if not candidates:
+        raise ValueError("no candidate to choose from")
+    last = len(candidates) - 1
+    if rule == "off" or last == 0:
+        return last, candidates[last][1], "off" if rule == "off" else "only"
+    keys = [normalize(a) if a else "" for a, _ in candidates]
+    for i in range(last, -1, -1):
+        shared = [j for j, k in enumerate(keys) if keys[i] and k == keys[i]]
+        if len(shared) > 1:
+            ps = [p for j in shared if (p := candidates[j][1]) is not None]
+            return i, max(ps) if ps else 1.0, "agreement"
+    loops = list(range(1, last + 1))
+    if rule == "logprob" and all(candidates[j][1] is not None for j in range(last + 1)):
+        best = max(loops, key=lambda j: (candidates[j][1] or 0.0, j))
+        if takes_gate(candidates[0][1], candidates[best][1], margin):
+            return 0, candidates[0][1], "logprobs"
+        return best, candidates[best][1], "logprobs"
+    return last, 0.0, "agreement" if rule == "agreement" else "agreement_fallback"

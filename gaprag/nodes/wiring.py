@@ -223,7 +223,7 @@ def as_node(
             with (
                 run_scope(ledger.key),
                 spend.spending(ledger),
-                ledger.step(name),
+                ledger.step(f"{name}@{id(context):x}"),  # a subgraph's steps are its own
                 metered() as meter,
             ):
                 try:
