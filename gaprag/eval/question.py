@@ -163,6 +163,12 @@ def make_row(
     ]
     if "missing" in output:
         row["missing"] = output["missing"]
+    if output.get("candidates"):  # a composed graph's answers (escalating_rag)
+        row["candidates"] = [
+            {k: c.get(k) for k in ("method", "answer", "p", "llm_calls")}
+            for c in output["candidates"]
+            if isinstance(c, dict)
+        ]
     row["options"] = dict(options)
     return row
 

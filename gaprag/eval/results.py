@@ -65,6 +65,7 @@ class Row(RowFields, total=False):
     choice: str | None  # multiple choice: the option the prediction names
     choice_correct: float | None
     missing: Any  # the knowledge a method reported missing
+    candidates: list[dict[str, Any]]  # a composed graph's answers: method, answer, p, llm_calls
     legacy_recall: bool  # set by normalize_row on a format-1 row
 
 

@@ -535,8 +535,8 @@ def headroom(
     """The headroom of ``other`` over ``base`` (plain RAG) on the questions both answered with
     an F1: the means of plain RAG's F1 (``plain``), the method's (``method``), the per-question
     best of the candidates (``oracle``: plain RAG's row, the method's row and the gate's own
-    answer where the method's row records one, scored with the rows' F1 against the row's gold
-    answers), the best of the method's own candidates (``in_run``: its answer and its gate's
+    answer where the method's row records one, and every candidate a composed graph's row
+    records, scored with the rows' F1 against the row's gold answers), the best of the method's own candidates (``in_run``: its answer and its gate's
     answer; the method's F1 where there is no gate answer) and the ``captured`` share
     (:func:`captured_share`). ``gate_answers``: the questions whose gate answer was a
     candidate. None when no question is shared."""
@@ -553,6 +553,9 @@ def headroom(
         if answer is not None:
             own.append(f1_score(answer, o[i].get("answers") or []))
             gated += 1
+        for c in o[i].get("candidates") or []:  # a composed graph's other answers
+            if isinstance(c, Mapping) and c.get("answer"):
+                own.append(f1_score(str(c["answer"]), o[i].get("answers") or []))
         plain, method = plain + p, method + m
         oracle += max(p, *own)
         in_run += max(own)

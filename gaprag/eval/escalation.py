@@ -1,0 +1,205 @@
+"""Offline escalation: replay ``escalating_rag``'s choices on evaluation rows that already hold
+every candidate, and choose its settings on the calibration questions.
+
+A run of every method with each gate recording plain RAG's answer but never stopping
+(``gate_threshold`` above any probability) holds, per question, plain RAG's answer and its
+``p`` (the ``gate`` decision), and each method's loop answer, its F1 and its calls; the loop
+answers' ``p`` come from the rows' selection scores (:func:`gaprag.eval.selection.score_runs`).
+:func:`replay` runs the graph's rules on them (the gate, the choice of
+:func:`gaprag.nodes.select.choose_answer`, the stop after the first loop, the call budget)
+for a grid of settings, and :func:`fit` keeps the one with the best mean F1 whose mean calls
+stay within a cap (fewer calls breaking ties), on questions from index
+:data:`gaprag.datasets.CALIBRATION_START` only.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gaprag.datasets import CALIBRATION_START
+from gaprag.eval.results import read_results
+from gaprag.eval.selection import _indices, _run_dir, read_scores
+from gaprag.eval.stats import BASELINE, dedupe, gate_answer
+from gaprag.metrics import f1_score
+from gaprag.nodes.gate import normalize
+from gaprag.nodes.select import choose_answer
+from gaprag.nodes.short_answer import rule_answer
+
+#: the fewest calls a loop needs (escalating_rag's own bound)
+MIN_LOOP_CALLS = 2
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One candidate: its answer, probability, F1 and the LLM calls it took."""
+
+    answer: str
+    p: float | None
+    f1: float
+    calls: int
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question with plain RAG's candidate and each method's loop candidate."""
+
+    dataset: str
+    id: str
+    index: int | None
+    plain: Answer
+    loops: Mapping[str, Answer] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """escalating_rag's settings, as in its context (the gate as a probability)."""
+
+    first: str
+    second: str  # "none": no second loop
+    gate_p: float  # plain RAG stops the question when its p >= gate_p
+    escalate_p: float
+    margin: float = 0.0
+    call_budget: int = 8
+
+
+def _p(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def questions(dirs: Sequence[str | Path]) -> list[Question]:
+    """Every question of ``dirs`` with plain RAG's answer (a gate decision) and the loops'."""
+    out: list[Question] = []
+    for d in dirs:
+        run_dir = _run_dir(d)
+        rows = [r for r in dedupe(read_results(run_dir)) if not r.get("error")]
+        scores = read_scores(run_dir)
+        index = _indices(run_dir)
+        by_id: dict[str, list[Mapping[str, Any]]] = {}
+        for row in rows:
+            by_id.setdefault(str(row.get("id")), []).append(row)
+        for qid, group in by_id.items():
+            plain_row = next((r for r in group if r.get("method") == BASELINE), None)
+            gated = [r for r in group if gate_answer(r) is not None]
+            if not gated:
+                continue
+            first = gated[0]
+            answer = gate_answer(first) or ""
+            gold = first.get("answers") or []
+            short = rule_answer(str(first.get("question") or ""), answer)
+            plain_f1 = f1_score(answer if short is None else short, gold)
+            if plain_row is not None and normalize(str(plain_row.get("prediction") or "")) in (
+                normalize(answer),
+                normalize(short or ""),
+            ):
+                plain_f1 = float(plain_row.get("f1") or 0.0)
+            gate_p = next(
+                (
+                    _p(dec.get("p"))
+                    for dec in first.get("decisions") or []
+                    if isinstance(dec, Mapping) and dec.get("node") == "gate"
+                ),
+                None,
+            )
+            loops = {}
+            for loop in gated:
+                method = str(loop.get("method"))
+                score = scores.get((method, qid)) or {}
+                loops[method] = Answer(
+                    answer=str(loop.get("prediction") or ""),
+                    p=_p(score.get("p")) if score.get("path") == "scored" else None,
+                    f1=float(loop.get("f1") or 0.0),
+                    calls=max(0, int(loop.get("llm_calls") or 0) - 1),
+                )
+            out.append(
+                Question(
+                    dataset=str(first.get("dataset")),
+                    id=qid,
+                    index=index.get(qid),
+                    plain=Answer(answer, gate_p, plain_f1, 1),
+                    loops=loops,
+                )
+            )
+    return out
+
+
+def run(q: Question, s: Setting) -> tuple[float, int, str]:
+    """(F1, LLM calls, stop reason) of escalating_rag with settings ``s`` on question ``q``."""
+    if q.plain.p is not None and q.plain.p >= s.gate_p:
+        return q.plain.f1, 1, "gate_confident"
+    cands = [q.plain] if q.plain.answer else []
+    calls = 1
+    for rung, method in enumerate([s.first, s.second], start=1):
+        loop = q.loops.get(method)
+        if method == "none" or loop is None or s.call_budget - calls < MIN_LOOP_CALLS:
+            break
+        if calls + loop.calls > s.call_budget:  # cut by the budget: no answer
+            calls = s.call_budget
+        else:
+            calls += loop.calls
+            if loop.answer:
+                cands.append(loop)
+        if not cands:
+            continue
+        i, p, path = choose_answer([(c.answer, c.p) for c in cands], "logprob", s.margin)
+        chosen = cands[i]
+        if (path == "agreement" and p) or (p is not None and p >= s.escalate_p) or rung == 2:
+            return chosen.f1, calls, path
+    if not cands:
+        return 0.0, calls, "none"
+    i, _, path = choose_answer([(c.answer, c.p) for c in cands], "logprob", s.margin)
+    return cands[i].f1, calls, path
+
+
+def evaluate(qs: Sequence[Question], s: Setting) -> dict[str, float]:
+    """Mean F1, mean calls, plain RAG's mean F1 and the oracle's over ``qs``."""
+    results = [run(q, s) for q in qs]
+    n = max(1, len(qs))
+    oracle = [
+        max([q.plain.f1, *(q.loops[m].f1 for m in (s.first, s.second) if m in q.loops)]) for q in qs
+    ]
+    return {
+        "n": len(qs),
+        "f1": sum(r[0] for r in results) / n,
+        "calls": sum(r[1] for r in results) / n,
+        "plain_f1": sum(q.plain.f1 for q in qs) / n,
+        "oracle_f1": sum(oracle) / n,
+    }
+
+
+def _grid(values: Iterable[float | None]) -> list[float]:
+    found = sorted({round(v, 4) for v in values if v is not None})
+    return [0.0, *found, 1.01]
+
+
+def fit(
+    qs: Sequence[Question],
+    *,
+    max_calls: float = 3.0,
+    margins: Sequence[float] = (0.0, 0.1, 0.2, 0.3),
+    call_budget: int = 8,
+) -> tuple[Setting, dict[str, float]]:
+    """The setting with the best mean F1 on the calibration questions of ``qs`` whose mean
+    calls are at most ``max_calls`` (fewer calls, then a higher gate, breaking ties)."""
+    calib = [q for q in qs if q.index is None or q.index >= CALIBRATION_START]
+    methods = sorted({m for q in calib for m in q.loops})
+    gates = _grid(q.plain.p for q in calib)
+    escalates = _grid(a.p for q in calib for a in q.loops.values())
+    best: tuple[tuple[float, float, float], Setting, dict[str, float]] | None = None
+    for first, second in itertools.product(methods, [*methods, "none"]):
+        if first == second:
+            continue
+        for gate_p, escalate_p, margin in itertools.product(gates, escalates, margins):
+            s = Setting(first, second, gate_p, escalate_p, margin, call_budget)
+            result = evaluate(calib, s)
+            if result["calls"] > max_calls:
+                continue
+            key = (round(result["f1"], 6), -round(result["calls"], 6), gate_p)
+            if best is None or key > best[0]:
+                best = (key, s, result)
+    if best is None:
+        raise ValueError(f"no setting keeps the mean calls within {max_calls}")
+    return best[1], best[2]

@@ -1,0 +1,50 @@
+"""Choose escalating_rag's settings offline, from evaluation rows that hold every candidate.
+
+    python scripts/select_replay.py --score docs/results/headroom/calib60/*   # score loop answers
+    python scripts/escalation_replay.py docs/results/headroom/calib60/* --max-calls 3
+
+Each directory is one set's ``gaprag eval`` output of plain RAG and the iterative methods with
+their gates recording plain RAG's answer but never stopping (``scripts/eval_headroom.sh``).
+Prints the setting with the best mean F1 on the calibration questions (index 60 on) within
+``--max-calls`` mean LLM calls, its F1 and calls per set, plain RAG's and the oracle's F1, and
+the first few runners-up, and with ``--json`` writes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from gaprag.errors import GapragError
+from gaprag.eval.escalation import evaluate, fit, questions
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="a `gaprag eval` set dir")
+    ap.add_argument("--max-calls", type=float, default=3.0, help="mean LLM calls allowed")
+    ap.add_argument("--call-budget", type=int, default=8, help="escalating_rag's call_budget")
+    ap.add_argument("--json", type=Path, default=None, help="also write the result as JSON")
+    args = ap.parse_args(argv)
+    try:
+        qs = questions(args.dirs)
+        setting, result = fit(qs, max_calls=args.max_calls, call_budget=args.call_budget)
+    except (GapragError, ValueError) as err:
+        print(f"escalation_replay: {err}", file=sys.stderr)
+        return 2
+    per_set = {
+        ds: evaluate([q for q in qs if q.dataset == ds], setting)
+        for ds in sorted({q.dataset for q in qs})
+    }
+    out = {"setting": dataclasses.asdict(setting), "calibration": result, "per_set": per_set}
+    print(json.dumps(out, indent=2))
+    if args.json is not None:
+        args.json.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
