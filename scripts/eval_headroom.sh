@@ -7,6 +7,8 @@
 # messages are in the traces, to be re-scored offline). Resumable: run it again to continue.
 #
 #   bash scripts/eval_headroom.sh          # in turns of 5 questions a set, so a partial run covers all three
+#   METHODS=standard_rag,missing_knowledge,rfm_rag,ircot STEPS=10 bash scripts/eval_headroom.sh
+#                                          # more questions for the loops escalation can afford
 #
 # The code is pinned (a git worktree at .eval-headroom/), so a run resumed in a later session
 # never mixes code versions. Rows go to docs/results/headroom/calib60/<dataset>/.
@@ -18,11 +20,11 @@ ROOT=$PWD
 . .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export GAPRAG_LOCAL_ENGINE=${GAPRAG_LOCAL_ENGINE:-xllamacpp}  # the engine of the gated rows
-METHODS=standard_rag,missing_knowledge,iterkey,migres,rfm_rag,ircot
+METHODS=${METHODS:-standard_rag,missing_knowledge,iterkey,migres,rfm_rag,ircot}
 DATASETS=${DATASETS:-hotpotqa 2wikimultihopqa musique}
 OUT=$ROOT/docs/results/headroom/calib60
 never=()
-for m in missing_knowledge iterkey migres rfm_rag ircot; do never+=(--set "$m.gate_threshold=1.0"); done
+for m in ${METHODS//,/ }; do [[ $m == standard_rag ]] || never+=(--set "$m.gate_threshold=1.0"); done
 CODE=$ROOT/.eval-headroom
 pinned_worktree "$CODE" "$COMMIT"
 export PYTHONPATH=$CODE
@@ -30,7 +32,7 @@ cd "$CODE"
 for limit in ${STEPS:-5 10 15 20}; do
   for ds in $DATASETS; do
     extra=()
-    if [[ $ds == 2wikimultihopqa ]]; then extra=(--set migres.seed_facts=true); fi
+    if [[ $ds == 2wikimultihopqa && $METHODS == *migres* ]]; then extra=(--set migres.seed_facts=true); fi
     gaprag eval --methods "$METHODS" --dataset "$ds" --offset 60 --limit "$limit" --resume \
       --out "$OUT/$ds" --quiet "${never[@]}" "${extra[@]}"
   done
