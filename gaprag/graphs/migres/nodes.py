@@ -445,8 +445,9 @@ def _judged_update(
 ) -> dict[str, Any]:
     """The trace and update of a judged round: its count, calls by kind, candidate answer and
     trace event; on a stop the answer with its confidence, explanation and probability
-    (``answer_p``, with answer selection on; ``stop_reason`` ``answered``), else what is missing (the judge's words; when it names nothing, the
-    previous missing information or the question)."""
+    (``answer_p``, with answer selection on; ``stop_reason`` ``answered``), else what is
+    missing (the judge's words; when it names nothing, the previous missing information or the
+    question)."""
     update: dict[str, Any] = {
         "judge_rounds": rounds,
         "llm_calls_by_kind": calls,
