@@ -70,11 +70,13 @@ DEFAULT_MAX_TOKENS = 256
 
 @dataclass
 class Structured(Generic[M]):
-    """A structured reply: the value, and how it was obtained."""
+    """A structured reply: the value, how it was obtained, the reply it was read from and,
+    when they were asked for and the endpoint gave them, that reply's token logprobs."""
 
     value: M
     path: Literal["constrained", "parsed", "repaired", "default"]
     raw: str = ""
+    tokens: list[TokenLogprob] | None = None
 
 
 @dataclass
@@ -531,10 +533,11 @@ class LLM:
         max_tokens: int,
         schema: Mapping[str, Any],
         parts: Parts = None,
-    ) -> str:
+        **scoring: Any,
+    ) -> AIMessage:
         extra = self._constraint(schema)
         try:
-            return _text(await self._ainvoke(messages, max_tokens, parts, **extra))
+            return await self._ainvoke(messages, max_tokens, parts, **extra, **scoring)
         except Exception as err:
             cause = err.__cause__ if isinstance(err, EndpointError) else err
             refused = cause is not None and (
@@ -550,7 +553,31 @@ class LLM:
                 error=one_line(str(err), 200),
             )
             self.structured_mode = "none"
-            return _text(await self._ainvoke(messages, max_tokens, parts))
+            return await self._ainvoke(messages, max_tokens, parts, **scoring)
+
+    async def _ainvoke_structured(
+        self,
+        messages: list[BaseMessage],
+        max_tokens: int,
+        schema: Mapping[str, Any],
+        parts: Parts,
+        logprobs: bool,
+    ) -> tuple[str, list[TokenLogprob] | None]:
+        """A constrained reply's text, and its token logprobs when ``logprobs`` is asked and the
+        endpoint gives them (after one refusal the endpoint is not asked again)."""
+        if logprobs and self.supports_logprobs:
+            try:
+                reply = await self._ainvoke_constrained(
+                    messages, max_tokens, schema, parts, logprobs=True, top_logprobs=2
+                )
+            except EndpointError:
+                raise
+            except Exception as exc:  # the endpoint has no logprobs: stop asking
+                record_decision(event="logprobs_unavailable", error=one_line(str(exc), 200))
+                self.supports_logprobs = False
+            else:
+                return _text(reply), _token_logprobs(reply)
+        return _text(await self._ainvoke_constrained(messages, max_tokens, schema, parts)), None
 
     async def astructured(
         self,
@@ -560,19 +587,24 @@ class LLM:
         default: M,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         call: str = "",
+        logprobs: bool = False,
     ) -> Structured[M]:
-        """A reply validated against ``schema``; ``default`` if nothing valid comes back."""
+        """A reply validated against ``schema``; ``default`` if nothing valid comes back. With
+        ``logprobs``, the same request also asks for the reply's token logprobs (``tokens``:
+        those of the reply the value was read from; None where the endpoint gives none)."""
         msgs = to_messages(messages)
         json_schema = schema.model_json_schema()
         constrained = self.structured_mode != "none"
-        raw = await self._ainvoke_constrained(msgs, max_tokens, json_schema, prompt_parts(messages))
+        raw, tokens = await self._ainvoke_structured(
+            msgs, max_tokens, json_schema, prompt_parts(messages), logprobs
+        )
         parsed = parse_model(raw, schema)
         if parsed is not None:
             path: Literal["constrained", "parsed"] = (
                 "constrained" if constrained and self.structured_mode != "none" else "parsed"
             )
             record_decision(call=call, path=path)
-            return Structured(parsed, path, raw)
+            return Structured(parsed, path, raw, tokens)
         repair = [
             *msgs,
             AIMessage(content=raw),
@@ -581,13 +613,15 @@ class LLM:
                 f"schema, no other text:\n{json.dumps(json_schema)}"
             ),
         ]
-        raw2 = await self._ainvoke_constrained(repair, max_tokens, json_schema)
+        raw2, tokens = await self._ainvoke_structured(
+            repair, max_tokens, json_schema, None, logprobs
+        )
         parsed = parse_model(raw2, schema)
         if parsed is not None:
             record_decision(call=call, path="repaired")
-            return Structured(parsed, "repaired", raw2)
+            return Structured(parsed, "repaired", raw2, tokens)
         record_decision(call=call, path="default", raw=redact(raw2[:300]))
-        return Structured(default, "default", raw2)
+        return Structured(default, "default", raw2, tokens)
 
     async def achoose(
         self,
@@ -627,7 +661,7 @@ class LLM:
             "properties": {"answer": {"type": "string", "enum": list(options)}},
             "required": ["answer"],
         }
-        raw = await self._ainvoke_constrained(msgs, max_tokens + 16, schema, parts)
+        raw = _text(await self._ainvoke_constrained(msgs, max_tokens + 16, schema, parts))
         picked = parse_choice(raw, options)
         if picked is not None:
             path: Literal["constrained", "parsed"] = (

@@ -1,10 +1,12 @@
 """The shared gate: answer as plain RAG does first, and run the method's loop only when that
 answer is unsure (``gate`` setting; off by default).
 
-The gate is the first step of every iterative method. It retrieves plain RAG's passages
-(:data:`PLAIN_TOP_K` for the question, :data:`PLAIN_MODE`, cut at the method's
-``max_passage_words``), answers with plain RAG's own prompt (``answer`` of
-``gaprag/graphs/standard_rag/prompts.toml``) and scores that answer:
+The gate is the first step of every iterative method. It sends exactly plain RAG's request:
+plain RAG's passages (:data:`PLAIN_TOP_K` for the question, :data:`PLAIN_MODE`, cut at
+:data:`PLAIN_PASSAGE_WORDS`), plain RAG's own prompt (``answer`` of
+``gaprag/graphs/standard_rag/prompts.toml``) and output cap (:data:`PLAIN_ANSWER_MAX_TOKENS`),
+whatever the method's own ``max_passage_words`` and ``answer_max_tokens``, so its scored call
+and standard_rag's answer call are one request. It scores that answer:
 
 - ``logprob_mean`` / ``logprob_min``: the mean / lowest logprob of the answer's tokens;
 - ``logprob_margin``: the first answer token's top-1 minus top-2 logprob;
@@ -47,9 +49,11 @@ from gaprag.stores.store import RetrievalMode
 Signal = Literal["logprob_mean", "logprob_margin", "logprob_min", "agreement"]
 LOGPROB_SIGNALS: tuple[Signal, ...] = ("logprob_mean", "logprob_margin", "logprob_min")
 GATE_STOP = "gate_confident"
-#: plain RAG's retrieval (standard_rag's defaults)
+#: plain RAG's request (standard_rag's defaults): its retrieval, passage cut and output cap
 PLAIN_TOP_K = 5
 PLAIN_MODE: RetrievalMode = "hybrid"
+PLAIN_PASSAGE_WORDS = 150
+PLAIN_ANSWER_MAX_TOKENS = 48
 #: the cut of the agreement signal's second answer
 AGREEMENT_K = 3
 #: the largest margin recorded (a logprob difference; the probability is 1 to float precision)
@@ -123,15 +127,15 @@ async def gate(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[str, Any]:
     prompt, fmt = plain_rag()
     retriever = await deps.aretriever(ctx)
     hits = await retrieve(retriever, [question], k=PLAIN_TOP_K, mode=PLAIN_MODE, round=1)
-    passages = render_passages(hits, fmt, max_words=ctx.max_passage_words)
+    passages = render_passages(hits, fmt, max_words=PLAIN_PASSAGE_WORDS)
     messages = prompt.render(question=question, passages=passages)
     signal: Signal = ctx.gate
     path = "logprobs"
     signals: dict[str, float] = {}
     if signal == "agreement":
-        answer = clean_answer(await llm.agenerate(messages, max_tokens=ctx.answer_max_tokens))
+        answer = clean_answer(await llm.agenerate(messages, max_tokens=PLAIN_ANSWER_MAX_TOKENS))
     else:
-        scored = await llm.agenerate_scored(messages, max_tokens=ctx.answer_max_tokens)
+        scored = await llm.agenerate_scored(messages, max_tokens=PLAIN_ANSWER_MAX_TOKENS)
         answer = clean_answer(scored.text)
         found = logprob_signals(scored.tokens) if scored.tokens else None
         if found is None or signal not in found:  # no logprobs: a signal the endpoint supports
@@ -139,10 +143,10 @@ async def gate(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[str, Any]:
         else:
             signals = found
     if signal == "agreement":
-        cut = render_passages(hits[:AGREEMENT_K], fmt, max_words=ctx.max_passage_words)
+        cut = render_passages(hits[:AGREEMENT_K], fmt, max_words=PLAIN_PASSAGE_WORDS)
         other = clean_answer(
             await llm.agenerate(
-                prompt.render(question=question, passages=cut), max_tokens=ctx.answer_max_tokens
+                prompt.render(question=question, passages=cut), max_tokens=PLAIN_ANSWER_MAX_TOKENS
             )
         )
         signals["agreement"] = float(bool(answer) and normalize(answer) == normalize(other))

@@ -5,8 +5,9 @@ Where the gate let the loop run, a run holds two candidates: plain RAG's answer,
 the ``gate`` decision (its ``p`` here is ``exp`` of its mean token logprob, from the gate's trace
 record: :func:`gate_probability`), and the loop's final answer. The call whose text
 became the loop's answer is scored on that same call when selection is on (only logprobs are
-requested, the messages are the same: :func:`answer_call`): the answer span's tokens (after
-"the answer is" inside a chain-of-thought sentence, the value of a JSON ``text`` field) give
+requested, the messages are the same: :func:`answer_call`, :func:`answer_structured` for a
+JSON reply): the answer span's tokens (after "the answer is" inside a chain-of-thought
+sentence, the value of a JSON ``text`` field such as MIGRES's ``answer.text``) give
 ``p = exp(mean logprob)``, as the gate's ``logprob_mean`` does (:func:`answer_probability`).
 The method records it in ``answer_p`` (:func:`scored_update`).
 
@@ -35,7 +36,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from gaprag.accounting import record_decision
-from gaprag.llm.client import LLM, Messages, TokenLogprob
+from gaprag.llm.client import LLM, M, Messages, Structured, TokenLogprob
 from gaprag.nodes.decisions import log_decision
 from gaprag.nodes.gate import logprob_signals, normalize
 
@@ -85,6 +86,29 @@ async def answer_call(
         return await llm.agenerate(messages, max_tokens=max_tokens), None
     scored = await llm.agenerate_scored(messages, max_tokens=max_tokens)
     return scored.text, scored.tokens
+
+
+async def answer_structured(
+    llm: LLM,
+    messages: Messages,
+    schema: type[M],
+    ctx: Any,
+    *,
+    default: M,
+    max_tokens: int,
+    call: str,
+) -> Structured[M]:
+    """The structured reply of a call whose answer field may become the final answer (a JSON
+    ``text`` field), with its tokens' logprobs in ``tokens`` when selection is on (the same
+    request, logprobs asked for); as :func:`answer_call` for free text."""
+    return await llm.astructured(
+        messages,
+        schema,
+        default=default,
+        max_tokens=max_tokens,
+        call=call,
+        logprobs=getattr(ctx, "select", "off") != "off",
+    )
 
 
 def scored_update(answer: str, tokens: Sequence[TokenLogprob] | None) -> dict[str, Any]:

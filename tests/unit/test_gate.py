@@ -15,8 +15,11 @@ from gaprag.graphs import ITERATIVE, METHODS
 from gaprag.graphs.standard_rag.context import Context as PlainContext
 from gaprag.llm.client import LLM, TokenLogprob
 from gaprag.nodes.gate import (
+    AGREEMENT_K,
     GATE_STOP,
+    PLAIN_ANSWER_MAX_TOKENS,
     PLAIN_MODE,
+    PLAIN_PASSAGE_WORDS,
     PLAIN_TOP_K,
     logprob_signals,
     normalize,
@@ -215,6 +218,60 @@ def test_answers_agree_after_normalisation() -> None:
 def test_the_gate_retrieves_as_plain_rag_does() -> None:
     plain = PlainContext()
     assert (plain.top_k, plain.retrieval_mode) == (PLAIN_TOP_K, PLAIN_MODE)
+    assert plain.max_passage_words == PLAIN_PASSAGE_WORDS
+    assert plain.answer_max_tokens == PLAIN_ANSWER_MAX_TOKENS
+
+
+def long_doc(key: str, title: str) -> dict[str, str]:
+    """A passage of 300 numbered words, then a sentence about ``title``: a cut after n words
+    ends at word n."""
+    words = " ".join(f"{key}{i}" for i in range(1, 301))
+    return {"id": key, "title": title, "text": f"{words} {title} is in France."}
+
+
+@pytest.fixture
+def long_store(tmp_path: Path) -> Store:
+    """Six passages longer than any method's passage cut."""
+    from gaprag.stores.embeddings import HashingEmbedder
+
+    docs = [long_doc(f"d{n}x", f"Place {n}") for n in range(6)]
+    return Store.build(tmp_path / "long", docs, embedder=HashingEmbedder(), progress=False)
+
+
+def first_request(method: str, store: Store, **options: Any) -> dict[str, Any]:
+    """The messages and request settings of ``method``'s first call on the question."""
+    model = plain_model(UNSURE)
+    graph = build_graph(
+        method, llm=LLM(model, supports_logprobs=True), retriever=store,
+        checkpointer=InMemorySaver(), **options,
+    )  # fmt: skip
+    config: Any = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"question": Q}, config, interrupt_after=["gate", "generate_answer"])
+    call = model.calls[0]
+    return {"messages": call["messages"], **call["kwargs"]}
+
+
+@pytest.mark.parametrize("method", ITERATIVE)
+def test_the_gate_sends_exactly_plain_rags_answer_request(method: str, long_store: Store) -> None:
+    plain = first_request("standard_rag", long_store)
+    assert plain["max_tokens"] == PLAIN_ANSWER_MAX_TOKENS and plain["logprobs"]
+    # whatever the method's own passage cut and answer cap (its defaults, or others)
+    assert first_request(method, long_store, gate="logprob_mean") == plain
+    other = {"max_passage_words": 60, "answer_max_tokens": 20}
+    assert first_request(method, long_store, gate="logprob_mean", **other) == plain
+
+
+def test_the_agreement_calls_use_plain_rags_cut_and_cap(long_store: Store) -> None:
+    model = ScriptedChatModel(rules=[(PLAIN, "Paris")], default="Unknown")  # no logprobs
+    state, _ = gate_only(
+        "ircot", long_store, model, gate="logprob_mean", max_passage_words=60,
+        answer_max_tokens=20,
+    )  # fmt: skip
+    assert state["decisions"][0]["path"] == "agreement_fallback" and len(model.calls) == 2
+    for call, shown in zip(model.calls, (PLAIN_TOP_K, AGREEMENT_K), strict=True):
+        prompt = call["messages"][-1][1]
+        assert call["kwargs"]["max_tokens"] == PLAIN_ANSWER_MAX_TOKENS
+        assert prompt.count("x150 ...") == shown and "x151" not in prompt
 
 
 def test_an_eval_variant_compares_gated_and_ungated_runs() -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
+import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
 
@@ -13,6 +15,7 @@ from gaprag.deps import Deps
 from gaprag.graphs.ircot.context import Context
 from gaprag.graphs.ircot.nodes import final_answer, first_sentence, reason
 from gaprag.graphs.ircot.state import State
+from gaprag.llm.client import LLM
 from gaprag.stores.store import Store
 from gaprag.testing import ScriptedChatModel
 
@@ -96,3 +99,35 @@ def test_ainvoke_matches_invoke_and_a_node_runs_alone(store: Store) -> None:
     deps = Deps.of(llm=ScriptedChatModel(default="Paris is the capital. More."))
     update = asyncio.run(reason(state, Runtime(context=Context()), deps))
     assert update == {"thoughts": ["Paris is the capital."]}
+
+
+PLAIN = "Use the passages below to answer the question."  # plain RAG's prompt (the gate's)
+SHORT = "using the given passages and reasoning"  # IRCoT's answer prompt, after an unfinished chain
+
+
+@pytest.mark.parametrize("select", ["off", "logprob"])
+def test_the_answer_after_an_unfinished_chain_is_scored_for_selection(
+    store: Store, select: str
+) -> None:
+    model = ScriptedChatModel(
+        rules=[(PLAIN, "Paris"), ("Next sentence:", "Step one."), (SHORT, "Gustave Eiffel")],
+        reply_logprobs={
+            "Paris": [[("Paris", -2.0)]],  # the gate is unsure: the loop runs
+            "Gustave Eiffel": [[("Gustave", -0.2)], [(" Eiffel", -0.4)]],
+        },
+    )
+    graph = build_graph(
+        "ircot", llm=LLM(model, supports_logprobs=True), retriever=store, max_steps=2,
+        gate="logprob_mean", gate_threshold=-0.5, select=select,
+    )  # fmt: skip
+    out = graph.invoke({"question": Q})
+    assert out["answer"] == "Gustave Eiffel" and out["stop_reason"] == "max_iterations"
+    (answering,) = [c for c in model.calls if SHORT in c["messages"][0][1]]
+    selections = [d for d in out["decisions"] if d["node"] == "select"]
+    if select == "off":
+        assert not answering["kwargs"].get("logprobs") and not selections
+        return
+    assert answering["kwargs"]["logprobs"]
+    (decision,) = selections
+    assert decision["decision"] == "loop" and decision["path"] == "logprobs"
+    assert decision["p"] == pytest.approx(math.exp(-0.3), rel=1e-4)

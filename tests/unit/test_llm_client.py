@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 from pydantic import BaseModel
 
@@ -66,6 +69,36 @@ def test_constrained_mode_sends_response_format() -> None:
     assert out.path == "constrained"
     fmt = fake.calls[0]["kwargs"]["response_format"]
     assert fmt["type"] == "json_object" and fmt["schema"]["required"] == ["sufficient"]
+
+
+JUDGED = '{"sufficient": true, "missing": ""}'
+
+
+def test_a_structured_reply_carries_its_token_logprobs_when_asked() -> None:
+    pieces = [('{"sufficient": ', -0.1), ("true", -0.3), (', "missing": ""}', -0.1)]
+    fake = ScriptedChatModel(replies=[JUDGED] * 2, reply_logprobs={JUDGED: [[p] for p in pieces]})
+    llm = LLM(fake, structured_mode="json_object", supports_logprobs=True)
+    plain = asyncio.run(llm.astructured("judge", Judge, default=DEFAULT))
+    scored = asyncio.run(llm.astructured("judge", Judge, default=DEFAULT, logprobs=True))
+    assert plain.tokens is None and "logprobs" not in fake.calls[0]["kwargs"]
+    assert scored.value == plain.value and scored.path == "constrained"
+    assert [(t.token, t.logprob) for t in scored.tokens or []] == pieces
+    # the same request, constrained as before, with logprobs asked for
+    first, second = (call["kwargs"] for call in fake.calls)
+    assert second == {**first, "logprobs": True, "top_logprobs": 2}
+
+
+def test_a_structured_call_on_an_endpoint_refusing_logprobs_falls_back() -> None:
+    class Refuses(ScriptedChatModel):
+        def _result(self, messages: Any, **kw: Any) -> Any:
+            if kw.get("logprobs"):
+                raise ValueError("logprobs are not supported")
+            return super()._result(messages, **kw)
+
+    llm = LLM(Refuses(default=JUDGED), supports_logprobs=True)
+    out = asyncio.run(llm.astructured("judge", Judge, default=DEFAULT, logprobs=True))
+    assert out.value.sufficient is True and out.tokens is None
+    assert llm.supports_logprobs is False  # not asked again
 
 
 def test_choose_by_logprobs() -> None:

@@ -145,7 +145,8 @@ class ChoiceChat(ScriptedChatModel):
     P(Yes) = ``p_yes`` (a number, or a function of the messages), P(No) = 1 - P(Yes); with
     ``p_yes=None`` it gives no logprobs (the choice then falls back to parsing the reply).
     Other choices (the verifier) get logprobs that agree with their scripted "Yes"/"No" reply,
-    or the base class's fixed ``logprobs`` when set."""
+    or the base class's fixed ``logprobs`` when set; a reply with scripted token logprobs
+    (``reply_logprobs``) keeps them."""
 
     p_yes: Any = judged_sufficient
 
@@ -155,8 +156,8 @@ class ChoiceChat(ScriptedChatModel):
             return result
         if messages and SUFF in str(messages[-1].content):
             p = self.p_yes(messages) if callable(self.p_yes) else self.p_yes
-        elif self.logprobs:  # the base class's fixed logprobs
-            return result
+        elif self.logprobs or result.generations[0].message.content in self.reply_logprobs:
+            return result  # the base class's fixed or scripted logprobs
         else:  # another choice (the verifier): logprobs that agree with the scripted reply
             reply = str(result.generations[0].message.content).strip()
             p = {"Yes": 0.99, "No": 0.01}.get(reply)
@@ -208,11 +209,15 @@ def run(
     verify_with: Any = None,
     question: str = Q0,
     p_yes: Any = judged_sufficient,
+    reply_logprobs: dict[str, list[list[tuple[str, float]]]] | None = None,
     **ctx: Any,
 ) -> tuple[dict[str, Any], ScriptedChatModel]:
     """One question through the graph; the sufficiency choice answers "Yes" with P(Yes) =
-    ``p_yes`` (default: agrees with the judge's reply), and "Yes" when parsed as text."""
-    chat = ChoiceChat(rules=[(SUFF, "Yes"), *rules], p_yes=p_yes)
+    ``p_yes`` (default: agrees with the judge's reply), and "Yes" when parsed as text; replies
+    in ``reply_logprobs`` carry those token logprobs when a call asks for them."""
+    chat = ChoiceChat(
+        rules=[(SUFF, "Yes"), *rules], p_yes=p_yes, reply_logprobs=reply_logprobs or {}
+    )
     ctx.setdefault("verifier", "off")
     ctx.setdefault("reader", "paper")  # MIGRES's own answers (the shared step is tested apart)
     graph = build_graph(
@@ -1420,3 +1425,93 @@ def test_filter_calibration_refuses_the_reported_questions(
     for start in ("0", "49", "59"):  # refused before any model is loaded
         assert script.main(["--start", start, "--embedder", "hashing", "--limit", "1"]) == 2
         assert "questions 0-59 are reserved" in capsys.readouterr().err
+
+
+# -- answer selection: the call whose JSON answer becomes the final answer is scored ----------
+PLAIN = "Use the passages below to answer the question."  # plain RAG's prompt (the gate's)
+GATE_P = math.exp(-2.0)  # the gate's unsure "Paris"
+LEVITY_FACT = leaf_json(("Levity was directed by Ed Solomon.", [0]))
+
+
+def scored_reply(*pieces: tuple[str, float]) -> tuple[str, list[list[tuple[str, float]]]]:
+    """A reply made of ``pieces``, each one token with its logprob: (text, scripted tokens)."""
+    return "".join(text for text, _ in pieces), [[piece] for piece in pieces]
+
+
+def judge_reply(logprob: float) -> tuple[str, list[list[tuple[str, float]]]]:
+    """The main module's JSON in its schema's order: the explanation names the answer (a
+    token at -5) before the answer's ``text`` value does (at ``logprob``)."""
+    return scored_reply(
+        ('{"missing_information": "none", "explanation": "', -0.01),
+        ("Ed Solomon", -5.0),
+        (' directed Levity.", "answer": {"text": "', -0.01),
+        ("Ed Solomon", logprob),
+        ('", "confidence": 5}}', -0.01),
+    )
+
+
+def selected(
+    levity: Store, rules: list[tuple[str, Any]], scored: dict[str, Any], **ctx: Any
+) -> tuple[dict[str, Any], ScriptedChatModel]:
+    """One question whose gate is unsure of "Paris" (p = e^-2), so the loop runs."""
+    logprobs = {"Paris": [[("Paris", -2.0)]], **scored}
+    return run(
+        levity, [(PLAIN, "Paris"), *rules], reply_logprobs=logprobs,
+        gate="logprob_mean", gate_threshold=-0.5, **ctx,
+    )  # fmt: skip
+
+
+def selection(out: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``select`` decision and its trace record."""
+    (decision,) = [d for d in out["decisions"] if d["node"] == "select"]
+    record = next(t for t in out["trace"] if t.get("call") == "select")
+    return decision, record
+
+
+@pytest.mark.parametrize(
+    ("logprob", "chosen", "answer"), [(-0.1, "loop", "Ed Solomon"), (-4.0, "gate", "Paris")]
+)
+def test_the_judges_answer_is_scored_on_its_json_value(
+    levity: Store, logprob: float, chosen: str, answer: str
+) -> None:
+    reply, tokens = judge_reply(logprob)
+    rules = [(LEAF, LEVITY_FACT), (MAIN, reply)]
+    out, _ = selected(levity, rules, {reply: tokens}, select="logprob")
+    assert out["stop_reason"] == "answered" and out["answer"] == answer
+    decision, record = selection(out)
+    assert decision["decision"] == chosen and decision["path"] == "logprobs"
+    assert record["loop_p"] == pytest.approx(math.exp(logprob), rel=1e-4)
+    assert record["gate_p"] == pytest.approx(GATE_P, rel=1e-4)
+
+
+def test_the_forced_final_answer_is_scored(levity: Store) -> None:
+    reply, tokens = scored_reply(
+        ('{"answer": {"text": "', -0.01),
+        ("Ed Solomon", -0.3),
+        ('", "confidence": 3}, "explanation": "Ed Solomon directed it."}', -0.01),
+    )
+    rules = [(LEAF, LEVITY_FACT), (MAIN, UNANSWERABLE), (QUERY, "Who directed Levity?"),
+             (FINAL, reply)]  # fmt: skip
+    out, _ = selected(levity, rules, {reply: tokens}, select="logprob", max_iterations=1)
+    assert out["stop_reason"] == "max_iterations" and out["answer"] == "Ed Solomon"
+    decision, record = selection(out)
+    assert decision["decision"] == "loop" and decision["path"] == "logprobs"
+    assert decision["p"] == pytest.approx(math.exp(-0.3), rel=1e-4)
+    assert record["loop_p"] == pytest.approx(math.exp(-0.3), rel=1e-4)
+
+
+def test_without_selection_the_answer_calls_ask_for_no_logprobs(levity: Store) -> None:
+    judged, tokens = judge_reply(-0.1)
+    rules = [(LEAF, LEVITY_FACT), (MAIN, UNANSWERABLE), (QUERY, "Who directed Levity?"),
+             (FINAL, judged)]  # fmt: skip
+    off, off_chat = selected(levity, rules, {judged: tokens}, max_iterations=1)
+    on, on_chat = selected(levity, rules, {judged: tokens}, max_iterations=1, select="logprob")
+    assert off["answer"] == on["answer"] == "Ed Solomon"
+    assert not [d for d in off["decisions"] if d["node"] == "select"]
+    # selection asks for logprobs on the same messages, and only that
+    assert [c["messages"] for c in off_chat.calls] == [c["messages"] for c in on_chat.calls]
+    for chat, scored in ((off_chat, False), (on_chat, True)):
+        answering = [c for c in chat.calls if MAIN in c["messages"][-1][1] or FINAL in
+                     c["messages"][-1][1]]  # fmt: skip
+        assert len(answering) == 2
+        assert all(bool(c["kwargs"].get("logprobs")) is scored for c in answering)

@@ -59,6 +59,15 @@ def test_the_answer_span_is_the_one_after_the_answer_marker() -> None:
     assert answer_span("Lyon.", "Paris") is None
 
 
+def test_migres_json_answer_is_read_from_its_text_field() -> None:
+    """MIGRES's main module writes its explanation before ``answer.text``; only the answer
+    field's tokens count."""
+    pieces = [('{"explanation": "', -0.01), ("Lyon", -3.0), ('.", "answer": {"text": ', -0.01),
+              ('"', -0.01), ("Lyon", -0.2), ('", "confidence": 4}}', -0.01)]  # fmt: skip
+    tokens = [TokenLogprob(t, lp) for t, lp in pieces]
+    assert answer_probability(tokens, "Lyon") == pytest.approx(math.exp(-0.2))
+
+
 def test_the_answer_probability_reads_only_the_answer_tokens() -> None:
     tokens = [TokenLogprob(t, lp) for ((t, lp),) in cot("Lyon", -0.7)]
     assert answer_probability(tokens, "Lyon") == pytest.approx(math.exp(-0.7))

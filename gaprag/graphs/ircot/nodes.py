@@ -89,7 +89,9 @@ async def reason(state: State, runtime: Runtime[Context], deps: Deps) -> dict[st
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     """The answer the chain of thought stated; else one short-answer call over it.
 
-    Reads: `question`, `thoughts`, `evidence`; writes: `answer`, `stop_reason`.
+    That call is scored with answer selection on (``answer_p``).
+
+    Reads: `question`, `thoughts`, `evidence`; writes: `answer`, `stop_reason`, `answer_p`.
     """
     ctx = runtime.context
     stated = final_answer(state.thoughts[-1]) if state.thoughts else None
@@ -97,17 +99,17 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
         return {"answer": stated, "stop_reason": "answered"}
     if nodes.reader_answers(ctx):  # the shared reader answers after this step
         return {"stop_reason": "max_iterations"}
-    answer, _ = await nodes.generate_answer(
-        await deps.achat(ctx),
-        PROMPTS["answer"],
-        question=state.question,
-        evidence=state.evidence[: ctx.max_passages],
-        fmt=FORMATS["passages"],
-        max_words=ctx.max_passage_words,
-        max_tokens=ctx.answer_max_tokens,
-        thoughts=" ".join(state.thoughts),
+    passages = nodes.render_passages(
+        state.evidence[: ctx.max_passages], FORMATS["passages"], max_words=ctx.max_passage_words
     )
-    return {"answer": answer, "stop_reason": "max_iterations"}
+    messages = PROMPTS["answer"].render(
+        question=state.question, passages=passages, thoughts=" ".join(state.thoughts)
+    )
+    reply, tokens = await answer_call(
+        await deps.achat(ctx), messages, ctx, max_tokens=ctx.answer_max_tokens
+    )
+    answer = nodes.clean_answer(reply)
+    return {"answer": answer, "stop_reason": "max_iterations", **scored_update(answer, tokens)}
 
 
 def gathered(state: State) -> nodes.Gathered:

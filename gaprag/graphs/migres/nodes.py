@@ -42,7 +42,8 @@ from gaprag.graphs.migres.prompting import FORMATS, PROMPTS, prompt
 from gaprag.graphs.migres.snippets import round_candidates, snippet_item, strip_markup
 from gaprag.graphs.migres.state import InfoItem, Judgement, Snippet, State
 from gaprag.graphs.migres.verify import LLMVerifier, Verifier, entailed
-from gaprag.llm.client import LLM, Structured
+from gaprag.llm.client import LLM, Structured, TokenLogprob
+from gaprag.nodes.select import answer_structured, scored_update
 from gaprag.progress import emit
 from gaprag.prompts import RenderedPrompt, follow_up
 from gaprag.state.base import Evidence, carry_metadata
@@ -299,9 +300,9 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
 
 async def _pool_answer(
     state: State, ctx: Context, deps: Deps, *, call: str
-) -> tuple[FinalReply | MainReply | None, str]:
-    """P5 over the known facts: the parsed reply (None if unparseable) and its cleaned answer
-    text ("" when there is none).
+) -> tuple[FinalReply | MainReply | None, str, list[TokenLogprob] | None]:
+    """P5 over the known facts: the parsed reply (None if unparseable), its cleaned answer
+    text ("" when there is none) and, with answer selection on, the reply's token logprobs.
 
     With ``llm_knowledge`` off and no retrieved fact in the pool, the answer comes from the
     first passages the leaf was shown (those of the question itself), not from the model's
@@ -316,9 +317,11 @@ async def _pool_answer(
     else:
         name, fields = "final", {"known_info": known_passages(state)}
     llm = await deps.achat(ctx)
-    reply = await llm.astructured(
+    reply = await answer_structured(
+        llm,
         prompt(name, ctx).render(**fields, question=state.question),
         FinalReply,
+        ctx,
         default=FinalReply(),
         max_tokens=ctx.judge_max_tokens,
         call=call,
@@ -326,7 +329,8 @@ async def _pool_answer(
     value: FinalReply | MainReply | None = reply.value
     if reply.path == "default":
         value = salvage_main(reply.raw)
-    return value, clean_answer_text(value.answer.text) if value is not None else ""
+    text = clean_answer_text(value.answer.text) if value is not None else ""
+    return value, text, reply.tokens
 
 
 # -- judge_missing: the main module, then the sufficiency decision -------------------------------
@@ -338,6 +342,7 @@ class _Candidate:
     confidence: int
     explanation: str
     source: str  # "judge" (the main module's answer) or "final" (the final-answer prompt)
+    tokens: list[TokenLogprob] | None = None  # its reply's token logprobs (answer selection)
 
 
 def _skipped_judge(state: State, ctx: Context, rounds: int) -> dict[str, Any] | None:
@@ -360,21 +365,25 @@ def _skipped_judge(state: State, ctx: Context, rounds: int) -> dict[str, Any] | 
     }
 
 
-async def _ask_judge(state: State, ctx: Context, llm: LLM) -> tuple[RenderedPrompt, str, Judgement]:
+async def _ask_judge(
+    state: State, ctx: Context, llm: LLM
+) -> tuple[RenderedPrompt, Structured[MainReply], Judgement]:
     """The main call over the known facts (``main``, or ``main_yesno`` for StrategyQA): its
-    messages, its raw reply and its verdict (what is missing, an explanation, an answer or
-    "unanswerable")."""
+    messages, its reply (raw text; token logprobs with answer selection on) and its verdict
+    (what is missing, an explanation, an answer or "unanswerable")."""
     messages = prompt("main_yesno" if ctx.task_type == "strategyqa" else "main", ctx).render(
         known_info=known_passages(state), question=state.question
     )
-    reply = await llm.astructured(
+    reply = await answer_structured(
+        llm,
         messages,
         MainReply,
+        ctx,
         default=MainReply(answer=AnswerField(text="unanswerable")),
         max_tokens=ctx.judge_max_tokens,
         call="main",
     )
-    return messages, reply.raw, _verdict(reply)
+    return messages, reply, _verdict(reply)
 
 
 def _verdict(reply: Structured[MainReply]) -> Judgement:
@@ -400,23 +409,29 @@ async def _ask_sufficiency(
 
 
 async def _candidate_answer(
-    state: State, ctx: Context, deps: Deps, verdict: Judgement, stop: bool
+    state: State,
+    ctx: Context,
+    deps: Deps,
+    verdict: Judgement,
+    stop: bool,
+    tokens: list[TokenLogprob] | None,
 ) -> _Candidate:
-    """The candidate answer: the judge's own; when it said "unanswerable" and the loop stops
-    (or at every judged round of a calibration run), the final-answer prompt's over the pool
-    ("" when neither gives one)."""
+    """The candidate answer: the judge's own (``tokens``: its reply's logprobs); when it said
+    "unanswerable" and the loop stops (or at every judged round of a calibration run), the
+    final-answer prompt's over the pool ("" when neither gives one)."""
     judged = _Candidate(
         verdict["answer_text"] if verdict["answered"] else "",
         verdict["confidence"],
         verdict["explanation"],
         "judge",
+        tokens,
     )
     if judged.text or not (stop or ctx.calibration):
         return judged
-    final, text = await _pool_answer(state, ctx, deps, call="candidate")
+    final, text, tokens = await _pool_answer(state, ctx, deps, call="candidate")
     if final is None:
-        return dataclasses.replace(judged, text=text, source="final")
-    return _Candidate(text, final.answer.confidence, final.explanation, "final")
+        return dataclasses.replace(judged, text=text, source="final", tokens=tokens)
+    return _Candidate(text, final.answer.confidence, final.explanation, "final", tokens)
 
 
 def _judged_update(
@@ -429,9 +444,10 @@ def _judged_update(
     calls: dict[str, int],
 ) -> dict[str, Any]:
     """The trace and update of a judged round: its count, calls by kind, candidate answer and
-    trace event; on a stop the answer with its confidence and explanation (``stop_reason``
-    ``answered``), else what is missing (the judge's words; when it names nothing, the
-    previous missing information or the question)."""
+    trace event; on a stop the answer with its confidence, explanation and probability
+    (``answer_p``, with answer selection on; ``stop_reason`` ``answered``), else what is
+    missing (the judge's words; when it names nothing, the previous missing information or the
+    question)."""
     update: dict[str, Any] = {
         "judge_rounds": rounds,
         "llm_calls_by_kind": calls,
@@ -455,6 +471,7 @@ def _judged_update(
             explanation=candidate.explanation,
             status="answered",
             stop_reason="answered",
+            **scored_update(candidate.text, candidate.tokens),
         )
     else:
         missing = verdict["missing_information"]
@@ -478,7 +495,7 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
 
     Reads: `question`, `known_info`, `known_sources`, `missing_info`, `judge_rounds`,
     `iterations`; writes: `judge_rounds`, `llm_calls_by_kind`, `candidate_answer`, `trace`, and
-    on a stop `answer`, `confidence`, `explanation`, `status`, `stop_reason`, else
+    on a stop `answer`, `confidence`, `explanation`, `status`, `stop_reason`, `answer_p`, else
     `missing_info`.
     """
     ctx = runtime.context
@@ -487,9 +504,9 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
     if skipped is not None:
         return skipped
     llm = await deps.achat(ctx)
-    messages, raw, verdict = await _ask_judge(state, ctx, llm)
+    messages, reply, verdict = await _ask_judge(state, ctx, llm)
     calls: dict[str, int] = {"main": 1}
-    asked = await _ask_sufficiency(state, ctx, llm, messages, raw, verdict)
+    asked = await _ask_sufficiency(state, ctx, llm, messages, reply.raw, verdict)
     if asked is not None:
         calls["sufficiency"] = 1
     # not asked: a reply nothing could read (default), or nothing retrieved yet (rule)
@@ -505,7 +522,7 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
         says_stop=reading.says_stop,
         no_logprobs=ctx.no_logprobs,
     )
-    candidate = await _candidate_answer(state, ctx, deps, verdict, stop)
+    candidate = await _candidate_answer(state, ctx, deps, verdict, stop, reply.tokens)
     if candidate.source == "final":
         calls["candidate"] = 1
     stop = stop and bool(candidate.text)
@@ -567,16 +584,18 @@ async def regenerate_keywords(
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     """The forced answer when the loop ran out: one call over the known facts.
 
-    No call when the shared reader answers after this step.
+    That call is scored with answer selection on (``answer_p``). No call when the shared reader
+    answers after this step.
 
     Reads: `question`, `known_info`, `known_sources`, `question_snippets`; writes: `answer`,
-    `confidence`, `explanation`, `status`, `stop_reason`, `llm_calls_by_kind`.
+    `confidence`, `explanation`, `status`, `stop_reason`, `llm_calls_by_kind`, `answer_p`.
     """
     if nodes.reader_answers(runtime.context):  # the shared reader answers after this step
         return {"status": "forced", "stop_reason": "max_iterations"}
-    value, text = await _pool_answer(state, runtime.context, deps, call="final")
+    value, text, tokens = await _pool_answer(state, runtime.context, deps, call="final")
     failed = not text
     return {
+        **scored_update(text, tokens),
         "answer": "unanswerable" if failed else text,
         "confidence": value.answer.confidence if value is not None else -1,
         "explanation": value.explanation if value is not None else "",
