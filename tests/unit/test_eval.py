@@ -1133,6 +1133,19 @@ def test_reuse_keeps_predictions_and_costs_and_sends_fewer_requests(
         assert len(trace["llm_calls"]) == trace["usage"]["llm_calls"]
 
 
+def test_escalating_rag_answers_its_plain_call_from_standard_rags_and_costs_the_same(
+    dataset: Path, tmp_path: Path
+) -> None:
+    methods = ["standard_rag", "escalating_rag"]
+    sets = ["escalating_rag.calibration=true", "escalating_rag.second_loop=none"]
+    plain = _run(dataset, tmp_path / "plain", False, methods=methods, sets=sets)
+    shared = _run(dataset, tmp_path / "shared", True, methods=methods, sets=sets)
+    assert _costs(tmp_path / "shared") == _costs(tmp_path / "plain")
+    assert len(plain.calls) - len(shared.calls) >= 5  # plain RAG's call, once per question
+    rows = [r for r in read_results(tmp_path / "shared") if r["method"] == "escalating_rag"]
+    assert rows and all(r["candidates"][0]["method"] == "standard_rag" for r in rows)
+
+
 def test_a_second_identical_request_waits_for_the_first_and_reports_its_time(
     dataset: Path, tmp_path: Path
 ) -> None:
