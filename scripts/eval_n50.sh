@@ -8,6 +8,9 @@
 #                                     # method, IRCoT included), at commit GATED_COMMIT below;
 #                                     # the sets in turns of 10 questions, so a partial run
 #                                     # covers all three
+#   bash scripts/eval_n50.sh escalation  # plain RAG and escalating_rag in the shipped profile, at
+#                                     # ESCALATION_COMMIT below (one run: escalating_rag's plain
+#                                     # RAG call is answered from standard_rag's); turns of 10
 #   bash scripts/eval_n50.sh both     # set by set: after, then before (a paired set at a time)
 #   bash scripts/eval_n50.sh rag_ef   # RAG-EF's ladder (S, S ∪ E, Eq. 1) beside standard_rag,
 #                                     # on the corpus of those questions (benchmarks/rag_ef_n50.py);
@@ -24,6 +27,7 @@ LABEL=${1:-after}
 BEFORE_COMMIT=b99a6b7  # the papers' settings: 64049d9 + this script's method list
 AFTER_COMMIT=a2f8522  # the calibrated profile, the short-answer step, MIGRES's empty-pool forced answer
 GATED_COMMIT=3bbe2bc  # the profile with the gate and reader settings chosen on questions 60+
+ESCALATION_COMMIT=${ESCALATION_COMMIT:-HEAD}  # set to the measured commit once a run starts
 RAG_EF_COMMIT=2b0d498  # RAG-EF's ladder: E_r (near copies replaced by sampled rewordings)
 # beside S and E. The code that builds S and E and evaluates rag_ef_S/SE/standard is the same as
 # at e4ef8ab (E is built with rewrites=0, as it was first built; LLM.generate only gained
@@ -76,7 +80,11 @@ case "$LABEL" in
     variant=(--variant "ircot_gate_p75=ircot:gate_threshold=-0.2877")
     METHODS=${METHODS_GATED:-standard_rag,missing_knowledge,iterkey,migres,rfm_rag,ircot,ircot_gate_p75}
     STEPS=${STEPS:-10 20 30 40 50} ;;
-  *) echo "usage: bash scripts/eval_n50.sh before|after|gated|both|rag_ef" >&2; exit 2 ;;
+  escalation)
+    COMMIT=$ESCALATION_COMMIT
+    METHODS=${METHODS_ESCALATION:-standard_rag,escalating_rag}
+    STEPS=${STEPS:-10 20 30 40 50} ;;
+  *) echo "usage: bash scripts/eval_n50.sh before|after|gated|escalation|both|rag_ef" >&2; exit 2 ;;
 esac
 CODE=$ROOT/.eval-$LABEL
 pinned_worktree "$CODE" "$COMMIT"
@@ -86,15 +94,16 @@ for limit in ${STEPS:-50}; do
   for ds in $DATASETS; do
     extra=()
     # MIGRES's released code seeds 2Wiki's kinship definitions (docs/methods/migres.md)
-    if [[ $LABEL != before && $ds == 2wikimultihopqa ]]; then extra=(--set migres.seed_facts=true); fi
+    if [[ $LABEL != before && $ds == 2wikimultihopqa && $METHODS == *migres* ]]; then extra=(--set migres.seed_facts=true); fi
     gaprag eval --methods "$METHODS" --dataset "$ds" --limit "$limit" --resume --out "$OUT/$ds" "${extra[@]}" "${variant[@]}"
   done
 done
 cd "$ROOT" && unset PYTHONPATH  # the report with the current code
 mapfile -t dirs < <(sets_with_rows "$OUT")
 versus=()
-# after is compared with before (the papers' settings), gated with after (the ungated profile)
-case "$LABEL" in after) earlier=before ;; gated) earlier=after ;; *) earlier= ;; esac
+# after is compared with before (the papers' settings), gated with after (the ungated profile),
+# escalation with gated (each method with its own gate)
+case "$LABEL" in after) earlier=before ;; gated) earlier=after ;; escalation) earlier=gated ;; *) earlier= ;; esac
 if [[ -n $earlier ]]; then
   while read -r b; do versus+=(--before "$b"); done < <(sets_with_rows "$ROOT/docs/results/n50/$earlier")
 fi
