@@ -159,3 +159,21 @@ def test_an_async_run_escalates_as_a_sync_run_does(store: Store) -> None:
     assert (
         out["answer"] == sync["answer"] and out["usage"]["llm_calls"] == sync["usage"]["llm_calls"]
     )
+
+
+def test_the_escalation_order_is_the_settings_order(store: Store) -> None:
+    out, _ = escalate(
+        store,
+        first_loop="missing_knowledge",
+        second_loop="ircot",
+        escalate_threshold=1.5,
+        call_budget=20,
+    )
+    assert [c["method"] for c in out["candidates"]] == [
+        "standard_rag",
+        "missing_knowledge",
+        "ircot",
+    ]
+    assert [d["node"].split(".")[0] for d in out["decisions"] if "." in d["node"]][0] == (
+        "missing_knowledge"
+    )
