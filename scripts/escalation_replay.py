@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import sys
 from pathlib import Path
 
 from gaprag.errors import GapragError
-from gaprag.eval.escalation import evaluate, fit, questions
+from gaprag.eval.escalation import evaluate, fit, questions, write_profile
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,6 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-calls", type=float, default=3.0, help="mean LLM calls allowed")
     ap.add_argument("--call-budget", type=int, default=8, help="escalating_rag's call_budget")
     ap.add_argument("--json", type=Path, default=None, help="also write the result as JSON")
+    ap.add_argument(
+        "--write-profile",
+        type=Path,
+        default=None,
+        metavar="TOML",
+        help="write the setting into this model profile's [escalating_rag] section",
+    )
     args = ap.parse_args(argv)
     try:
         qs = questions(args.dirs)
@@ -43,6 +51,18 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(out, indent=2))
     if args.json is not None:
         args.json.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    if args.write_profile is not None:
+        calib = [q for q in qs if q.index is None or q.index >= 60]
+        sets = sorted({q.dataset for q in calib})
+        notes = {
+            "date": datetime.date.today().isoformat(),
+            "command": "python scripts/escalation_replay.py "
+            + " ".join(str(d) for d in args.dirs)
+            + f" --max-calls {args.max_calls:g} --call-budget {args.call_budget}",
+            "sets": sets,
+            "objective": f"mean F1, at most {args.max_calls:g} LLM calls a question on average",
+        }
+        write_profile(args.write_profile, setting, result, notes)
     return 0
 
 

@@ -203,3 +203,42 @@ def fit(
     if best is None:
         raise ValueError(f"no setting keeps the mean calls within {max_calls}")
     return best[1], best[2]
+
+
+def write_profile(
+    path: Path, setting: Setting, result: Mapping[str, Any], notes: Mapping[str, Any]
+) -> None:
+    """Write ``setting`` as the profile's ``[escalating_rag]`` section (the gate as a
+    ``logprob_mean`` threshold) and how it was chosen as ``[calibration.escalating_rag]``,
+    keeping everything else in the profile."""
+    import tomllib
+
+    import tomli_w
+
+    from gaprag.nodes.gate import threshold_setting
+
+    data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    header = "".join(
+        line + "\n"
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.startswith("#")
+    )
+    data["escalating_rag"] = {
+        "gate": "logprob_mean",
+        "gate_threshold": round(threshold_setting("logprob_mean", setting.gate_p), 4)
+        if setting.gate_p <= 1.0
+        else 1.0,
+        "first_loop": setting.first,
+        "second_loop": setting.second,
+        "escalate_threshold": round(setting.escalate_p, 4),
+        "select_margin": setting.margin,
+        "call_budget": setting.call_budget,
+    }
+    record = dict(data.get("calibration", {}))
+    record["escalating_rag"] = {
+        **notes,
+        "chosen_gate_p": round(setting.gate_p, 4),
+        **{k: round(float(v), 4) for k, v in result.items()},
+    }
+    data["calibration"] = record
+    path.write_text(header + tomli_w.dumps(data), encoding="utf-8")

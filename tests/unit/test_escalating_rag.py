@@ -174,6 +174,6 @@ def test_the_escalation_order_is_the_settings_order(store: Store) -> None:
         "missing_knowledge",
         "ircot",
     ]
-    assert [d["node"].split(".")[0] for d in out["decisions"] if "." in d["node"]][0] == (
+    assert next(d["node"].split(".")[0] for d in out["decisions"] if "." in d["node"]) == (
         "missing_knowledge"
     )

@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from gaprag.eval.escalation import Answer, Question, Setting, evaluate, fit, questions, run
+from gaprag.eval.escalation import (
+    Answer,
+    Question,
+    Setting,
+    evaluate,
+    fit,
+    questions,
+    run,
+    write_profile,
+)
 
 
 def question(
@@ -83,3 +92,27 @@ def test_rows_become_questions_with_each_methods_loop_and_score(tmp_path: Path) 
     (q,) = questions([tmp_path])
     assert q.plain == Answer("Paris", 0.5, 0.0, 1)
     assert q.loops == {"ircot": Answer("Lyon", 0.7, 1.0, 1)}
+
+
+def test_the_chosen_setting_is_written_into_the_profile_and_kept_elsewhere(tmp_path: Path) -> None:
+    import tomllib
+
+    from gaprag.context import effective_settings
+    from gaprag.graphs import context_class
+    from gaprag.profiles import apply_profile, resolve
+
+    profile = tmp_path / "m.toml"
+    profile.write_text('# a header\nmodel = "m"\n[ircot]\ngate_threshold = -0.1\n')
+    setting = Setting("ircot", "none", gate_p=0.8, escalate_p=0.5, margin=0.1, call_budget=6)
+    write_profile(profile, setting, {"f1": 0.5, "calls": 2.0}, {"date": "2026-11-27"})
+    data = tomllib.loads(profile.read_text())
+    assert profile.read_text().startswith("# a header\n")
+    assert data["ircot"] == {"gate_threshold": -0.1}
+    assert data["escalating_rag"]["gate_threshold"] == pytest.approx(-0.2231, abs=1e-4)
+    assert data["escalating_rag"]["second_loop"] == "none"
+    assert data["calibration"]["escalating_rag"]["calls"] == 2.0
+    cls = context_class("escalating_rag")
+    merged, _ = apply_profile(
+        "escalating_rag", {}, resolve(str(profile), None), set(f for f in effective_settings(cls))
+    )
+    assert merged["first_loop"] == "ircot" and merged["call_budget"] == 6
