@@ -2,7 +2,8 @@
 one; the answer chosen among every candidate the run produced."""
 
 from gaprag.composed.escalating_rag.context import Context
+from gaprag.composed.escalating_rag.deps import EscalatingDeps
 from gaprag.composed.escalating_rag.graph import build
 from gaprag.composed.escalating_rag.state import OutputState, State
 
-__all__ = ["Context", "OutputState", "State", "build"]
+__all__ = ["Context", "EscalatingDeps", "OutputState", "State", "build"]

@@ -18,9 +18,9 @@ from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from gaprag.composed.escalating_rag.context import LOOPS, Context
+from gaprag.composed.escalating_rag.deps import EscalatingDeps
 from gaprag.composed.escalating_rag.nodes import (
     PASSED,
-    EscalatingDeps,
     choose,
     confident,
     first_loop,

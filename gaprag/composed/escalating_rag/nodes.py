@@ -3,16 +3,14 @@ subgraphs, and the choice among the candidates after each loop."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph.runtime import Runtime
 
 from gaprag.aio import sync_mode
 from gaprag.composed.escalating_rag.context import Context
+from gaprag.composed.escalating_rag.deps import EscalatingDeps
 from gaprag.composed.escalating_rag.state import Candidate, State
-from gaprag.deps import Deps
 from gaprag.llm import spend
 from gaprag.nodes.decisions import log_decision
 from gaprag.nodes.gate import GATE_STOP, gate
@@ -38,15 +36,6 @@ LOOP_KEYS = (
     "retrieved_ids",
     "shown_ids",
 )
-
-
-@dataclass(kw_only=True)
-class EscalatingDeps(Deps):
-    """escalating_rag's objects: every field of :class:`gaprag.deps.Deps`, and the composed
-    methods' compiled graphs (built by :func:`gaprag.composed.escalating_rag.build` from the
-    same objects, each with its model profile)."""
-
-    loops: Mapping[str, Any] = field(default_factory=dict)
 
 
 def calls_left(ctx: Context) -> int:
