@@ -184,7 +184,8 @@ def choose_answer(
     first, then each loop's in order), its ``p`` and the path, by the ``select`` rule:
 
     - an answer two candidates share (after normalisation) wins: the latest such candidate,
-      ``p`` the highest of theirs (path ``agreement``); with ``off``, the latest loop's;
+      ``p`` the highest of theirs (path ``agreement``); with ``off`` or one candidate, the
+      latest (path ``rule``);
     - else, with ``logprob`` and probabilities, the loop answer with the highest ``p``, unless
       plain RAG's exceeds it by ``margin`` (:func:`takes_gate`; path ``logprobs``);
     - else the latest loop's answer, ``p`` 0 (path ``agreement``, or ``agreement_fallback``
@@ -195,7 +196,7 @@ def choose_answer(
         raise ValueError("no candidate to choose from")
     last = len(candidates) - 1
     if rule == "off" or last == 0:
-        return last, candidates[last][1], "off" if rule == "off" else "only"
+        return last, candidates[last][1], "rule"
     keys = [normalize(a) if a else "" for a, _ in candidates]
     for i in range(last, -1, -1):
         shared = [j for j, k in enumerate(keys) if keys[i] and k == keys[i]]

@@ -130,7 +130,7 @@ def test_a_budget_too_small_for_a_loop_keeps_plain_rags_answer(store: Store) -> 
         ([("Paris", 0.4), ("Lyon", 0.5), ("Nice", 0.3)], "logprob", 1, "logprobs"),
         ([("Paris", 0.9), ("Lyon", None)], "logprob", 1, "agreement_fallback"),
         ([("Paris", 0.9), ("Lyon", 0.1)], "agreement", 1, "agreement"),
-        ([("Paris", 0.9), ("Lyon", 0.1)], "off", 1, "off"),
+        ([("Paris", 0.9), ("Lyon", 0.1)], "off", 1, "rule"),
     ],
 )
 def test_the_answer_is_chosen_by_agreement_first_then_probability(

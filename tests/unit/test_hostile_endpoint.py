@@ -40,7 +40,7 @@ EXTRA: dict[str, dict[str, str]] = {
 }
 DECISION_PATHS = {
     "logprobs", "constrained-no-logprobs", "parsed-no-logprobs", "no-logprobs", "constrained",
-    "parsed", "repaired", "model", "rule", "default",
+    "parsed", "repaired", "model", "rule", "default", "agreement", "agreement_fallback",
 }  # fmt: skip
 QUESTION = "Who wrote Hamlet and where was he born?"
 

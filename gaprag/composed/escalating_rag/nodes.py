@@ -182,9 +182,9 @@ def choose(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """
     ctx = runtime.context
     kept = [c for c in state.candidates if c["answer"]]
-    update: dict[str, Any] = {}
+    update: dict[str, Any] = {"answer": state.answer or ""}
     p: float | None = None
-    path = "none"
+    path = "rule"
     if kept:
         i, p, path = choose_answer(
             [(c["answer"], c["p"]) for c in kept], ctx.select, ctx.select_margin
@@ -202,7 +202,7 @@ def choose(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         state.rungs,
         "stop" if why else "continue",
         p=p,
-        path=why or path,
+        path=path,
         threshold=ctx.escalate_threshold,
         answer=update.get("answer", state.answer),
     )
