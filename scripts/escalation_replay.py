@@ -28,6 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="a `gaprag eval` set dir")
     ap.add_argument("--max-calls", type=float, default=3.0, help="mean LLM calls allowed")
     ap.add_argument("--call-budget", type=int, default=8, help="escalating_rag's call_budget")
+    ap.add_argument("--firsts", default="", help="comma-separated first loops to try (all)")
+    ap.add_argument("--seconds", default="", help="comma-separated second loops, none too (all)")
+    ap.add_argument("--gate-p", default="", help="comma-separated gate probabilities (all)")
+    ap.add_argument("--margins", default="0,0.1,0.2,0.3", help="select_margin values to try")
     ap.add_argument("--json", type=Path, default=None, help="also write the result as JSON")
     ap.add_argument(
         "--write-profile",
@@ -39,7 +43,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         qs = questions(args.dirs)
-        setting, result = fit(qs, max_calls=args.max_calls, call_budget=args.call_budget)
+        setting, result = fit(
+            qs,
+            max_calls=args.max_calls,
+            call_budget=args.call_budget,
+            margins=[float(m) for m in args.margins.split(",") if m],
+            firsts=[m for m in args.firsts.split(",") if m],
+            seconds=[m for m in args.seconds.split(",") if m],
+            gate_ps=[float(p) for p in args.gate_p.split(",") if p],
+        )
     except (GapragError, ValueError) as err:
         print(f"escalation_replay: {err}", file=sys.stderr)
         return 2
@@ -58,7 +70,11 @@ def main(argv: list[str] | None = None) -> int:
             "date": datetime.date.today().isoformat(),
             "command": "python scripts/escalation_replay.py "
             + " ".join(str(d) for d in args.dirs)
-            + f" --max-calls {args.max_calls:g} --call-budget {args.call_budget}",
+            + f" --max-calls {args.max_calls:g} --call-budget {args.call_budget}"
+            + (f" --firsts {args.firsts}" if args.firsts else "")
+            + (f" --seconds {args.seconds}" if args.seconds else "")
+            + (f" --gate-p {args.gate_p}" if args.gate_p else "")
+            + f" --margins {args.margins}",
             "sets": sets,
             "objective": f"mean F1, at most {args.max_calls:g} LLM calls a question on average",
         }

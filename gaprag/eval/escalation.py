@@ -14,6 +14,7 @@ stay within a cap (fewer calls breaking ties), on questions from index
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -181,15 +182,21 @@ def fit(
     max_calls: float = 3.0,
     margins: Sequence[float] = (0.0, 0.1, 0.2, 0.3),
     call_budget: int = 8,
+    firsts: Sequence[str] = (),
+    seconds: Sequence[str] = (),
+    gate_ps: Sequence[float] = (),
 ) -> tuple[Setting, dict[str, float]]:
     """The setting with the best mean F1 on the calibration questions of ``qs`` whose mean
-    calls are at most ``max_calls`` (fewer calls, then a higher gate, breaking ties)."""
+    calls are at most ``max_calls`` (fewer calls, then a higher gate, breaking ties);
+    ``firsts``/``seconds``: the loops tried at each rung (default: every method the rows hold,
+    and ``none`` second); ``gate_ps``: the gate probabilities tried (default: every plain
+    RAG ``p`` the rows hold)."""
     calib = [q for q in qs if q.index is None or q.index >= CALIBRATION_START]
     methods = sorted({m for q in calib for m in q.loops})
-    gates = _grid(q.plain.p for q in calib)
+    gates = list(gate_ps) or _grid(q.plain.p for q in calib)
     escalates = _grid(a.p for q in calib for a in q.loops.values())
     best: tuple[tuple[float, float, float], Setting, dict[str, float]] | None = None
-    for first, second in itertools.product(methods, [*methods, "none"]):
+    for first, second in itertools.product(firsts or methods, seconds or [*methods, "none"]):
         if first == second:
             continue
         for gate_p, escalate_p, margin in itertools.product(gates, escalates, margins):
@@ -202,7 +209,10 @@ def fit(
                 best = (key, s, result)
     if best is None:
         raise ValueError(f"no setting keeps the mean calls within {max_calls}")
-    return best[1], best[2]
+    chosen = best[1]
+    if chosen.escalate_p <= 0.0:  # every choice stops after the first loop: name no second
+        chosen = dataclasses.replace(chosen, second="none")
+    return chosen, best[2]
 
 
 def write_profile(
