@@ -27,7 +27,7 @@ LABEL=${1:-after}
 BEFORE_COMMIT=b99a6b7  # the papers' settings: 64049d9 + this script's method list
 AFTER_COMMIT=a2f8522  # the calibrated profile, the short-answer step, MIGRES's empty-pool forced answer
 GATED_COMMIT=3bbe2bc  # the profile with the gate and reader settings chosen on questions 60+
-ESCALATION_COMMIT=${ESCALATION_COMMIT:-HEAD}  # set to the measured commit once a run starts
+ESCALATION_COMMIT=15e5281  # escalating_rag and its profile as chosen on questions 60+
 RAG_EF_COMMIT=2b0d498  # RAG-EF's ladder: E_r (near copies replaced by sampled rewordings)
 # beside S and E. The code that builds S and E and evaluates rag_ef_S/SE/standard is the same as
 # at e4ef8ab (E is built with rewrites=0, as it was first built; LLM.generate only gained
