@@ -231,17 +231,27 @@ def looped(summary: Mapping[str, Any], method: str) -> str:
     return f"{(total - reasons[GATE_STOP]) / total:.0%}" if total else "–"
 
 
-def overview(summary: Mapping[str, Any], ladder: Mapping[str, Any] | None = None) -> str:
-    """README.md's results table: the baseline, the methods by pooled ΔF1, then RAG-EF's
-    ladder row (``LADDER_VARIANT`` against the ladder's own baseline) when given. When a
-    method ran gated, two columns give when each gated method loops (plain RAG's answer under
-    the gate's threshold) and on what share of the questions it did."""
+def overview(
+    summary: Mapping[str, Any],
+    ladder: Mapping[str, Any] | None = None,
+    also: Mapping[str, Any] | None = None,
+    also_label: str = "",
+) -> str:
+    """README.md's results table: the baseline, the methods by pooled ΔF1, then the methods of
+    another run (``also``, each against that run's own baseline, named with ``also_label``)
+    that this one does not have, then RAG-EF's ladder row (``LADDER_VARIANT`` against the
+    ladder's own baseline) when given. When a method ran gated, two columns give when each
+    gated method loops (plain RAG's answer under the gate's threshold) and on what share of
+    the questions it did."""
     pooled = summary["pooled"]
     n = max(v["n"] for v in pooled.values())
     gates = {m: gate_cell(summary, m) for m in pooled}
+    others = [m for m in order(also) if m not in pooled] if also is not None else []
+    if also is not None:
+        gates.update({m: gate_cell(also, m) for m in others})
     any_gate = any(cell != "–" for cell in gates.values())
     header = ["method", "settings", f"pooled F1, {n} q", "ΔF1 vs plain RAG [95% CI]"]
-    any_headroom = has_headroom(summary)
+    any_headroom = has_headroom(summary) or (also is not None and has_headroom(also))
     header += ["oracle F1", "captured"] * any_headroom
     header += ["loops when", "looped"] * any_gate + ["LLM calls / q", "s / q"]
 
@@ -263,6 +273,19 @@ def overview(summary: Mapping[str, Any], ladder: Mapping[str, Any] | None = None
         )
         for m in order(summary)
     ]
+    if also is not None:
+        base = also["pooled"][also.get("baseline", "standard_rag")]
+        suffix = f" {also_label}" if also_label else ""
+        rows += [
+            row(
+                f"{label(also, m)}{suffix}",
+                settings_cell(also, m, skip=GATE_SETTINGS)
+                + f"; its run's plain RAG F1 {num(base['f1']['mean'])}",
+                also["pooled"][m],
+                (gates[m], looped(also, m)) if gates[m] != "–" else ("–", "–"),
+            )
+            for m in others
+        ]
     if ladder is not None:
         entry = ladder["pooled"][LADDER_VARIANT]
         base = ladder["pooled"][ladder.get("baseline", "standard_rag")]
@@ -319,10 +342,19 @@ def main() -> None:
         metavar="LADDER_DIR",
         help="print README.md's table, with RAG-EF's row from this ladder's summary",
     )
+    ap.add_argument(
+        "--also",
+        type=Path,
+        metavar="DIR",
+        help="with --readme: also the methods of this run's summary that DIR's lacks",
+    )
+    ap.add_argument("--also-label", default="", help="what names --also's rows, e.g. its date")
     args = ap.parse_args()
     summary = json.loads((args.dir / "summary.json").read_text())
     if args.readme:
-        print(overview(summary, json.loads((args.readme / "summary.json").read_text())))
+        also = json.loads((args.also / "summary.json").read_text()) if args.also else None
+        ladder_summary = json.loads((args.readme / "summary.json").read_text())
+        print(overview(summary, ladder_summary, also, args.also_label))
         return
     if set(LADDER_ROWS) <= set(summary["pooled"]):
         print(ladder(summary))
