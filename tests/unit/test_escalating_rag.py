@@ -177,3 +177,11 @@ def test_the_escalation_order_is_the_settings_order(store: Store) -> None:
     assert next(d["node"].split(".")[0] for d in out["decisions"] if "." in d["node"]) == (
         "missing_knowledge"
     )
+
+
+def test_the_recursion_limit_covers_every_graph_it_composes(store: Store) -> None:
+    graph = build_graph("escalating_rag", llm=ScriptedChatModel(default="Paris"), retriever=store)
+    own = int((graph.config or {})["recursion_limit"])
+    for method in ("ircot", "migres", "rfm_rag", "iterkey", "missing_knowledge"):
+        inner = build_graph(method, llm=ScriptedChatModel(default="Paris"), retriever=store)
+        assert own >= int((inner.config or {})["recursion_limit"]), method
