@@ -36,6 +36,7 @@ LABELS = {
     "rfm_rag": "RFM-RAG",
     "rag_ef": "RAG-EF",
     "ircot": "IRCoT",
+    "escalating_rag": "Escalating RAG",
 }
 #: the gate's settings, shown in their own column
 GATE_SETTINGS = ("gate", "gate_threshold")
@@ -192,6 +193,8 @@ def settings_cell(summary: Mapping[str, Any], method: str, skip: Sequence[str] =
         return "–"
     first = runs[0]["settings"][method]
     cell = f"{first.get('retrieval_mode', '?')} top {first.get('top_k', '?')}"
+    if "top_k" not in first:  # a composed graph: its methods retrieve
+        cell = "composed"
     seen: dict[str, list[str]] = {}
     for r in runs:
         for key in (r.get("setting_sources") or {}).get(method) or {}:
