@@ -23,7 +23,7 @@ from typing import Any
 
 from gaprag.datasets import CALIBRATION_START
 from gaprag.eval.results import read_results
-from gaprag.eval.selection import _indices, _run_dir, read_scores
+from gaprag.eval.selection import question_indices, read_scores, run_dir_of
 from gaprag.eval.stats import BASELINE, dedupe, gate_answer
 from gaprag.metrics import f1_score
 from gaprag.nodes.gate import normalize
@@ -75,10 +75,10 @@ def questions(dirs: Sequence[str | Path]) -> list[Question]:
     """Every question of ``dirs`` with plain RAG's answer (a gate decision) and the loops'."""
     out: list[Question] = []
     for d in dirs:
-        run_dir = _run_dir(d)
+        run_dir = run_dir_of(d)
         rows = [r for r in dedupe(read_results(run_dir)) if not r.get("error")]
         scores = read_scores(run_dir)
-        index = _indices(run_dir)
+        index = question_indices(run_dir)
         by_id: dict[str, list[Mapping[str, Any]]] = {}
         for row in rows:
             by_id.setdefault(str(row.get("id")), []).append(row)

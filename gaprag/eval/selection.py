@@ -234,7 +234,7 @@ async def ascore_runs(
     done = 0
     model = str(getattr(llm.chat, "model_name", "") or "")
     for d in dirs:
-        run_dir = _run_dir(d)
+        run_dir = run_dir_of(d)
         cached = read_scores(run_dir)
         rows = [r for r in dedupe(read_results(run_dir)) if _gated(r)]
         rows = [r for r in rows if not methods or r.get("method") in methods]
@@ -264,7 +264,8 @@ def score_runs(dirs: Sequence[str | Path], llm: LLM, **kwargs: Any) -> int:
     return asyncio.run(ascore_runs(dirs, llm, **kwargs))
 
 
-def _run_dir(d: str | Path) -> Path:
+def run_dir_of(d: str | Path) -> Path:
+    """``d`` as a ``gaprag eval`` output directory; an input error when it holds no rows."""
     path = Path(d)
     if not (path / RESULTS).is_file():
         raise InputError(
@@ -296,7 +297,7 @@ class Candidates:
         return max(self.plain, self.gate_f1, self.loop_f1)
 
 
-def _indices(run_dir: Path) -> dict[str, int]:
+def question_indices(run_dir: Path) -> dict[str, int]:
     """Question id -> its index in the run's dataset file (the one whose sha256 ``run.json``
     records); empty when the run does not say or the file is not found."""
     try:
@@ -331,10 +332,10 @@ def candidates(dirs: Sequence[str | Path]) -> list[Candidates]:
     file: the gate's own where the gate answered, None where it was not scored)."""
     out: list[Candidates] = []
     for d in dirs:
-        run_dir = _run_dir(d)
+        run_dir = run_dir_of(d)
         rows = dedupe(read_results(run_dir))
         scores = read_scores(run_dir)
-        index = _indices(run_dir)
+        index = question_indices(run_dir)
         plain_f1 = {
             str(r.get("id")): float(r.get("f1") or 0.0)
             for r in rows

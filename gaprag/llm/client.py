@@ -25,7 +25,7 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
@@ -461,20 +461,36 @@ class LLM:
         ``top_logprobs`` alternatives where the endpoint returns them (``tokens`` None where
         it does not; after one refusal the endpoint is not asked again)."""
         msgs, parts = to_messages(messages), prompt_parts(messages)
-        if self.supports_logprobs:
-            try:
-                reply = await self._ainvoke(
-                    msgs, max_tokens, parts, logprobs=True, top_logprobs=top_logprobs
-                )
-            except EndpointError:
-                raise
-            except Exception as exc:  # the endpoint has no logprobs: stop asking
-                record_decision(event="logprobs_unavailable", error=one_line(str(exc), 200))
-                self.supports_logprobs = False
-            else:
-                return Scored(strip_thinking(_text(reply)).strip(), _token_logprobs(reply))
+        scored = await self._with_logprobs(
+            lambda **s: self._ainvoke(msgs, max_tokens, parts, **s), top_logprobs=top_logprobs
+        )
+        if scored is not None:
+            return Scored(strip_thinking(_text(scored)).strip(), _token_logprobs(scored))
         reply = await self._ainvoke(msgs, max_tokens, parts)
         return Scored(strip_thinking(_text(reply)).strip(), None)
+
+    async def _with_logprobs(
+        self,
+        send: Callable[..., Awaitable[AIMessage]],
+        *,
+        note: Mapping[str, Any] | None = None,
+        **scoring: Any,
+    ) -> AIMessage | None:
+        """``send(logprobs=True, **scoring)``'s reply, or None when the endpoint is known to give
+        no logprobs or refuses them now: the refusal is recorded (with ``note``'s fields) and
+        the endpoint is not asked again. An endpoint error is raised as it is."""
+        if not self.supports_logprobs:
+            return None
+        try:
+            return await send(logprobs=True, **scoring)
+        except EndpointError:
+            raise
+        except Exception as exc:  # the endpoint has no logprobs: stop asking
+            record_decision(
+                **(note or {}), event="logprobs_unavailable", error=one_line(str(exc), 200)
+            )
+            self.supports_logprobs = False
+            return None
 
     async def ascore_continuation(
         self, messages: Messages, prefix: str, text: str, *, top_logprobs: int = 2
@@ -487,19 +503,16 @@ class LLM:
         answered at temperature 0: the tokens are the model's own, as it generates ``text``.
         None when the endpoint gives no logprobs or its continuation does not start with
         ``text`` (another model, or a reply that was constrained when it was made)."""
-        if not self.supports_logprobs:
-            return None
         msgs = to_messages(messages)
         if prefix:
             msgs = [*msgs, AIMessage(content=prefix)]
-        extra: dict[str, Any] = {"logprobs": True, "top_logprobs": top_logprobs, "temperature": 0.0}
-        try:
-            reply = await self._ainvoke(msgs, len(text) + 2, prompt_parts(messages), **extra)
-        except EndpointError:
-            raise
-        except Exception as exc:  # the endpoint has no logprobs: stop asking
-            record_decision(event="logprobs_unavailable", error=one_line(str(exc), 200))
-            self.supports_logprobs = False
+        parts = prompt_parts(messages)
+        reply = await self._with_logprobs(
+            lambda **s: self._ainvoke(msgs, len(text) + 2, parts, **s),
+            top_logprobs=top_logprobs,
+            temperature=0.0,
+        )
+        if reply is None:
             return None
         tokens = _token_logprobs(reply)
         content = _text(reply)
@@ -565,17 +578,12 @@ class LLM:
     ) -> tuple[str, list[TokenLogprob] | None]:
         """A constrained reply's text, and its token logprobs when ``logprobs`` is asked and the
         endpoint gives them (after one refusal the endpoint is not asked again)."""
-        if logprobs and self.supports_logprobs:
-            try:
-                reply = await self._ainvoke_constrained(
-                    messages, max_tokens, schema, parts, logprobs=True, top_logprobs=2
-                )
-            except EndpointError:
-                raise
-            except Exception as exc:  # the endpoint has no logprobs: stop asking
-                record_decision(event="logprobs_unavailable", error=one_line(str(exc), 200))
-                self.supports_logprobs = False
-            else:
+        if logprobs:
+            reply = await self._with_logprobs(
+                lambda **s: self._ainvoke_constrained(messages, max_tokens, schema, parts, **s),
+                top_logprobs=2,
+            )
+            if reply is not None:
                 return _text(reply), _token_logprobs(reply)
         return _text(await self._ainvoke_constrained(messages, max_tokens, schema, parts)), None
 
@@ -639,23 +647,16 @@ class LLM:
         """
         msgs = to_messages(messages)
         parts = prompt_parts(messages)
-        if self.supports_logprobs:
-            try:
-                # a few tokens: some models open with a whitespace or newline token
-                reply = await self._ainvoke(msgs, 3, parts, logprobs=True, top_logprobs=20)
-                probs = self._option_probs(reply, options)
-                if probs:
-                    # ties go to the caller's safe default
-                    best = max(probs, key=lambda k: (probs[k], k == default))
-                    record_decision(call=call, path="logprobs", probs=probs)
-                    return Choice(best, "logprobs", probs, _text(reply))
-            except EndpointError:
-                raise
-            except Exception as exc:  # the endpoint has no logprobs: stop asking
-                record_decision(
-                    call=call, event="logprobs_unavailable", error=one_line(str(exc), 200)
-                )
-                self.supports_logprobs = False
+        # a few tokens: some models open with a whitespace or newline token
+        reply = await self._with_logprobs(
+            lambda **s: self._ainvoke(msgs, 3, parts, **s), note={"call": call}, top_logprobs=20
+        )
+        probs = self._option_probs(reply, options) if reply is not None else {}
+        if reply is not None and probs:
+            # ties go to the caller's safe default
+            best = max(probs, key=lambda k: (probs[k], k == default))
+            record_decision(call=call, path="logprobs", probs=probs)
+            return Choice(best, "logprobs", probs, _text(reply))
         schema = {
             "type": "object",
             "properties": {"answer": {"type": "string", "enum": list(options)}},
@@ -679,23 +680,18 @@ class LLM:
         Case and spacing variants of a token (``True``, `` true``, ``TRUE``) are summed; a token
         counts for an option when it is a prefix of it (``Tr`` for ``True``).
         """
-        logprobs = reply.response_metadata.get("logprobs") or {}
-        content = logprobs.get("content") if isinstance(logprobs, dict) else None
-        if not content:
-            return {}
-        position = next((c for c in content if str(c.get("token", "")).strip()), None)
+        tokens = _token_logprobs(reply) or []
+        position = next((t for t in tokens if t.token.strip()), None)
         if position is None:
             return {}
         probs: dict[str, float] = {}
-        for item in position.get("top_logprobs") or []:
-            token = str(item.get("token", "")).strip().lower()
+        for alternative, logprob in position.top:
+            token = alternative.strip().lower()
             if not token:
                 continue
             for option in options:
                 if option.lower().startswith(token):
-                    probs[option] = probs.get(option, 0.0) + math.exp(
-                        float(item.get("logprob", -100.0))
-                    )
+                    probs[option] = probs.get(option, 0.0) + math.exp(logprob)
                     break
         return probs
 
