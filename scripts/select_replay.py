@@ -10,6 +10,9 @@ the final answer of every gated row not yet scored, appending to the directory's
 N rows). Then it prints, per method, the candidates' F1 and each rule of
 :mod:`gaprag.eval.selection` with its thresholds chosen by F1 on the calibration questions
 (index 60 on) and, with those thresholds, its F1 on the reported questions (0-49).
+``--check`` adds, per method and set, what selection as a profile sets it (``select =
+"logprob"``) gives on the reported questions: with margin 0, and with the margin fitted on the
+calibration questions, with paired intervals against plain RAG and against the run.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import sys
 from pathlib import Path
 
 from gaprag.errors import GapragError
-from gaprag.eval.selection import candidates, render, replay, score_runs
+from gaprag.eval.selection import candidates, check, render, render_check, replay, score_runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--score", action="store_true", help="re-score rows not yet scored first")
     ap.add_argument("--limit", type=int, default=None, help="score at most N rows this time")
     ap.add_argument("--methods", default="", help="comma-separated methods (default: all gated)")
+    ap.add_argument("--check", action="store_true", help="the logprob rule on questions 0-49")
     ap.add_argument("--json", type=Path, default=None, help="also write the replay as JSON")
     args = ap.parse_args(argv)
     methods = [m for m in args.methods.split(",") if m]
@@ -51,6 +55,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = replay(cands)
     print(render(result))
+    if args.check:
+        zero = {m: {"m": 0.0} for m in result}
+        fitted = {
+            m: dict(e["rules"].get("margin", {}).get("thresholds", {})) for m, e in result.items()
+        }
+        result = {
+            "replay": result,
+            "check_margin_0": check(cands, "margin", zero),
+            "check_margin_fitted": check(cands, "margin", fitted),
+        }
+        for key in ("check_margin_0", "check_margin_fitted"):
+            print()
+            print(render_check(result[key]))
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2), encoding="utf-8")
     return 0

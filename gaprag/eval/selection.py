@@ -48,7 +48,7 @@ from gaprag.datasets import CALIBRATION_START, REPORTED_QUESTIONS, load_dataset
 from gaprag.errors import InputError
 from gaprag.eval.record import RUN_FILE
 from gaprag.eval.results import RESULTS, read_results
-from gaprag.eval.stats import BASELINE, captured_share, dedupe, gate_answer
+from gaprag.eval.stats import BASELINE, bootstrap_ci, captured_share, dedupe, gate_answer
 from gaprag.metrics import f1_score
 from gaprag.nodes.answer import clean_answer
 from gaprag.nodes.gate import GATE_STOP, Signal, logprob_signals, normalize, probability
@@ -510,6 +510,93 @@ def replay(cands: Sequence[Candidates]) -> dict[str, Any]:
             }
         out[method] = entry
     return out
+
+
+def _delta(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
+    """Mean paired difference ``a - b`` with its bootstrap interval, and wins / losses."""
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    return {
+        "mean": sum(diffs) / len(diffs),
+        "ci": bootstrap_ci(diffs),
+        "wins": sum(d > 0 for d in diffs),
+        "losses": sum(d < 0 for d in diffs),
+    }
+
+
+def check(
+    cands: Sequence[Candidates], rule: str, thresholds: Mapping[str, Thresholds]
+) -> dict[str, Any]:
+    """Per method, ``rule`` (its thresholds from ``thresholds[method]``, e.g. fitted on the
+    calibration questions; ``loop`` where they are missing) on the reported questions (index below
+    :data:`REPORTED_QUESTIONS`): F1 per set and pooled for plain RAG, the run as it was (the
+    method's answer always) and the rule, with the rule's paired ΔF1 against plain RAG and
+    against the run."""
+    per: dict[str, list[Candidates]] = defaultdict(list)
+    for c in cands:
+        if c.index is not None and c.index < REPORTED_QUESTIONS:
+            per[c.method].append(c)
+    out: dict[str, Any] = {}
+    for method, rows in per.items():
+        t = dict(thresholds.get(method, {}))
+        used = rule if all(n in t for n in RULES[rule][0]) else "loop"  # none fitted: the run
+        chosen = [c.gate_f1 if choose_gate(used, c, t) else c.loop_f1 for c in rows]
+        sets: dict[str, dict[str, float]] = {}
+        for name in sorted({c.dataset for c in rows}):
+            pick = [i for i, c in enumerate(rows) if c.dataset == name]
+            sets[name] = {
+                "n": len(pick),
+                "plain": _mean([rows[i].plain for i in pick]) or 0.0,
+                "run": _mean([rows[i].loop_f1 for i in pick]) or 0.0,
+                "rule": _mean([chosen[i] for i in pick]) or 0.0,
+            }
+        plain, run = [c.plain for c in rows], [c.loop_f1 for c in rows]
+        out[method] = {
+            "rule": used,
+            "thresholds": t,
+            "n": len(rows),
+            "plain": sum(plain) / len(rows),
+            "run": sum(run) / len(rows),
+            "f1": sum(chosen) / len(rows),
+            "switched": sum(choose_gate(used, c, t) for c in rows),
+            "vs_plain": _delta(chosen, plain),
+            "vs_run": _delta(chosen, run),
+            "run_vs_plain": _delta(run, plain),
+            "sets": sets,
+        }
+    return out
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.3f}".replace("-", "−")
+
+
+def _interval(d: Mapping[str, Any]) -> str:
+    lo, hi = d["ci"] or (float("nan"), float("nan"))
+    return f"{_signed(d['mean'])} [{_signed(lo)}, {_signed(hi)}]"
+
+
+def render_check(result: Mapping[str, Any]) -> str:
+    """:func:`check` as Markdown: per method and set, then pooled with intervals."""
+    lines = [
+        "| method | rule | set | n | plain RAG | the run | with the rule | switched | ΔF1 vs plain "
+        "RAG | ΔF1 vs the run | wins / losses vs the run |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for method, e in result.items():
+        t = ", ".join(f"{k}={v:.3f}" for k, v in e["thresholds"].items())
+        rule = f"{e['rule']} ({t})" if t else e["rule"]
+        for name, s in e["sets"].items():
+            lines.append(
+                f"| {method} | {rule} | {name} | {s['n']} | {_num(s['plain'])} | "
+                f"{_num(s['run'])} | {_num(s['rule'])} | | | | |"
+            )
+        lines.append(
+            f"| {method} | {rule} | **pooled** | {e['n']} | {_num(e['plain'])} | "
+            f"{_num(e['run'])} | **{_num(e['f1'])}** | {e['switched']} | "
+            f"{_interval(e['vs_plain'])} | {_interval(e['vs_run'])} | "
+            f"{e['vs_run']['wins']} / {e['vs_run']['losses']} |"
+        )
+    return "\n".join(lines)
 
 
 def _num(value: float | None, digits: int = 3) -> str:

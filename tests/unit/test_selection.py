@@ -210,6 +210,26 @@ def test_rules_with_thresholds_need_calibration_questions() -> None:
     assert set(result["rules"]) == {"loop", "gate"} and result["fit"] is None
 
 
+def test_the_check_applies_a_rule_on_the_reported_questions_only_against_plain_rag_and_the_run() -> (
+    None
+):
+    other = Candidates(dataset="e", method="rfm_rag", id="q12", index=12, plain=0.5,
+                       gate_f1=0.0, loop_f1=1.0, gate_p=0.9, loop_p=0.5, agree=False)  # fmt: skip
+    result = selection.check([*FIT, *CHECK, other], "margin", {"rfm_rag": {"m": 0.5}})["rfm_rag"]
+    # 10: the gate surer by 0.82, switched (1.0); 11: by 0.55, switched (1.0); 12: by 0.4, kept
+    assert result["n"] == 3 and result["switched"] == 2
+    assert result["f1"] == 1.0 and result["run"] == pytest.approx(1 / 3)
+    assert result["vs_run"]["mean"] == pytest.approx(2 / 3)
+    assert (result["vs_run"]["wins"], result["vs_run"]["losses"]) == (2, 0)
+    assert result["vs_plain"]["mean"] == pytest.approx((0 + 0 + 0.5) / 3)
+    assert result["sets"]["d"] == {"n": 2, "plain": 1.0, "run": 0.0, "rule": 1.0}
+    assert result["sets"]["e"]["rule"] == 1.0
+    unfitted = selection.check(CHECK, "margin", {})["rfm_rag"]  # no thresholds: the run's answer
+    assert unfitted["rule"] == "loop" and unfitted["switched"] == 0 and unfitted["f1"] == 0.0
+    table = selection.render_check({"rfm_rag": result})
+    assert "| rfm_rag | margin (m=0.500) | **pooled** | 3 |" in table
+
+
 def test_the_script_prints_the_replay(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = load_script("scripts/select_replay.py")
     assert script.main([str(run_dir)]) == 0
@@ -219,6 +239,11 @@ def test_the_script_prints_the_replay(run_dir: Path, capsys: pytest.CaptureFixtu
         in out
     )
     assert "| ircot | gate_p | a=1.700 |" in out  # above every p: never switch
+    assert script.main(["--check", str(run_dir)]) == 0
+    assert (
+        "| method | rule | set | n | plain RAG | the run | with the rule |"
+        in capsys.readouterr().out
+    )
     assert script.main([str(run_dir.parent)]) == 2
 
 
