@@ -161,7 +161,8 @@ def read_scores(run_dir: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
-def _append(path: Path, record: Mapping[str, Any]) -> None:
+def append_record(path: Path, record: Mapping[str, Any]) -> None:
+    """Append ``record`` as one JSON line, in one write (a crash loses no earlier line)."""
     data = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -252,7 +253,7 @@ async def ascore_runs(
             else:
                 record = await score_trace(llm, trace)
             record["model"] = model
-            _append(scores_file(run_dir), record)
+            append_record(scores_file(run_dir), record)
             done += 1
             if progress is not None:
                 progress(f"{run_dir.name} {method} {row.get('id')}: {record['path']}")

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -38,7 +38,8 @@ from langgraph.runtime import Runtime
 from gaprag.accounting import record_decision
 from gaprag.llm.client import LLM, M, Messages, Structured, TokenLogprob
 from gaprag.nodes.decisions import log_decision
-from gaprag.nodes.gate import logprob_signals, normalize
+from gaprag.nodes.gate import PLAIN_PASSAGE_WORDS, logprob_signals, normalize, plain_rag
+from gaprag.nodes.render import render_passages
 
 #: where an answer starts inside a reply: a chain-of-thought marker or a JSON answer field
 ANSWER_MARKER = re.compile(r"""answer\s+is\s*:?|answer\s*:|"text"\s*:\s*\"""", re.IGNORECASE)
@@ -210,3 +211,16 @@ def choose_answer(
             return 0, candidates[0][1], "logprobs"
         return best, candidates[best][1], "logprobs"
     return last, 0.0, "agreement" if rule == "agreement" else "agreement_fallback"
+
+
+#: the most passages a reread shows (plain RAG's five first, then the loop's)
+REREAD_PASSAGES = 10
+
+
+def reread_messages(question: str, passages: Sequence[Mapping[str, Any]]) -> Messages:
+    """Plain RAG's request over every passage a run showed (at most :data:`REREAD_PASSAGES`,
+    in the order shown, each cut as plain RAG cuts it): one prompt under which the run's
+    candidates were not generated, so its answer can break their tie."""
+    prompt, fmt = plain_rag()
+    shown = render_passages(passages[:REREAD_PASSAGES], fmt, max_words=PLAIN_PASSAGE_WORDS)
+    return prompt.render(question=question, passages=shown)
