@@ -1,8 +1,9 @@
 """Offline reread: break a tie between a run's candidates with one more reading.
 
 Where plain RAG's answer and a method's answer differ, a reread sends plain RAG's request over
-every passage the run showed (:func:`gaprag.nodes.select.reread_messages`): a prompt under which
-neither candidate was generated. Its answer then picks the candidate it matches.
+plain RAG's passages followed by the method's evidence
+(:func:`gaprag.nodes.select.reread_messages`): a prompt under which neither candidate was
+generated. Its answer then picks the candidate it matches.
 
 1. :func:`reread_runs` sends that request for every row of ``gaprag eval`` directories whose
    candidates differ, and appends its answer and ``p`` to ``reread.jsonl`` beside the rows
@@ -36,7 +37,13 @@ from gaprag.eval.selection import append_record, question_indices, run_dir_of
 from gaprag.eval.stats import BASELINE, bootstrap_ci, dedupe, gate_answer
 from gaprag.metrics import f1_score
 from gaprag.nodes.answer import clean_answer
-from gaprag.nodes.gate import GATE_STOP, PLAIN_ANSWER_MAX_TOKENS, logprob_signals, normalize
+from gaprag.nodes.gate import (
+    GATE_STOP,
+    PLAIN_ANSWER_MAX_TOKENS,
+    PLAIN_TOP_K,
+    logprob_signals,
+    normalize,
+)
 from gaprag.nodes.select import reread_messages
 from gaprag.nodes.short_answer import rule_answer
 
@@ -64,7 +71,7 @@ class Pair:
     run_f1: float  # the row's own F1
     plain_f1: float
     loop_f1: float
-    shown: tuple[str, ...]
+    passages: tuple[str, ...]  # plain RAG's passages, then the method's evidence, each once
 
     @property
     def differ(self) -> bool:
@@ -91,6 +98,8 @@ def pair(row: Mapping[str, Any]) -> Pair | None:
         loop_f1 = float(row.get("f1") or 0.0)
     if not plain:
         return None
+    # plain RAG's passages are the first the run showed (its gate's call comes first)
+    plain_ids = [str(i) for i in row.get("shown_ids") or []][:PLAIN_TOP_K]
     return Pair(
         dataset=str(row.get("dataset")),
         method=str(row.get("method")),
@@ -102,7 +111,7 @@ def pair(row: Mapping[str, Any]) -> Pair | None:
         run_f1=float(row.get("f1") or 0.0),
         plain_f1=_f1(question, plain, golds),
         loop_f1=loop_f1,
-        shown=tuple(str(i) for i in row.get("shown_ids") or []),
+        passages=tuple(dict.fromkeys(plain_ids + [str(i) for i in row.get("evidence_ids") or []])),
     )
 
 
@@ -151,7 +160,7 @@ async def areread_runs(
             if limit is not None and done >= limit:
                 return done
             docs = docs if docs is not None else _documents(run_dir)
-            passages = [docs[i] for i in found.shown if i in docs]
+            passages = [docs[i] for i in found.passages if i in docs]
             scored = await llm.agenerate_scored(
                 reread_messages(found.question, passages), max_tokens=PLAIN_ANSWER_MAX_TOKENS
             )

@@ -213,14 +213,14 @@ def choose_answer(
     return last, 0.0, "agreement" if rule == "agreement" else "agreement_fallback"
 
 
-#: the most passages a reread shows (plain RAG's five first, then the loop's)
+#: the most passages a reread shows (plain RAG's five first, then the loop's evidence)
 REREAD_PASSAGES = 10
 
 
 def reread_messages(question: str, passages: Sequence[Mapping[str, Any]]) -> Messages:
-    """Plain RAG's request over every passage a run showed (at most :data:`REREAD_PASSAGES`,
-    in the order shown, each cut as plain RAG cuts it): one prompt under which the run's
-    candidates were not generated, so its answer can break their tie."""
+    """Plain RAG's request over ``passages`` (plain RAG's, then the loop's evidence; at most
+    :data:`REREAD_PASSAGES`, each cut as plain RAG cuts it): one prompt under which neither of
+    the run's candidates was generated, so its answer can break their tie."""
     prompt, fmt = plain_rag()
     shown = render_passages(passages[:REREAD_PASSAGES], fmt, max_words=PLAIN_PASSAGE_WORDS)
     return prompt.render(question=question, passages=shown)

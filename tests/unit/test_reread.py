@@ -26,7 +26,7 @@ def row(qid: str, method: str, prediction: str, f1: float, gate: str | None, **e
     return {"dataset": "tiny", "id": qid, "method": method, "question": QUESTION,
             "answers": ["Dracula"], "prediction": prediction, "f1": f1, "error": None,
             "stop_reason": "answered", "decisions": decisions,
-            "shown_ids": ["p0", "p1", "p11"], **extra}  # fmt: skip
+            "shown_ids": ["p0", "p1", "p2", "p3", "p4", "p5"], "evidence_ids": ["p11", "p1"], **extra}  # fmt: skip
 
 
 @pytest.fixture
@@ -65,16 +65,18 @@ async def test_only_rows_whose_candidates_differ_are_reread_and_rereading_resume
     records = reread.read_rereads(run_dir)
     assert set(records) == {("ircot", "q5"), ("ircot", "q60")}
     assert records[("ircot", "q5")]["answer"] == "Dracula"
-    assert records[("ircot", "q5")]["passages"] == 3  # p0, p1, p11 from the set's corpus
+    # plain RAG's five (the first shown), then the method's evidence not among them
+    assert records[("ircot", "q5")]["passages"] == 6
     assert records[("ircot", "q5")]["logprob_mean"] == pytest.approx(-0.2)
     shown = str(chat.calls[0]["messages"][-1][1])
-    assert "paragraph 11" in shown and "paragraph 2" not in shown
+    assert "paragraph 4" in shown and "paragraph 11" in shown and "paragraph 5" not in shown
+    assert shown.index("paragraph 4") < shown.index("paragraph 11")
 
 
 def candidates(plain: str, loop: str) -> Pair:
     return Pair(dataset="d", method="ircot", id="q", question=QUESTION, answers=("Dracula",),
                 plain=plain, loop=loop, run_f1=0.0, plain_f1=f1_score(plain, ["Dracula"]),
-                loop_f1=f1_score(loop, ["Dracula"]), shown=())  # fmt: skip
+                loop_f1=f1_score(loop, ["Dracula"]), passages=())  # fmt: skip
 
 
 @pytest.mark.parametrize(
