@@ -33,8 +33,16 @@ from typing import TYPE_CHECKING, Any
 from gaprag.datasets import CALIBRATION_START, REPORTED_QUESTIONS, load_dataset
 from gaprag.eval.record import RUN_FILE
 from gaprag.eval.results import read_results
-from gaprag.eval.selection import append_record, question_indices, run_dir_of
-from gaprag.eval.stats import BASELINE, bootstrap_ci, dedupe, gate_answer
+from gaprag.eval.selection import (
+    append_record,
+    format_interval,
+    paired_delta,
+    pending_rows,
+    question_indices,
+    read_records,
+    run_dir_of,
+)
+from gaprag.eval.stats import BASELINE, dedupe, gate_answer
 from gaprag.metrics import f1_score
 from gaprag.nodes.answer import clean_answer
 from gaprag.nodes.gate import (
@@ -117,17 +125,7 @@ def pair(row: Mapping[str, Any]) -> Pair | None:
 
 def read_rereads(run_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
     """``(method, id) -> record`` of ``reread.jsonl`` (empty when there is none)."""
-    path = run_dir / REREAD_FILE
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                out[(str(record.get("method")), str(record.get("id")))] = record
-    return out
+    return read_records(run_dir / REREAD_FILE)
 
 
 def _documents(run_dir: Path) -> dict[str, Mapping[str, Any]]:
@@ -147,35 +145,31 @@ async def areread_runs(
     """Reread every row of ``dirs`` whose candidates differ and that has none yet (at most
     ``limit`` this time), appending as each finishes; returns how many were sent."""
     done = 0
-    for d in dirs:
-        run_dir = run_dir_of(d)
-        cached = read_rereads(run_dir)
-        docs: dict[str, Mapping[str, Any]] | None = None
-        for row in dedupe(read_results(run_dir)):
-            found = pair(row)
-            if found is None or not found.differ or (methods and found.method not in methods):
-                continue
-            if (found.method, found.id) in cached:
-                continue
-            if limit is not None and done >= limit:
-                return done
-            docs = docs if docs is not None else _documents(run_dir)
-            passages = [docs[i] for i in found.passages if i in docs]
-            scored = await llm.agenerate_scored(
-                reread_messages(found.question, passages), max_tokens=PLAIN_ANSWER_MAX_TOKENS
-            )
-            signals = logprob_signals(scored.tokens) if scored.tokens else None
-            record = {
-                "method": found.method,
-                "id": found.id,
-                "answer": clean_answer(scored.text),
-                "logprob_mean": None if signals is None else signals.get("logprob_mean"),
-                "passages": len(passages),
-            }
-            append_record(run_dir / REREAD_FILE, record)
-            done += 1
-            if progress is not None:
-                progress(f"{run_dir.name} {found.method} {found.id}: {record['answer']!r}")
+    docs: dict[Path, dict[str, Mapping[str, Any]]] = {}
+    for run_dir, row in pending_rows(dirs, REREAD_FILE, methods):
+        found = pair(row)
+        if found is None or not found.differ:
+            continue
+        if limit is not None and done >= limit:
+            return done
+        if run_dir not in docs:
+            docs[run_dir] = _documents(run_dir)
+        passages = [docs[run_dir][i] for i in found.passages if i in docs[run_dir]]
+        scored = await llm.agenerate_scored(
+            reread_messages(found.question, passages), max_tokens=PLAIN_ANSWER_MAX_TOKENS
+        )
+        signals = logprob_signals(scored.tokens) if scored.tokens else None
+        record = {
+            "method": found.method,
+            "id": found.id,
+            "answer": clean_answer(scored.text),
+            "logprob_mean": None if signals is None else signals.get("logprob_mean"),
+            "passages": len(passages),
+        }
+        append_record(run_dir / REREAD_FILE, record)
+        done += 1
+        if progress is not None:
+            progress(f"{run_dir.name} {found.method} {found.id}: {record['answer']!r}")
     return done
 
 
@@ -200,13 +194,6 @@ def pick(rule: str, p: Pair, reread: str) -> float:
     return fallback[rule]
 
 
-def _delta(a: Sequence[float], b: Sequence[float]) -> str:
-    diffs = [x - y for x, y in zip(a, b, strict=True)]
-    lo, hi = bootstrap_ci(diffs) or (0.0, 0.0)
-    mean = sum(diffs) / len(diffs)
-    return f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]".replace("-", "−")
-
-
 def replay(dirs: Sequence[str | Path], methods: Sequence[str] = ()) -> str:
     """Per method and part (``fit``: questions 60 on; ``check``: below 50): the run's F1 and
     each rule's, over every row of the method (agreeing and gate-stopped rows keep their
@@ -226,9 +213,9 @@ def replay(dirs: Sequence[str | Path], methods: Sequence[str] = ()) -> str:
             if method == BASELINE or (methods and method not in methods) or row.get("error"):
                 continue
             i = index.get(qid)
-            part = "fit" if i is not None and i >= CALIBRATION_START else "check"
             if i is None or REPORTED_QUESTIONS <= i < CALIBRATION_START:
                 continue
+            part = "fit" if i >= CALIBRATION_START else "check"
             found, record = pair(row), rereads.get((method, qid))
             run = float(row.get("f1") or 0.0)
             plain = plain_f1.get(qid, found.plain_f1 if found else run)
@@ -254,6 +241,7 @@ def replay(dirs: Sequence[str | Path], methods: Sequence[str] = ()) -> str:
             f"| {method} | {part} | {n} | {sum(1 for x in items if x[2]) / n:.2f} | "
             f"{sum(plains) / n:.3f} | {sum(runs) / n:.3f} | "
             + " | ".join(cells)
-            + f" | {_delta(vote, runs)} | {_delta(vote, plains)} |"
+            + f" | {format_interval(paired_delta(vote, runs))} | "
+            + f"{format_interval(paired_delta(vote, plains))} |"
         )
     return "\n".join(lines)

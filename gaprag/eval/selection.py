@@ -39,7 +39,7 @@ import json
 import math
 import os
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -145,10 +145,10 @@ def scores_file(run_dir: str | Path) -> Path:
     return Path(run_dir) / SCORES
 
 
-def read_scores(run_dir: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """(method, question id) -> its score record (the last one; torn lines skipped)."""
+def read_records(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """(method, question id) -> its record in the JSON-lines file ``path`` (the last one; torn
+    lines skipped; empty when there is no file)."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
-    path = scores_file(run_dir)
     if not path.is_file():
         return out
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -159,6 +159,25 @@ def read_scores(run_dir: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
         if isinstance(record, dict):
             out[(str(record.get("method")), str(record.get("id")))] = record
     return out
+
+
+def read_scores(run_dir: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """(method, question id) -> its score record."""
+    return read_records(scores_file(run_dir))
+
+
+def pending_rows(
+    dirs: Sequence[str | Path], name: str, methods: Sequence[str] = ()
+) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Each row of ``dirs`` (of ``methods``; all when empty), with its run directory, that has
+    no record yet in the directory's JSON-lines file ``name``."""
+    for d in dirs:
+        run_dir = run_dir_of(d)
+        done = read_records(run_dir / name)
+        for row in dedupe(read_results(run_dir)):
+            key = (str(row.get("method")), str(row.get("id")))
+            if (not methods or key[0] in methods) and key not in done:
+                yield run_dir, row
 
 
 def append_record(path: Path, record: Mapping[str, Any]) -> None:
@@ -234,29 +253,25 @@ async def ascore_runs(
     ``limit`` this time), appending as each finishes; returns how many were scored."""
     done = 0
     model = str(getattr(llm.chat, "model_name", "") or "")
-    for d in dirs:
-        run_dir = run_dir_of(d)
-        cached = read_scores(run_dir)
-        rows = [r for r in dedupe(read_results(run_dir)) if _gated(r)]
-        rows = [r for r in rows if not methods or r.get("method") in methods]
-        todo = [r for r in rows if (str(r.get("method")), str(r.get("id"))) not in cached]
-        traces: dict[str, dict[str, dict[str, Any]]] = {}
-        for row in todo:
-            if limit is not None and done >= limit:
-                return done
-            method = str(row.get("method"))
-            if method not in traces:
-                traces[method] = method_traces(run_dir, method)
-            trace = traces[method].get(str(row.get("id")))
-            if trace is None:
-                record = {"method": method, "id": row.get("id"), "path": "no_trace"}
-            else:
-                record = await score_trace(llm, trace)
-            record["model"] = model
-            append_record(scores_file(run_dir), record)
-            done += 1
-            if progress is not None:
-                progress(f"{run_dir.name} {method} {row.get('id')}: {record['path']}")
+    traces: dict[tuple[Path, str], dict[str, dict[str, Any]]] = {}
+    for run_dir, row in pending_rows(dirs, SCORES, methods):
+        if not _gated(row):
+            continue
+        if limit is not None and done >= limit:
+            return done
+        method = str(row.get("method"))
+        if (run_dir, method) not in traces:
+            traces[(run_dir, method)] = method_traces(run_dir, method)
+        trace = traces[(run_dir, method)].get(str(row.get("id")))
+        if trace is None:
+            record = {"method": method, "id": row.get("id"), "path": "no_trace"}
+        else:
+            record = await score_trace(llm, trace)
+        record["model"] = model
+        append_record(scores_file(run_dir), record)
+        done += 1
+        if progress is not None:
+            progress(f"{run_dir.name} {method} {row.get('id')}: {record['path']}")
     return done
 
 
@@ -513,7 +528,7 @@ def replay(cands: Sequence[Candidates]) -> dict[str, Any]:
     return out
 
 
-def _delta(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
+def paired_delta(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
     """Mean paired difference ``a - b`` with its bootstrap interval, and wins / losses."""
     diffs = [x - y for x, y in zip(a, b, strict=True)]
     return {
@@ -559,9 +574,9 @@ def check(
             "run": sum(run) / len(rows),
             "f1": sum(chosen) / len(rows),
             "switched": sum(choose_gate(used, c, t) for c in rows),
-            "vs_plain": _delta(chosen, plain),
-            "vs_run": _delta(chosen, run),
-            "run_vs_plain": _delta(run, plain),
+            "vs_plain": paired_delta(chosen, plain),
+            "vs_run": paired_delta(chosen, run),
+            "run_vs_plain": paired_delta(run, plain),
             "sets": sets,
         }
     return out
@@ -571,7 +586,8 @@ def _signed(value: float) -> str:
     return f"{value:+.3f}".replace("-", "−")
 
 
-def _interval(d: Mapping[str, Any]) -> str:
+def format_interval(d: Mapping[str, Any]) -> str:
+    """A :func:`paired_delta` as ``+0.012 [−0.010, +0.034]``."""
     lo, hi = d["ci"] or (float("nan"), float("nan"))
     return f"{_signed(d['mean'])} [{_signed(lo)}, {_signed(hi)}]"
 
@@ -594,7 +610,7 @@ def render_check(result: Mapping[str, Any]) -> str:
         lines.append(
             f"| {method} | {rule} | **pooled** | {e['n']} | {_num(e['plain'])} | "
             f"{_num(e['run'])} | **{_num(e['f1'])}** | {e['switched']} | "
-            f"{_interval(e['vs_plain'])} | {_interval(e['vs_run'])} | "
+            f"{format_interval(e['vs_plain'])} | {format_interval(e['vs_run'])} | "
             f"{e['vs_run']['wins']} / {e['vs_run']['losses']} |"
         )
     return "\n".join(lines)
