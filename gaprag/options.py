@@ -103,5 +103,6 @@ def options_for(method: str, sets: dict[str, dict[str, str]]) -> dict[str, Any]:
         if key in names:  # global options apply where the method has them
             merged[key] = coerce(cls, key, raw)
     for key, raw in sets.get(method, {}).items():
-        merged[key] = coerce(cls, key, raw)
+        # ``profile`` names the build's profile (e.g. a variant ``NAME=METHOD:profile=paper``)
+        merged[key] = raw if key == "profile" else coerce(cls, key, raw)
     return merged

@@ -160,13 +160,16 @@ def profile_info(
     settings that apply (explicit options and, in calibration runs, the calibrated threshold,
     which such a run does not use, left out)."""
     from gaprag.graphs import calibration
-    from gaprag.profiles import model_in_use, profile_for
+    from gaprag.profiles import model_in_use, profile_for, resolve
 
     profile = profile_for(model_in_use(llm))
     if profile is None:
         return None
     settings: dict[str, Any] = {}
     for k in keys:
+        chosen = resolve(opts[k]["profile"], llm) if "profile" in opts[k] else profile
+        if chosen is None or chosen is not profile:  # a key with its own profile (e.g. paper)
+            continue
         mine = profile.settings(bases[k])
         declared = calibration(bases[k]) if opts[k].get("calibration") else None
         if declared is not None:

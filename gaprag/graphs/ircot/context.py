@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from gaprag.context import (
     MAX_OUTPUT_TOKENS,
@@ -12,6 +13,13 @@ from gaprag.context import (
     describe,
 )
 from gaprag.stores.store import RetrievalMode
+
+DemoSet = Literal["hotpotqa", "2wikimultihopqa", "musique"]
+QueryFrom = Literal["thought", "fact"]
+FinalReader = Literal["fallback", "always"]
+
+#: demonstrations in the smallest released set (2WikiMultiHopQA and MuSiQue: 20)
+MAX_DEMOS = 20
 
 
 @dataclass(kw_only=True)
@@ -49,4 +57,29 @@ class Context(BaseContext):
         "Output cap for one reasoning step (one sentence).",
         minimum=1,
         maximum=MAX_OUTPUT_TOKENS,
+    )
+    demos: int = describe(
+        0,
+        "N: IRCoT's released chain-of-thought demonstrations (training questions with their "
+        "paragraphs) shown before the question, in file order; 0 = zero-shot instructions.",
+        minimum=0,
+        maximum=MAX_DEMOS,
+    )
+    demo_set: DemoSet = describe(
+        "hotpotqa",
+        "Whose released demonstrations (and direct-answer demonstrations for the reader) "
+        "are shown when demos > 0: hotpotqa, 2wikimultihopqa or musique.",
+    )
+    query_from: QueryFrom = describe(
+        "thought",
+        "The query after the first step: thought (the last sentence as written) or fact (the "
+        "released code's rule: the last sentence that is not a reasoning step such as "
+        "'So ...', 'Thus ...' or arithmetic; the question when there is none).",
+    )
+    final_reader: FinalReader = describe(
+        "fallback",
+        "fallback: the answer the chain states, else one answer call over the passages and "
+        "the reasoning; always (the released code): a reader call over the gathered "
+        "passages answers every question (with the direct-answer demonstrations when demos "
+        "> 0).",
     )

@@ -11,10 +11,11 @@ from langgraph.runtime import Runtime
 from gaprag import nodes
 from gaprag.deps import Deps
 from gaprag.graphs.ircot.context import Context
+from gaprag.graphs.ircot.demonstrations import demonstrations, fact_query, first_line
 from gaprag.graphs.ircot.state import State
 from gaprag.nodes.select import answer_call, scored_update
 from gaprag.progress import emit
-from gaprag.prompts import load_prompts
+from gaprag.prompts import Passages, RenderedPrompt, load_prompts
 
 PROMPTS = load_prompts(__package__)
 FORMATS = nodes.load_formats(__package__)
@@ -41,7 +42,7 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
     `iterations`.
     """
     ctx = runtime.context
-    query = state.thoughts[-1] if state.thoughts else state.question
+    query = next_query(state, ctx)
     round_ = state.iterations + 1
     hits = await nodes.retrieve(
         await deps.aretriever(ctx),
@@ -63,17 +64,9 @@ async def reason(state: State, runtime: Runtime[Context], deps: Deps) -> dict[st
     `answer_p`.
     """
     ctx = runtime.context
-    passages = nodes.render_passages(
-        state.evidence[: ctx.max_passages], FORMATS["passages"], max_words=ctx.max_passage_words
-    )
     llm = await deps.achat(ctx)
     reply, tokens = await answer_call(
-        llm,
-        PROMPTS["reason"].render(
-            passages=passages, question=state.question, thoughts=" ".join(state.thoughts)
-        ),
-        ctx,
-        max_tokens=ctx.step_max_tokens,
+        llm, reason_messages(state, ctx), ctx, max_tokens=ctx.step_max_tokens
     )
     thought = first_sentence(reply)
     stated = final_answer(thought)
@@ -87,29 +80,77 @@ async def reason(state: State, runtime: Runtime[Context], deps: Deps) -> dict[st
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """The answer the chain of thought stated; else one short-answer call over it.
+    """The answer the chain of thought stated, else one answer call over it; with
+    ``final_reader="always"`` a reader call over the gathered passages answers every question.
 
-    That call is scored with answer selection on (``answer_p``).
+    The call is scored with answer selection on (``answer_p``).
 
     Reads: `question`, `thoughts`, `evidence`; writes: `answer`, `stop_reason`, `answer_p`.
     """
     ctx = runtime.context
     stated = final_answer(state.thoughts[-1]) if state.thoughts else None
-    if stated:
-        return {"answer": stated, "stop_reason": "answered"}
+    stop_reason = "answered" if stated else "max_iterations"
+    if stated and ctx.final_reader == "fallback":
+        return {"answer": stated, "stop_reason": stop_reason}
     if nodes.reader_answers(ctx):  # the shared reader answers after this step
-        return {"stop_reason": "max_iterations"}
-    passages = nodes.render_passages(
-        state.evidence[: ctx.max_passages], FORMATS["passages"], max_words=ctx.max_passage_words
+        return {"stop_reason": stop_reason}
+    reply, tokens = await answer_call(
+        await deps.achat(ctx), answer_messages(state, ctx), ctx, max_tokens=ctx.answer_max_tokens
     )
-    messages = PROMPTS["answer"].render(
+    answer = nodes.clean_answer(first_line(reply) if ctx.demos else reply)
+    return {"answer": answer, "stop_reason": stop_reason, **scored_update(answer, tokens)}
+
+
+def next_query(state: State, ctx: Context) -> str:
+    """The question (first step), then the last thought (``query_from="thought"``) or the last
+    thought that states a fact (``"fact"``, the released code's rule)."""
+    if not state.thoughts:
+        return state.question
+    if ctx.query_from == "fact":
+        return fact_query(list(state.thoughts), state.question)
+    return state.thoughts[-1]
+
+
+def _passages(state: State, ctx: Context) -> Passages:
+    """The first ``max_passages`` passages, as the chosen prompt shows them."""
+    fmt = FORMATS["titled" if ctx.demos else "passages"]
+    return nodes.render_passages(
+        state.evidence[: ctx.max_passages], fmt, max_words=ctx.max_passage_words
+    )
+
+
+def reason_messages(state: State, ctx: Context) -> RenderedPrompt:
+    """One reasoning step's prompt: with ``demos``, the released demonstrations and format
+    (the reply continues the answer after "A:"); else our zero-shot instructions."""
+    thoughts = " ".join(state.thoughts)
+    if ctx.demos:
+        return PROMPTS["reason_demos"].render(
+            demos=demonstrations(ctx.demo_set, "cot", ctx.demos),
+            passages=_passages(state, ctx),
+            question=state.question,
+            thoughts=thoughts,
+        )
+    return PROMPTS["reason"].render(
+        passages=_passages(state, ctx), question=state.question, thoughts=thoughts
+    )
+
+
+def answer_messages(state: State, ctx: Context) -> RenderedPrompt:
+    """The answer call's prompt: the reader over the passages alone (``final_reader="always"``;
+    with ``demos``, the released direct-answer demonstrations), else the fallback over the
+    passages and the reasoning."""
+    passages = _passages(state, ctx)
+    if ctx.final_reader == "always" and ctx.demos:
+        return PROMPTS["answer_demos"].render(
+            demos=demonstrations(ctx.demo_set, "direct", ctx.demos),
+            passages=passages,
+            question=state.question,
+        )
+    if ctx.final_reader == "always":
+        return PROMPTS["read"].render(passages=passages, question=state.question)
+    return PROMPTS["answer"].render(
         question=state.question, passages=passages, thoughts=" ".join(state.thoughts)
     )
-    reply, tokens = await answer_call(
-        await deps.achat(ctx), messages, ctx, max_tokens=ctx.answer_max_tokens
-    )
-    answer = nodes.clean_answer(reply)
-    return {"answer": answer, "stop_reason": "max_iterations", **scored_update(answer, tokens)}
 
 
 def gathered(state: State) -> nodes.Gathered:

@@ -19,6 +19,7 @@ from gaprag.operator import policy_of
 from gaprag.stores.store import RetrievalMode
 
 TaskType = Literal["multihop", "odqa", "strategyqa"]
+StopRule = Literal["probability", "answered"]
 # Paper, Table 11: T (most judge rounds) and delta (bge-reranker-base logits) per task type.
 TASK_T: dict[str, int] = {"multihop": 5, "odqa": 3, "strategyqa": 5}
 TASK_DELTA_LOGITS: dict[str, float] = {"multihop": 3.0, "odqa": 5.0, "strategyqa": 0.0}
@@ -83,12 +84,19 @@ class Context(BaseContext):
         "only facts cut from retrieved passages enter the pool, and a forced answer with no "
         "retrieved fact reads the question's first passages instead of the model's memory.",
     )
+    stop_rule: StopRule = describe(
+        "probability",
+        "What ends the loop: probability (a forced Yes/No 'is the known information enough?' "
+        "asked after the main call, P(Yes) against sufficiency_threshold; one more call a "
+        "round) or answered (the paper: the main call gave an answer instead of "
+        "'unanswerable'; no extra call).",
+    )
     sufficiency_threshold: float = describe(
         0.5,
-        "The loop stops when P(Yes) of the forced choice 'is the known information enough to "
-        "answer?' (first-token logprobs, asked after the judge's reply) is at least this. 0.5 = "
-        "the judge's own verdict (the paper); higher = keep retrieving unless the model is "
-        "sure. No logprobs or no retrieved fact: never stops before T.",
+        "stop_rule=probability: the loop stops when P(Yes) of the forced choice 'is the known "
+        "information enough to answer?' (first-token logprobs, asked after the judge's reply) "
+        "is at least this; higher = keep retrieving unless the model is sure. No logprobs or "
+        "no retrieved fact: never stops before T.",
         minimum=0,
         maximum=MAX_PROBABILITY_THRESHOLD,
     )

@@ -408,6 +408,33 @@ async def _ask_sufficiency(
     return nodes.read_choice(choice, "Yes")
 
 
+async def _sufficiency(
+    state: State, ctx: Context, llm: LLM, messages: RenderedPrompt, raw: str, verdict: Judgement
+) -> tuple[nodes.Reading, bool, bool]:
+    """(the reading, stop, whether the Yes/No was asked) of a judged round. ``stop_rule="answered"`` (the paper): stop when
+    the main call answered instead of saying "unanswerable" (path ``verdict``, no p, no call).
+    ``probability``: the follow-up Yes/No (:func:`_ask_sufficiency`) against
+    ``sufficiency_threshold``; not asked for a reply nothing could read (path ``default``) or
+    a pool with no retrieved fact (``rule``). A calibration run never stops."""
+    if ctx.stop_rule == "answered":
+        answered = verdict["parsed_ok"] and verdict["answered"]
+        return nodes.Reading(None, "verdict", answered), answered and not ctx.calibration, False
+    asked = await _ask_sufficiency(state, ctx, llm, messages, raw, verdict)
+    reading = (
+        asked
+        if asked is not None
+        else nodes.Reading(None, "rule" if verdict["parsed_ok"] else "default", None)
+    )
+    stop = nodes.should_stop(
+        reading.p,
+        ctx.sufficiency_threshold,
+        calibration=ctx.calibration,
+        says_stop=reading.says_stop,
+        no_logprobs=ctx.no_logprobs,
+    )
+    return reading, stop, asked is not None
+
+
 async def _candidate_answer(
     state: State,
     ctx: Context,
@@ -506,22 +533,9 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
     llm = await deps.achat(ctx)
     messages, reply, verdict = await _ask_judge(state, ctx, llm)
     calls: dict[str, int] = {"main": 1}
-    asked = await _ask_sufficiency(state, ctx, llm, messages, reply.raw, verdict)
-    if asked is not None:
+    reading, stop, asked = await _sufficiency(state, ctx, llm, messages, reply.raw, verdict)
+    if asked:
         calls["sufficiency"] = 1
-    # not asked: a reply nothing could read (default), or nothing retrieved yet (rule)
-    reading = (
-        asked
-        if asked is not None
-        else nodes.Reading(None, "rule" if verdict["parsed_ok"] else "default", None)
-    )
-    stop = nodes.should_stop(
-        reading.p,
-        ctx.sufficiency_threshold,
-        calibration=ctx.calibration,
-        says_stop=reading.says_stop,
-        no_logprobs=ctx.no_logprobs,
-    )
     candidate = await _candidate_answer(state, ctx, deps, verdict, stop, reply.tokens)
     if candidate.source == "final":
         calls["candidate"] = 1
@@ -532,7 +546,7 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
         "stop" if stop else "continue",
         p=reading.p,
         path=reading.path,
-        threshold=ctx.sufficiency_threshold,
+        threshold=None if ctx.stop_rule == "answered" else ctx.sufficiency_threshold,
         answer=candidate.text or None,
     )
     update = _judged_update(state, rounds, verdict, reading, stop, candidate, calls)

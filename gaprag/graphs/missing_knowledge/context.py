@@ -21,6 +21,8 @@ BudgetMode = Literal["matched", "additive"]
 MkBudget = Literal["round_robin", "per_query"]
 MergedOrder = Literal["score", "interleave"]
 FinalWhenNotMissing = Literal["regenerate", "reuse_draft"]
+JudgeRoute = Literal["probability", "verdict"]
+JudgePrompt = Literal["tuned", "paper"]
 
 
 @dataclass(kw_only=True)
@@ -48,6 +50,19 @@ class Context(BaseContext):
         "0.5 = the paper's yes/no verdict; above 1 = always retrieve.",
         minimum=0,
         maximum=MAX_PROBABILITY_THRESHOLD,
+    )
+    judge_route: JudgeRoute = describe(
+        "probability",
+        "What decides whether to retrieve the missing knowledge: probability (P(nothing "
+        "missing) of a forced Yes/No asked after the judge's analysis, against judge_threshold; "
+        "one more call) or verdict (the judge's own `judge` field, as the paper routes; no "
+        "extra call).",
+    )
+    judge_prompt: JudgePrompt = describe(
+        "tuned",
+        "The judge's instructions: tuned (the paper's criteria plus two clauses for small "
+        "models: an unsupported answer counts as missing knowledge, queries read like an "
+        "encyclopedia title) or paper (the paper's three criteria and steps only).",
     )
     budget_mode: BudgetMode = describe(
         "matched",

@@ -1,6 +1,7 @@
-"""missing_knowledge's nodes: retrieve (KB A) -> generate_draft -> judge_missing -> (unless
-P(nothing missing) >= judge_threshold) retrieve_missing (KB B, new chunks only) ->
-update_evidence_pool -> generate_answer."""
+"""missing_knowledge's nodes: retrieve (KB A) -> generate_draft -> judge_missing -> (when
+knowledge is missing: by P(nothing missing) < judge_threshold, or by the judge's own verdict with
+``judge_route="verdict"``) retrieve_missing (KB B, new chunks only) -> update_evidence_pool ->
+generate_answer."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ from langgraph.runtime import Runtime
 from gaprag import nodes
 from gaprag.deps import Deps
 from gaprag.graphs.missing_knowledge.context import Context
-from gaprag.graphs.missing_knowledge.judge import NOTHING_MISSING, Judgement, search_queries
+from gaprag.graphs.missing_knowledge.judge import (
+    NOTHING_MISSING,
+    Judgement,
+    mk_queries,
+    search_queries,
+)
 from gaprag.graphs.missing_knowledge.knowledge_base import (
     KnowledgeBaseRetriever,
     budget,
@@ -139,16 +145,17 @@ async def generate_draft(state: State, runtime: Runtime[Context], deps: Deps) ->
 async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     """The one judge call (thought, verdict, missing knowledge, queries), then the loop decision.
 
-    The decision is on P(nothing missing): a forced Yes/No choice asked after the judge's analysis,
-    read from first-token logprobs. Stop iff p >= ``judge_threshold``; without a probability (no
-    logprobs, no Yes/No among them) retrieve, and never stop in a calibration run.
+    The decision (:func:`decide`) is the judge's own verdict (``judge_route="verdict"``, the
+    paper) or P(nothing missing): a forced Yes/No choice asked after the judge's analysis, read
+    from first-token logprobs; stop iff p >= ``judge_threshold``; without a probability (no
+    logprobs, no Yes/No among them) retrieve. A calibration run never stops.
 
     Reads: `question`, `initial_contexts`, `draft_answer`; writes: `missing`, `judge_verdict`,
     `thought`, `missing_knowledge`, `mk_queries`, `judge_parse_ok`, `decisions`.
     """
     ctx = runtime.context
     lang = language(ctx.language, state.question)
-    messages = PROMPTS[f"judge_{lang}"].render(
+    messages = PROMPTS[judge_prompt_name(ctx, lang)].render(
         question=question_block(state.question, ctx.options_text, lang),
         context=format_chunks(state.initial_contexts, max_words=ctx.max_passage_words, lang=lang),
         draft=state.draft_answer or "(empty)",
@@ -162,16 +169,8 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
         call="judge_missing",
     )
     verdict = judged.value
-    p, path, says = await enough_probability(llm, messages, verdict.thought, lang, ctx)
-    stop = nodes.should_stop(
-        p,
-        ctx.judge_threshold,
-        calibration=ctx.calibration,
-        says_stop=says,
-        no_logprobs=ctx.no_logprobs,
-    )
     stem, _ = split_question(state.question)
-    queries = [] if stop else search_queries(verdict, stem, ctx.max_mk_queries)
+    stop, queries, (p, path, threshold) = await decide(llm, messages, verdict, stem, lang, ctx)
     answer: str | None = None  # the answer had it stopped here, when known (always in calibration)
     if ctx.calibration:
         stopped = dataclasses.replace(
@@ -186,7 +185,7 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
         "stop" if stop else "continue",
         p=p,
         path=path,
-        threshold=ctx.judge_threshold,
+        threshold=threshold,
         answer=answer,
     )
     emit(
@@ -204,6 +203,36 @@ async def judge_missing(state: State, runtime: Runtime[Context], deps: Deps) -> 
         "mk_queries": queries,
         "judge_parse_ok": judged.path != "default",
     }
+
+
+async def decide(
+    llm: LLM, messages: RenderedPrompt, verdict: Judgement, stem: str, lang: str, ctx: Context
+) -> tuple[bool, list[str], tuple[float | None, str, float | None]]:
+    """(stop, the missing-knowledge queries, (p, path, threshold) for the decision record).
+
+    ``judge_route="verdict"`` (the paper): retrieve when the judge says knowledge is missing
+    and named queries (or missing pieces) to send; p is None, path ``verdict``.
+    ``probability``: stop iff P(nothing missing) >= ``judge_threshold``; when it retrieves
+    without the judge's queries, the user question is sent again. A calibration run never
+    stops."""
+    if ctx.judge_route == "verdict":
+        queries = mk_queries(verdict, ctx.max_mk_queries) if verdict.judge else []
+        if ctx.calibration and not queries:
+            queries = search_queries(verdict, stem, ctx.max_mk_queries)
+        return not queries, queries, (None, "verdict", None)
+    p, path, says = await enough_probability(llm, messages, verdict.thought, lang, ctx)
+    stop = nodes.should_stop(
+        p, ctx.judge_threshold, calibration=ctx.calibration, says_stop=says,
+        no_logprobs=ctx.no_logprobs,
+    )  # fmt: skip
+    queries = [] if stop else search_queries(verdict, stem, ctx.max_mk_queries)
+    return stop, queries, (p, path, ctx.judge_threshold)
+
+
+def judge_prompt_name(ctx: Context, lang: str) -> str:
+    """The judge prompt's name: ``judge_<lang>``, or ``judge_paper_en`` for the paper's own
+    criteria (English; the Chinese prompt is the same in both settings)."""
+    return "judge_paper_en" if ctx.judge_prompt == "paper" and lang == "en" else f"judge_{lang}"
 
 
 async def enough_probability(

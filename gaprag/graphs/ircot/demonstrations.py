@@ -1,0 +1,62 @@
+"""IRCoT's released demonstrations (``demos/``, Apache-2.0; see ``demos/SOURCES.md``) and the
+released code's rules for queries and answers."""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+from typing import Literal
+
+Kind = Literal["cot", "direct"]
+
+#: a reasoning step, not a fact: the released code does not query with it
+_REASONING_STARTS = ("thus ", "thus,", "so ", "so,", "that is,", "therefore", "hence")
+_ARITHMETIC = re.compile(
+    r"(.*)(\d[\d,]*\.?\d+|\d+) ([+-]) (\d[\d,]*\.?\d+|\d+) = (\d[\d,]*\.?\d+|\d+)(.*)"
+)
+
+
+@functools.cache
+def _blocks(demo_set: str, kind: Kind) -> tuple[str, ...]:
+    text = (resources.files(__package__) / "demos" / f"{demo_set}_{kind}.txt").read_text(
+        encoding="utf-8"
+    )
+    blocks: list[str] = []
+    for block in re.split(r"\n\s*\n\s*\n", text):
+        lines = [ln for ln in block.strip().splitlines() if not ln.startswith("# METADATA")]
+        if lines:
+            blocks.append("\n".join(lines).strip())
+    return tuple(blocks)
+
+
+def demonstrations(demo_set: str, kind: Kind, n: int) -> str:
+    """The first ``n`` demonstrations of ``demo_set`` (file order), each its paragraphs,
+    ``Q:`` and ``A:``, separated by two blank lines as the released prompts are."""
+    return "\n\n\n".join(_blocks(demo_set, kind)[: max(0, n)])
+
+
+def count(demo_set: str, kind: Kind = "cot") -> int:
+    """How many demonstrations ``demo_set`` has."""
+    return len(_blocks(demo_set, kind))
+
+
+def is_reasoning(sentence: str) -> bool:
+    """A sentence the released code does not query with: it starts with "So", "Thus",
+    "Therefore", "Hence" or "That is", or it is arithmetic (``a + b = c``)."""
+    text = sentence.lower()
+    return text.startswith(_REASONING_STARTS) or bool(_ARITHMETIC.match(sentence))
+
+
+def fact_query(thoughts: list[str], question: str) -> str:
+    """The released code's query: the last sentence that is not a reasoning step, else the
+    question."""
+    facts = [t.strip() for t in thoughts if t.strip() and not is_reasoning(t.strip())]
+    return facts[-1] if facts else question
+
+
+def first_line(reply: str) -> str:
+    """A direct answer as the released reader reads it: the first line, its last full stop
+    dropped."""
+    line = next((ln.strip() for ln in reply.strip().splitlines() if ln.strip()), "")
+    return line[:-1] if line.endswith(".") else line
