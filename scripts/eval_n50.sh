@@ -11,6 +11,9 @@
 #   bash scripts/eval_n50.sh escalation  # plain RAG and escalating_rag in the shipped profile, at
 #                                     # ESCALATION_COMMIT below (one run: escalating_rag's plain
 #                                     # RAG call is answered from standard_rag's); turns of 10
+#   bash scripts/eval_n50.sh paper    # the paper configuration (--profile paper) of every
+#                                     # iterative method beside plain RAG, at PAPER_COMMIT below,
+#                                     # questions 0-19 in turns of 10, a 32k-token context
 #   bash scripts/eval_n50.sh both     # set by set: after, then before (a paired set at a time)
 #   bash scripts/eval_n50.sh rag_ef   # RAG-EF's ladder (S, S ∪ E, Eq. 1) beside standard_rag,
 #                                     # on the corpus of those questions (benchmarks/rag_ef_n50.py);
@@ -28,6 +31,7 @@ BEFORE_COMMIT=b99a6b7  # the papers' settings: 64049d9 + this script's method li
 AFTER_COMMIT=a2f8522  # the calibrated profile, the short-answer step, MIGRES's empty-pool forced answer
 GATED_COMMIT=3bbe2bc  # the profile with the gate and reader settings chosen on questions 60+
 ESCALATION_COMMIT=15e5281  # escalating_rag and its profile as chosen on questions 60+
+PAPER_COMMIT=5276c08  # the paper configuration (gaprag/profiles/paper.toml)
 RAG_EF_COMMIT=2b0d498  # RAG-EF's ladder: E_r (near copies replaced by sampled rewordings)
 # beside S and E. The code that builds S and E and evaluates rag_ef_S/SE/standard is the same as
 # at e4ef8ab (E is built with rewrites=0, as it was first built; LLM.generate only gained
@@ -84,7 +88,18 @@ case "$LABEL" in
     COMMIT=$ESCALATION_COMMIT
     METHODS=${METHODS_ESCALATION:-standard_rag,escalating_rag}
     STEPS=${STEPS:-10 20 30 40 50} ;;
-  *) echo "usage: bash scripts/eval_n50.sh before|after|gated|escalation|both|rag_ef" >&2; exit 2 ;;
+  paper)
+    COMMIT=$PAPER_COMMIT
+    # whole passages and IRCoT's demonstrations need more than 4,096 tokens; the model takes 32k
+    export GAPRAG_LOCAL_CTX=${GAPRAG_LOCAL_CTX:-32768}
+    METHODS=standard_rag
+    for m in missing_knowledge iterkey migres rfm_rag ircot; do
+      variant+=(--variant "${m}_paper=$m:profile=paper")
+      METHODS+=",${m}_paper"
+    done
+    METHODS=${METHODS_PAPER:-$METHODS}
+    STEPS=${STEPS:-10 20} ;;
+  *) echo "usage: bash scripts/eval_n50.sh before|after|gated|escalation|paper|both|rag_ef" >&2; exit 2 ;;
 esac
 CODE=$ROOT/.eval-$LABEL
 pinned_worktree "$CODE" "$COMMIT"
@@ -95,6 +110,11 @@ for limit in ${STEPS:-50}; do
     extra=()
     # MIGRES's released code seeds 2Wiki's kinship definitions (docs/methods/migres.md)
     if [[ $LABEL != before && $ds == 2wikimultihopqa && $METHODS == *migres* ]]; then extra=(--set migres.seed_facts=true); fi
+    # the paper run: MIGRES's seeded definitions as above, IRCoT's demonstrations of the set
+    if [[ $LABEL == paper ]]; then
+      extra=(--set "ircot_paper.demo_set=$ds")
+      if [[ $ds == 2wikimultihopqa ]]; then extra+=(--set migres_paper.seed_facts=true); fi
+    fi
     gaprag eval --methods "$METHODS" --dataset "$ds" --limit "$limit" --resume --out "$OUT/$ds" "${extra[@]}" "${variant[@]}"
   done
 done
@@ -103,7 +123,7 @@ mapfile -t dirs < <(sets_with_rows "$OUT")
 versus=()
 # after is compared with before (the papers' settings), gated with after (the ungated profile),
 # escalation with gated (each method with its own gate)
-case "$LABEL" in after) earlier=before ;; gated) earlier=after ;; escalation) earlier=gated ;; *) earlier= ;; esac
+case "$LABEL" in after) earlier=before ;; gated) earlier=after ;; escalation) earlier=gated ;; paper) earlier=gated ;; *) earlier= ;; esac
 if [[ -n $earlier ]]; then
   while read -r b; do versus+=(--before "$b"); done < <(sets_with_rows "$ROOT/docs/results/n50/$earlier")
 fi
