@@ -1,7 +1,8 @@
 """The graphs ``langgraph dev`` and LangGraph Studio serve (``langgraph.json`` points here).
 
 Importing the module builds every registered method's graph (:func:`gaprag.graphs.list_methods`)
-with :func:`gaprag.build_graph`: no injected model or retriever, and **no checkpointer** (the
+with :func:`gaprag.build_graph`, and each method's paper configuration as ``<method>_paper``
+(``profile="paper"``): no injected model or retriever, and **no checkpointer** (the
 server brings its own persistence and refuses graphs that carry one). :data:`GRAPHS` maps each
 method name to its graph, and each graph is also a module global of that name
 (``gaprag.studio.migres``), since the server looks graphs up in the module's ``__dict__``. A
@@ -32,23 +33,33 @@ from gaprag.config import manage_torch_threads
 from gaprag.errors import GapragError
 from gaprag.graphs import METHODS, build_graph, list_methods
 from gaprag.operator import OperatorPolicy
+from gaprag.profiles import load_profile
 
 Graph = CompiledStateGraph[Any, Any, Any, Any]
 
 manage_torch_threads()  # the server's process is gaprag's: see gaprag.config.torch_threads
 
-#: Every registered method, in the registry's order (``langgraph.json`` lists them alike).
-GRAPH_NAMES: tuple[str, ...] = tuple(METHODS)
+#: The methods with a paper configuration (:file:`gaprag/profiles/paper.toml`), each also
+#: served in it as ``<method>_paper``.
+PAPER_METHODS: tuple[str, ...] = tuple(m for m in METHODS if load_profile("paper").settings(m))
+
+#: Every served graph: each registered method in the registry's order, then each paper
+#: configuration (``langgraph.json`` lists them alike).
+GRAPH_NAMES: tuple[str, ...] = (*METHODS, *(f"{m}_paper" for m in PAPER_METHODS))
 
 
-def server_graph(method: str) -> Graph:
-    """``method``'s graph as the server needs it: defaults only, no checkpointer, no store."""
-    graph = build_graph(method, policy=OperatorPolicy.from_env(served=True))
+def server_graph(method: str, profile: str = "auto") -> Graph:
+    """``method``'s graph as the server needs it: defaults (under ``profile``) only, no
+    checkpointer, no store."""
+    graph = build_graph(method, profile=profile, policy=OperatorPolicy.from_env(served=True))
     if graph.checkpointer is not None:  # pragma: no cover - build_graph guarantees this
         raise GapragError(f"{method}: a served graph must not carry a checkpointer")
     return graph
 
 
-#: Every method's served graph, by method name.
-GRAPHS: dict[str, Graph] = {name: server_graph(name) for name in list_methods()}
+#: Every served graph, by its name in ``langgraph.json``.
+GRAPHS: dict[str, Graph] = {
+    **{name: server_graph(name) for name in list_methods()},
+    **{f"{m}_paper": server_graph(m, profile="paper") for m in PAPER_METHODS},
+}
 globals().update(GRAPHS)

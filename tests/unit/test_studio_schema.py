@@ -47,12 +47,28 @@ def drawn_conditional(mermaid: str) -> set[tuple[str, str]]:
 def test_langgraph_json_lists_every_method_in_studio_module() -> None:
     config = json.loads((ROOT / "langgraph.json").read_text())
     assert config["dependencies"] == ["."]
-    assert list(config["graphs"]) == AVAILABLE  # every registered method, in registry order
+    # every registered method in registry order, then each paper configuration
+    served = [*AVAILABLE, *(f"{m}_paper" for m in studio.PAPER_METHODS)]
+    assert list(config["graphs"]) == served
     for name, spec in config["graphs"].items():
         assert spec["path"] == f"./gaprag/studio.py:{name}"
         assert spec["description"].strip()
     assert (ROOT / "gaprag" / "studio.py").is_file()
-    assert list(studio.GRAPH_NAMES) == AVAILABLE
+    assert list(studio.GRAPH_NAMES) == served
+
+
+def test_paper_graphs_are_served_in_the_paper_configuration() -> None:
+    from gaprag.context import effective_settings
+
+    assert set(studio.PAPER_METHODS) == {
+        "missing_knowledge", "iterkey", "rag_ef", "migres", "rfm_rag", "ircot",
+    }  # fmt: skip
+    for method in studio.PAPER_METHODS:
+        graph = studio.GRAPHS[f"{method}_paper"]
+        settings = effective_settings(graph.builder.context_schema)
+        assert settings["reader"] == {"value": "paper", "source": "profile paper"}
+        assert settings["gate"] == {"value": "off", "source": "profile paper"}
+        assert vars(studio)[f"{method}_paper"] is graph
 
 
 def test_served_config_serves_the_chosen_graphs_from_any_folder(tmp_path: Path) -> None:
