@@ -70,14 +70,14 @@ def kinds(model: ScriptedChatModel) -> list[str]:
 
 
 def test_step_1_the_first_retrieval_takes_topk_over_two_chunks(store: Store) -> None:
-    out, model = run(store, judge(False, []))
+    out, _ = run(store, judge(False, []))
     first = [e for e in out["evidence"] if e["round"] == 1]
     assert len(first) == 2  # TopK = 4, split evenly between KB A and KB B
     assert out["queries"][0] == Q
 
 
 def test_step_2_the_draft_sees_whole_passages(store: Store) -> None:
-    out, model = run(store, judge(False, []))
+    _, model = run(store, judge(False, []))
     draft = model.prompts()[kinds(model).index("draft")]
     assert draft.count("word399") == 2  # both chunks whole: no 150-word cut
     assert "## Missing Knowledge Context" not in draft
