@@ -30,7 +30,7 @@ from gaprag.graphs.rfm_rag.feedback_model.rescore import NODE, round_pools
 from gaprag.stores.embeddings import embedder_by_name
 from gaprag.traces import method_traces
 
-GRID = tuple(round(x, 2) for x in np.arange(0.30, 0.96, 0.05)) + (1.01,)
+GRID = (*(round(float(x), 2) for x in np.arange(0.3, 0.96, 0.05)), 1.01)
 """G_f thresholds (cosines); 1.01 never stops."""
 
 

@@ -6,9 +6,10 @@ round would have given) and labels every pool twice:
 
 ``complete``
     The pool holds a sentence matching each gold supporting fact. A pool sentence matches a
-    gold sentence when their token F1 (SQuAD normalisation, :func:`gaprag.metrics.f1_score`)
-    is >= :data:`MATCH_F1`, against the gold sentence alone or prefixed by its paragraph's
-    title (a condensed fact names its subject where the source sentence says "He").
+    gold sentence when their token F1 over content words (SQuAD normalisation, English
+    function words of bm25s's list removed: :func:`content_f1`) is >= :data:`MATCH_F1`,
+    against the gold sentence alone or prefixed by its paragraph's title (a condensed fact
+    names its subject where the source sentence says "He").
     The gold sentences: HotpotQA and 2WikiMultihopQA ``supporting_facts`` ``[title, i]``,
     sentence ``i`` of that paragraph as :func:`.features.split_sentences` splits it; MuSiQue
     (paragraph-level labels) one fact per ``question_decomposition`` step, the sentences of
@@ -29,6 +30,7 @@ Identical pools of the same question (two runs that built the same pool) count o
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +49,7 @@ from gaprag.graphs.rfm_rag.feedback_model.examples import (
 from gaprag.graphs.rfm_rag.feedback_model.features import Array, featurize, split_sentences
 from gaprag.graphs.rfm_rag.feedback_model.model import RFeedbackMLP
 from gaprag.graphs.rfm_rag.feedback_model.train import auc
-from gaprag.metrics import accuracy, f1_score
+from gaprag.metrics import accuracy, f1_score, normalize_answer, tokens
 from gaprag.stores.embeddings import Embedder, embedder_by_name
 
 MATCH_F1 = 0.5
@@ -115,8 +117,25 @@ def gold_facts(record: Mapping[str, Any]) -> list[list[str]]:
     return facts
 
 
+def content_tokens(text: str) -> Counter[str]:
+    """SQuAD-normalised tokens of ``text`` without English function words (bm25s's list)."""
+    from bm25s.stopwords import STOPWORDS_EN
+
+    return Counter(t for t in tokens(normalize_answer(text)) if t not in STOPWORDS_EN)
+
+
+def content_f1(a: str, b: str) -> float:
+    """Token F1 of two sentences over their content words."""
+    ta, tb = content_tokens(a), content_tokens(b)
+    same = sum((ta & tb).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / sum(ta.values()), same / sum(tb.values())
+    return 2 * precision * recall / (precision + recall)
+
+
 def matches(sentence: str, fact: Sequence[str], min_f1: float = MATCH_F1) -> bool:
-    return f1_score(sentence, list(fact)) >= min_f1
+    return max((content_f1(sentence, g) for g in fact), default=0.0) >= min_f1
 
 
 def is_complete(
@@ -261,7 +280,8 @@ def audit(
         "weights": str(weights or "shipped"),
         "embedder": model.embedder,
         "pools": "judged rounds and final pools" if include_final else "judged rounds",
-        "match_rule": f"token F1 >= {min_f1} with the gold sentence (or title + sentence)",
+        "match_rule": f"content-word token F1 >= {min_f1} with the gold sentence "
+        "(or title + sentence)",
         "answer_rule": f"the round's recorded answer scores F1 >= {ANSWER_F1}",
         "groups": {},
     }
