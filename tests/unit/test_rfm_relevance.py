@@ -62,7 +62,7 @@ def test_relevance_mode_decides_on_g_f_and_records_its_decision(
     store: Store, hashing_weights: Path
 ) -> None:
     opts: dict[str, Any] = {"feedback_mode": "relevance", "rf_weights": str(hashing_weights)}
-    out = make_graph(fake_llm(), store, relevance_threshold=-1.0, **opts).invoke(
+    out = make_graph(fake_llm(), store, relevance_threshold=0.0, **opts).invoke(
         {"question": QUESTION}
     )
     assert out["iterations"] == 1 and out["stop_reason"] == "sufficient"
@@ -70,7 +70,7 @@ def test_relevance_mode_decides_on_g_f_and_records_its_decision(
     record = next(t for t in out["trace"] if t["node"] == "feedback_classifier")
     assert decision["path"] == "relevance" and decision["decision"] == "stop"
     assert decision["p"] == pytest.approx(sigmoid(record["g_f"]), abs=1e-6)
-    assert decision["threshold"] == pytest.approx(sigmoid(-1.0), abs=1e-6)
+    assert decision["threshold"] == pytest.approx(sigmoid(0.0), abs=1e-6)
     never = make_graph(fake_llm(), store, relevance_threshold=1.01, **opts).invoke(
         {"question": QUESTION}
     )

@@ -73,7 +73,7 @@ class Context(BaseContext):
         "feedback_mode=relevance: stop when G_f, the cosine of the question with the pool's "
         "mean sentence vector (the R-Feedback model's embedder), is >= this (fitted on "
         "calibration questions 60+; docs/methods/rfm_rag.md).",
-        minimum=-1,
+        minimum=0,
         maximum=MAX_PROBABILITY_THRESHOLD,
     )
     llm_judge_threshold: float = describe(
