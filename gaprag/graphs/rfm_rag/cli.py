@@ -96,6 +96,55 @@ def cmd_rfm_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rfm_audit(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from gaprag.graphs.rfm_rag.feedback_model.pool_audit import audit
+
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    if not runs:
+        raise InputError("no runs given", hint="--runs DIR[,DIR]: `gaprag eval --out` folders")
+    if args.bootstrap < 1:
+        raise InputError("--bootstrap must be >= 1", hint="e.g. --bootstrap 2000")
+    report = audit(
+        runs,
+        args.weights or None,
+        include_final=args.include_final,
+        min_f1=args.match_f1,
+        n=args.bootstrap,
+        seed=args.seed,
+    )
+    text = json.dumps(report, indent=1)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
+def _register_audit(sub: Any) -> None:
+    from gaprag.graphs.rfm_rag.feedback_model.pool_audit import BOOTSTRAP, MATCH_F1
+
+    a = sub.add_parser(
+        "audit",
+        help="AUC of the R-Feedback model and of relevance alone on the pools rfm_rag built",
+        description="Reads the traces of rfm_rag runs, labels each judged round's pool "
+        "'complete' (a pool sentence matches every gold supporting fact: token F1 >= "
+        "--match-f1 with the gold sentence or title + sentence) and 'answer' (the answer "
+        "recorded for that round by a calibration run scores F1 >= 0.5), and reports the "
+        "AUC of the weights' p, of G_f and of S_f per label, with question-resampled 95%% "
+        "bootstrap intervals, for calibration questions (60+) and evaluation questions apart.",
+    )
+    a.add_argument("--runs", required=True, help="comma-separated run folders or trace files")
+    a.add_argument("--weights", help="R-Feedback weights JSON (default: the shipped weights)")
+    a.add_argument("--include-final", action="store_true", help="also the final pools (not judged)")
+    a.add_argument("--match-f1", type=float, default=MATCH_F1, help="sentence match threshold")
+    a.add_argument("--bootstrap", type=int, default=BOOTSTRAP, help="bootstrap resamples")
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--out", help="also write the report (JSON) here")
+    a.set_defaults(func=cmd_rfm_audit)
+
+
 def register(subparsers: Any) -> None:
     from gaprag.graphs.rfm_rag.feedback_model.examples import DEFAULT_DATASETS, DEFAULT_SKIP_FIRST
     from gaprag.graphs.rfm_rag.feedback_model.features import FEATURE_NAMES
@@ -189,3 +238,4 @@ def register(subparsers: Any) -> None:
     )
     q.add_argument("--quiet", action="store_true", help="no progress bar")
     q.set_defaults(func=cmd_rfm_train)
+    _register_audit(sub)

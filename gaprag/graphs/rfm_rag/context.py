@@ -19,10 +19,15 @@ from gaprag.context import (
 from gaprag.graphs.rfm_rag.feedback_model.features import LengthUnit
 from gaprag.stores.store import RetrievalMode
 
-FeedbackMode = Literal["mlp", "llm_judge", "heuristic", "never_sufficient", "always_sufficient"]
+FeedbackMode = Literal[
+    "mlp", "relevance", "llm_judge", "heuristic", "never_sufficient", "always_sufficient"
+]
 QuestionMode = Literal["both", "query", "original"]
 TaskType = Literal["auto", "short_answer", "yes_no"]
 PoolScope = Literal["thread", "question"]
+RELEVANCE_THRESHOLD = 0.6
+"""feedback_mode=relevance's stop threshold on G_f: the offline replay on the calibration
+questions' recorded pools (scripts/rfm_relevance_threshold.py; docs/methods/rfm_rag.md)."""
 
 
 @dataclass(kw_only=True)
@@ -46,7 +51,8 @@ class Context(BaseContext):
     )
     feedback_mode: FeedbackMode = describe(
         "mlp",
-        "Sufficiency judge: mlp (the trained R-Feedback Model, paper), llm_judge, heuristic "
+        "Sufficiency judge: mlp (the trained R-Feedback Model, paper), relevance (G_f >= "
+        "relevance_threshold: the relevance-only baseline), llm_judge, heuristic "
         "(S_f >= 0.5), never_sufficient (the wo-RFM ablation: always max_iterations rounds), "
         "always_sufficient (one round).",
     )
@@ -59,6 +65,14 @@ class Context(BaseContext):
         0.5,
         "Stop when the R-Feedback model's (calibrated) probability that the pool is sufficient "
         "is >= this (not given in the paper; 0.5 here).",
+        minimum=0,
+        maximum=MAX_PROBABILITY_THRESHOLD,
+    )
+    relevance_threshold: float = describe(
+        RELEVANCE_THRESHOLD,
+        "feedback_mode=relevance: stop when G_f, the cosine of the question with the pool's "
+        "mean sentence vector (the R-Feedback model's embedder), is >= this (fitted on "
+        "calibration questions 60+; docs/methods/rfm_rag.md).",
         minimum=0,
         maximum=MAX_PROBABILITY_THRESHOLD,
     )

@@ -15,6 +15,7 @@ from gaprag.graphs.rfm_rag.feedback_model.model import (
     FixedJudge,
     HeuristicJudge,
     MLPJudge,
+    RelevanceJudge,
     RFeedbackMLP,
     SufficiencyJudge,
     expected_embedder,
@@ -23,24 +24,49 @@ from gaprag.graphs.rfm_rag.feedback_model.model import (
 from gaprag.stores.embeddings import Embedder, embedder_by_name
 
 
-def mlp_judge(ctx: Context, deps: RfmRagDeps) -> SufficiencyJudge:
-    """The R-Feedback MLP with the embedder its weights were trained with (the store's own
-    embedder when it is that one, so a loaded MiniLM is shared), built once per settings."""
-    path = ctx.rf_weights or str(shipped_weights_path())
-    name = expected_embedder(path)
+def _feature_extractor(ctx: Context, deps: RfmRagDeps, name: str) -> FeatureExtractor:
+    """Features with embedder ``name`` (the store's own embedder when it is that one, so a
+    loaded MiniLM is shared)."""
     store_embedder = getattr(deps.search(ctx), "embedder", None)
+    embedder: Embedder = (
+        store_embedder
+        if store_embedder is not None and getattr(store_embedder, "name", "") == name
+        else embedder_by_name(name)
+    )
+    return FeatureExtractor(embedder, ctx.coverage_length_unit)
+
+
+def _weights(ctx: Context) -> tuple[str, str]:
+    """The R-Feedback weights' path and the embedder they were trained with."""
+    path = ctx.rf_weights or str(shipped_weights_path())
+    return path, expected_embedder(path)
+
+
+def mlp_judge(ctx: Context, deps: RfmRagDeps) -> SufficiencyJudge:
+    """The R-Feedback MLP with the embedder its weights were trained with, built once per
+    settings."""
+    path, name = _weights(ctx)
 
     def make() -> SufficiencyJudge:
-        embedder: Embedder = (
-            store_embedder
-            if store_embedder is not None and getattr(store_embedder, "name", "") == name
-            else embedder_by_name(name)
-        )
-        model = RFeedbackMLP.load(path, expect_embedder=embedder.name)
-        extractor = FeatureExtractor(embedder, ctx.coverage_length_unit)
+        extractor = _feature_extractor(ctx, deps, name)
+        model = RFeedbackMLP.load(path, expect_embedder=extractor.embedder.name)
         return MLPJudge(model, extractor, threshold=ctx.rf_threshold)
 
-    key = ("rfm_judge", path, name, ctx.rf_threshold, ctx.coverage_length_unit, id(store_embedder))
+    store_id = id(getattr(deps.search(ctx), "embedder", None))
+    key = ("rfm_judge", path, name, ctx.rf_threshold, ctx.coverage_length_unit, store_id)
+    return deps.cached(key, make)
+
+
+def relevance_judge(ctx: Context, deps: RfmRagDeps) -> RelevanceJudge:
+    """Relevance only: G_f as the R-Feedback MLP computes it (the embedder its weights name)
+    against ``relevance_threshold``, built once per settings."""
+    _, name = _weights(ctx)
+
+    def make() -> RelevanceJudge:
+        return RelevanceJudge(_feature_extractor(ctx, deps, name), ctx.relevance_threshold)
+
+    store_id = id(getattr(deps.search(ctx), "embedder", None))
+    key = ("rfm_relevance", name, ctx.relevance_threshold, store_id)
     return deps.cached(key, make)
 
 
@@ -56,15 +82,20 @@ def choose_judge(ctx: Context, deps: RfmRagDeps) -> SufficiencyJudge | None:
         return HeuristicJudge()
     if ctx.feedback_mode == "llm_judge":
         return None
+    if ctx.feedback_mode == "relevance":
+        return relevance_judge(ctx, deps)
     return mlp_judge(ctx, deps)
 
 
 def decision_path(judge: SufficiencyJudge, result: FeedbackResult) -> tuple[str, float | None]:
     """How a verdict was reached, for the decision record: ``("model", p)`` when the judge
     gives a probability that the pool is sufficient (the R-Feedback MLP, an injected model
-    with a ``prob``): the graph stops on ``p`` against ``rf_threshold``; ``("rule", None)`` for
-    the fixed rules (heuristic, never/always sufficient, an injected judge without ``prob``),
-    whose own verdict decides."""
+    with a ``prob``): the graph stops on ``p`` against ``rf_threshold``; ``("relevance", p)``
+    for the relevance-only judge (``p = sigmoid(G_f)``, its own verdict ``G_f >=
+    relevance_threshold`` decides); ``("rule", None)`` for the fixed rules (heuristic,
+    never/always sufficient, an injected judge without ``prob``), whose own verdict decides."""
+    if isinstance(judge, RelevanceJudge):
+        return "relevance", result.prob
     if isinstance(judge, HeuristicJudge | FixedJudge) or result.prob is None:
         return "rule", None
     return "model", result.prob

@@ -28,6 +28,7 @@ from gaprag.graphs.rfm_rag.evidence_pool import (
     pool_as_evidence,
 )
 from gaprag.graphs.rfm_rag.feedback_model.features import coverage_map, syntactic_coverage
+from gaprag.graphs.rfm_rag.feedback_model.model import sigmoid
 from gaprag.graphs.rfm_rag.judges import choose_judge, decision_path
 from gaprag.graphs.rfm_rag.parsing import (
     FillsReply,
@@ -221,6 +222,9 @@ async def feedback_classifier(
         path, p = decision_path(judge, result)
         if path == "rule":  # a fixed rule decides; it has no probability to put a threshold on
             threshold = getattr(judge, "tau_s", None)
+            stop = result.sufficient and not ctx.calibration
+        elif path == "relevance":  # G_f >= relevance_threshold, recorded as sigmoids of both
+            threshold = round(sigmoid(ctx.relevance_threshold), 6)
             stop = result.sufficient and not ctx.calibration
         else:
             threshold = ctx.rf_threshold

@@ -370,6 +370,28 @@ class MLPJudge:
         )
 
 
+class RelevanceJudge:
+    """Relevance only (the baseline the R-Feedback model is measured against): sufficient when
+    G_f, computed as :class:`MLPJudge` computes it (same embedder), is >= ``threshold``, a
+    cosine. ``prob`` is ``sigmoid(G_f)``, a monotone map of G_f onto (0, 1), not a calibrated
+    probability; the threshold in the same unit is :meth:`prob_threshold`."""
+
+    def __init__(self, relevance: Any, threshold: float) -> None:
+        self.relevance = relevance  # a FeatureExtractor (anything with .relevance(q, sentences))
+        self.threshold = threshold
+
+    @property
+    def prob_threshold(self) -> float:
+        """``sigmoid(threshold)``: stop iff ``prob >= prob_threshold`` iff G_f >= threshold."""
+        return sigmoid(self.threshold)
+
+    def judge(
+        self, question: str, entities: list[str], sentences: list[str], s_f: float
+    ) -> FeedbackResult:
+        g_f = float(self.relevance.relevance(question, sentences))
+        return FeedbackResult(g_f >= self.threshold, round(sigmoid(g_f), 6), None, round(g_f, 6))
+
+
 class HeuristicJudge:
     """Offline rule, no trained model: sufficient when S_f >= tau_s (and sigmoid(G_f) >= tau_g)."""
 
