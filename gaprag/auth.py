@@ -17,7 +17,8 @@ In both, every thread, and so every run, belongs to the client that made it (its
 another's (LangGraph answers 404), and ``POST /runs/cancel`` touches only the caller's runs.
 Clients use the operator's assistants (one per graph) and cannot create, edit or delete
 assistants, unless the operator sets ``GAPRAG_CLIENT_ASSISTANTS=1``: then a client creates
-assistants of its own, which only it sees and changes. Crons and LangGraph's store are
+assistants of its own, which only it sees and changes (on one machine, the one caller may).
+The operator's assistants themselves stay read-only in every mode (:mod:`gaprag.server_app`). Crons and LangGraph's store are
 refused, and so is any resource or action this module does not name.
 """
 
@@ -199,10 +200,15 @@ def refuse(detail: str) -> Auth.exceptions.HTTPException:
 
 
 def _own(value: Any, identity: str) -> None:
-    """Write the caller as the owner into a request's metadata."""
-    if isinstance(value, dict):
-        metadata = value.get("metadata")
-        value["metadata"] = {**(metadata if isinstance(metadata, dict) else {}), OWNER: identity}
+    """Write the caller as the owner into a request's metadata (in place: the server keeps
+    its own reference to that dict)."""
+    if not isinstance(value, dict):
+        return
+    metadata = value.get("metadata")
+    if isinstance(metadata, dict):
+        metadata[OWNER] = identity
+    else:
+        value["metadata"] = {OWNER: identity}
 
 
 @auth.on.threads
@@ -223,13 +229,16 @@ ASSISTANTS_READ_ONLY = (
 async def operator_assistants(
     ctx: Auth.types.AuthContext, value: Any
 ) -> Auth.types.FilterType | None:
-    """Every client reads the operator's assistants; clients' own only when allowed."""
+    """Every caller reads the operator's assistants; a client's own assistants only when the
+    operator allows them, seen and changed by that client alone. On one machine (no tokens),
+    the one caller makes and changes its own."""
     mine: Auth.types.FilterType = {OWNER: ctx.user.identity}
+    shared = not clients() or client_assistants()
     if ctx.action in ("read", "search"):
-        if not client_assistants():
-            return None
+        if not clients() or not client_assistants():
+            return None  # the operator's assistants, or the one machine's
         return cast("Auth.types.FilterType", {"$or": [{"created_by": "system"}, mine]})
-    if not client_assistants():
+    if not shared:
         raise refuse(ASSISTANTS_READ_ONLY)
     metadata = value.get("metadata") if isinstance(value, dict) else None
     if isinstance(metadata, dict) and "created_by" in metadata:
