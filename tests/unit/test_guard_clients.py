@@ -173,4 +173,3 @@ def test_a_caller_is_identified_by_token_or_as_the_local_machine(
         with pytest.raises(Auth.exceptions.HTTPException) as missing:
             auth.identify(authorization, {}, here)  # a token is needed on loopback too
         assert missing.value.status_code == 401
-
