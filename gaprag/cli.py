@@ -12,7 +12,6 @@ import contextlib
 import json
 import math
 import os
-import signal
 import sys
 import time
 import typing
@@ -624,8 +623,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     offline_env()
     quiet_libraries()  # dependencies' bars and warnings stay off the terminal
     manage_torch_threads()  # the embedder leaves an LLM server on this machine its cores
-    # a plain `kill` should still run exit hooks (they stop the embedded LLM server)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # a plain `kill` or Ctrl-C stops the embedded LLM server first, then exits (143 / 130)
+    from gaprag.llm.server import stop_on_signals
+
+    stop_on_signals()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)

@@ -28,7 +28,8 @@ Spend: ``max_bounds`` (``GAPRAG_MAX_BOUNDS="max_iterations=3,max_steps=5"``) cap
 settings (a run asking for more is refused; a default above the cap is lowered to it);
 ``deadline_s`` (``GAPRAG_RUN_DEADLINE``) and ``token_budget`` (``GAPRAG_RUN_TOKEN_BUDGET``) end
 a run early with ``stop_reason`` ``deadline`` or ``token_budget``: the LLM layer keeps them for
-the run and checks them before every call (:mod:`gaprag.llm.spend`);
+the run and checks them before every call (:mod:`gaprag.llm.spend`); a served graph gets
+:data:`SERVED_DEADLINE_S` and :data:`SERVED_TOKEN_BUDGET` unless the operator sets others;
 ``feedback_writes`` (``GAPRAG_FEEDBACK_WRITES``) lets resumed expert reviews write to RAG-EF's
 shared feedback store.
 """
@@ -55,6 +56,14 @@ T = TypeVar("T")
 
 #: The stop reasons of a run the operator's limits ended.
 LIMIT_REASONS = ("deadline", "token_budget")
+#: A served run's token budget unless the operator sets ``GAPRAG_RUN_TOKEN_BUDGET``: 22x the
+#: most one question took at the shipped settings in the published evaluations (13,460
+#: tokens, MIGRES), and nine calls at a full 32k context (a paper-faithful IRCoT).
+SERVED_TOKEN_BUDGET = 300_000
+#: A served run's deadline (seconds of step time) unless the operator sets
+#: ``GAPRAG_RUN_DEADLINE``: the slowest question of the published evaluations took 2,313 s
+#: (the 1.5B model on a shared 2-core CPU).
+SERVED_DEADLINE_S = 3600.0
 _TRUE = ("1", "true", "yes", "on")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -211,15 +220,18 @@ class OperatorPolicy:
     def from_env(cls, *, served: bool = False) -> OperatorPolicy:
         """The policy the environment sets. ``served``: for LangGraph's server
         (:mod:`gaprag.studio`), where feedback writes are off unless
-        ``GAPRAG_FEEDBACK_WRITES=1``."""
+        ``GAPRAG_FEEDBACK_WRITES=1`` and every run has a deadline and a token budget
+        (:data:`SERVED_DEADLINE_S`, :data:`SERVED_TOKEN_BUDGET` unless set)."""
         root = (os.environ.get("GAPRAG_STORE_ROOT") or "").strip()
         return cls(
             allowed_endpoints=parse_endpoints(os.environ.get("GAPRAG_ALLOWED_ENDPOINTS") or ""),
             store_root=Path(root).expanduser().resolve() if root else None,
             dev_allow_runtime_settings=_flag("GAPRAG_DEV_ALLOW_RUNTIME_SETTINGS", False),
             max_bounds=parse_bounds(os.environ.get("GAPRAG_MAX_BOUNDS") or ""),
-            deadline_s=_number("GAPRAG_RUN_DEADLINE", float),
-            token_budget=_number("GAPRAG_RUN_TOKEN_BUDGET", int),
+            deadline_s=_number("GAPRAG_RUN_DEADLINE", float)
+            or (SERVED_DEADLINE_S if served else None),
+            token_budget=_number("GAPRAG_RUN_TOKEN_BUDGET", int)
+            or (SERVED_TOKEN_BUDGET if served else None),
             feedback_writes=_flag("GAPRAG_FEEDBACK_WRITES", not served),
             hide_paths=served,
         )

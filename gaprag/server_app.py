@@ -22,13 +22,24 @@ streaming protocol's commands) and the side doors ``langgraph.json`` has no swit
 run's question (RAG-EF's expert review) and the graph validates the value like any input.
 It reads at most :data:`MAX_BODY_BYTES` of a guarded request's body and hands the same bytes
 on; responses, streamed ones included, pass through untouched.
+
+Between clients, the guard refuses, with authentication on or off (:mod:`gaprag.auth`):
+edits and deletions of the operator's assistants (one per graph, their ids
+``uuid5(NAMESPACE_GRAPH, graph_id)``: :func:`system_assistants`), and an assistant name that
+shadows a graph (an MCP tool of the same name would fail for everyone). Without client tokens
+it also refuses ``POST /runs/cancel`` by ``status`` (every caller's runs); with them, LangGraph's
+filters limit it to the caller's runs. A request announcing a body over
+:data:`MAX_BODY_BYTES` is refused on every route (``/mcp`` answers a JSON-RPC error).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import json
+import os
 import re
+import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,12 +49,16 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.responses import JSONResponse
 
+from gaprag import auth
 from gaprag.tool import tool_result
 
 Message = MutableMapping[str, Any]
+Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
+#: Why a request is refused, from its parsed body, path and scope (None: it passes).
+Refusal = Callable[[Any, str, Scope], "str | None"]
 
 #: Output fields that mark a run's output as a gaprag method's.
 METHOD_OUTPUT = frozenset({"answer", "stop_reason"})
@@ -214,6 +229,77 @@ def a2a_refusal(body: Any) -> str | None:
     return command_refusal(message.get("command"), where="message.command")
 
 
+#: LangGraph's namespace for the ids of the assistants it makes for each graph
+#: (``langgraph_api.graph.NAMESPACE_GRAPH``).
+NAMESPACE_GRAPH = uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8")
+SYSTEM_ASSISTANT = (
+    "the operator's assistants are read-only: run them with your settings in the run's "
+    "context instead"
+)
+CANCEL_ALL = (
+    "cancelling runs by status is refused on this server: it would cancel every caller's "
+    "runs; cancel your own with thread_id and run_ids"
+)
+
+
+@functools.cache
+def graph_ids() -> frozenset[str]:
+    """The served graphs' ids: ``langgraph.json``'s ``graphs``, as LangGraph's server hands
+    them to its process (``LANGSERVE_GRAPHS``; ``langgraph dev`` and a built image set it)."""
+    try:
+        graphs = json.loads(os.environ.get("LANGSERVE_GRAPHS") or "null")
+    except ValueError:
+        graphs = None
+    return frozenset(str(g) for g in graphs) if isinstance(graphs, dict) else frozenset()
+
+
+def system_assistants() -> frozenset[str]:
+    """The ids the operator's assistants answer to: each graph's id and its assistant's."""
+    return graph_ids() | {str(uuid.uuid5(NAMESPACE_GRAPH, g)) for g in graph_ids()}
+
+
+def _assistant_id(text: str) -> str:
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        return text
+
+
+def name_refusal(body: Any) -> str | None:
+    """An assistant named like a graph (``POST /assistants``, ``PATCH /assistants/{id}``)."""
+    name = body.get("name") if isinstance(body, dict) else None
+    if isinstance(name, str) and name.strip() in graph_ids():
+        return f"the assistant name {name.strip()!r} is a graph's: choose another name"
+    return None
+
+
+def assistant_refusal(body: Any, path: str, scope: Scope) -> str | None:
+    """An edit, deletion or version change of an operator's assistant, or a shadowing name."""
+    target = _assistant_id(path.rstrip("/").removesuffix("/latest").rsplit("/", 1)[-1])
+    if target in system_assistants():
+        return SYSTEM_ASSISTANT
+    return name_refusal(body)
+
+
+def cancel_refusal(body: Any, path: str, scope: Scope) -> str | None:
+    """``POST /runs/cancel`` by status: every caller's runs, unless clients are told apart."""
+    by_status = isinstance(body, dict) and body.get("status")
+    return CANCEL_ALL if by_status and not caller_is_client(scope) else None
+
+
+def caller_is_client(scope: Scope) -> bool:
+    """Whether the request's caller is a client authenticated by its token."""
+    user = scope.get("user")
+    return auth.CLIENT in getattr(scope.get("auth"), "scopes", ()) and bool(
+        getattr(user, "identity", "")
+    )
+
+
+def body_only(refusal: Callable[[Any], str | None]) -> Refusal:
+    """A refusal that reads the body alone."""
+    return lambda body, _path, _scope: refusal(body)
+
+
 def _route(pattern: str) -> re.Pattern[str]:
     """A route of LangGraph's API, under any mount prefix, with or without a trailing slash."""
     return re.compile(rf"(?:/.*)?{pattern}/?")
@@ -221,25 +307,33 @@ def _route(pattern: str) -> re.Pattern[str]:
 
 @dataclass(frozen=True)
 class Rule:
-    """A guarded route: ``refusal(body)`` says why a request is refused (None: it passes); a
-    text refuses every request, unread."""
+    """A guarded route: ``refusal(body, path, scope)`` says why a request is refused (None:
+    it passes); a text refuses every request, unread. ``jsonrpc``: the route speaks JSON-RPC
+    (``/mcp``), so a refusal is a JSON-RPC error."""
 
     method: str
     path: re.Pattern[str]
-    refusal: Callable[[Any], str | None] | str
+    refusal: Refusal | str
+    jsonrpc: bool = False
 
 
 _ID = r"[^/]+"
 RULES = (
-    Rule("POST", _route(rf"(?:/threads/{_ID})?/runs(?:/stream|/wait)?"), run_refusal),
-    Rule("POST", _route(r"/runs/batch"), batch_refusal),
+    Rule("POST", _route(rf"(?:/threads/{_ID})?/runs(?:/stream|/wait)?"), body_only(run_refusal)),
+    Rule("POST", _route(r"/runs/batch"), body_only(batch_refusal)),
+    Rule("POST", _route(r"/runs/cancel"), cancel_refusal),
     Rule("POST", _route(rf"(?:/threads/{_ID})?/runs/crons"), CRONS),
     Rule("PATCH", _route(rf"/runs/crons/{_ID}"), CRONS),
-    Rule("POST", _route(r"/threads"), thread_refusal),
+    Rule("POST", _route(r"/threads"), body_only(thread_refusal)),
     Rule("POST", _route(rf"/threads/{_ID}/state"), STATE_UPDATE),
     Rule("POST", _route(rf"/threads/{_ID}/copy"), THREAD_COPY),
-    Rule("POST", _route(rf"/threads/{_ID}/commands"), protocol_refusal),
-    Rule("POST", _route(rf"/a2a/{_ID}"), a2a_refusal),
+    Rule("POST", _route(rf"/threads/{_ID}/commands"), body_only(protocol_refusal)),
+    Rule("POST", _route(rf"/a2a/{_ID}"), body_only(a2a_refusal)),
+    Rule("POST", _route(r"/assistants"), body_only(name_refusal)),
+    Rule("PATCH", _route(rf"/assistants/{_ID}"), assistant_refusal),
+    Rule("DELETE", _route(rf"/assistants/{_ID}"), assistant_refusal),
+    Rule("POST", _route(rf"/assistants/{_ID}/latest"), assistant_refusal),
+    Rule("POST", _route(r"/mcp"), body_only(lambda _body: None), jsonrpc=True),
 )
 #: The streaming protocol's WebSocket: each frame is a command.
 PROTOCOL_SOCKET = _route(rf"/threads/{_ID}/stream/events")
@@ -293,31 +387,54 @@ class StateGuard:
             await self.app(scope, guard_frames(receive, send), send)
             return
         rule = guarded_rule(str(scope.get("method", "")), path) if scope["type"] == "http" else None
+        if scope["type"] == "http" and announced_length(scope) > self.max_body_bytes:
+            await refuse(scope, receive, send, 413, too_large(self.max_body_bytes), rule)
+            return
         if rule is None:
             await self.app(scope, receive, send)
             return
         if isinstance(rule.refusal, str):
-            await refuse(scope, receive, send, 403, rule.refusal)
+            await refuse(scope, receive, send, 403, rule.refusal, rule)
             return
         try:
             body = await read_body(receive, self.max_body_bytes)
         except _ClientGone:
             return
         if body is None:
-            await refuse(scope, receive, send, 413, too_large(self.max_body_bytes))
+            await refuse(scope, receive, send, 413, too_large(self.max_body_bytes), rule)
             return
-        refused = rule.refusal(parse(body))
+        refused = rule.refusal(parse(body), path, scope)
         if refused is not None:
-            await refuse(scope, receive, send, 403, refused)
+            await refuse(scope, receive, send, 403, refused, rule)
             return
         await self.app(scope, replay(body, receive), send)
 
 
+def announced_length(scope: MutableMapping[str, Any]) -> int:
+    """The request's ``Content-Length`` (0 when absent or not a number)."""
+    for key, value in scope.get("headers", ()):
+        if key.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return 0
+
+
 async def refuse(
-    scope: MutableMapping[str, Any], receive: Receive, send: Send, status: int, detail: str
+    scope: MutableMapping[str, Any],
+    receive: Receive,
+    send: Send,
+    status: int,
+    detail: str,
+    rule: Rule | None = None,
 ) -> None:
-    """Answer with ``{"detail": ...}``, as LangGraph's server answers its own refusals."""
-    await JSONResponse({"detail": detail}, status_code=status)(scope, receive, send)
+    """Answer with ``{"detail": ...}``, as LangGraph's server answers its own refusals; on a
+    JSON-RPC route, with a JSON-RPC error (``id`` null: the request was not read)."""
+    content: dict[str, Any] = {"detail": detail}
+    if rule is not None and rule.jsonrpc:
+        content = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": detail}}
+    await JSONResponse(content, status_code=status)(scope, receive, send)
 
 
 def replay(body: bytes, receive: Receive) -> Receive:

@@ -6,11 +6,16 @@ Usage: python -m gaprag.llm._xllama_launcher MODEL_PATH PORT N_CTX N_THREADS
 
 The options mirror llama-server's flags of the same names, so both engines are started from
 one set of serving settings (see ``gaprag.llm.server.ServingSettings``).
+
+SIGTERM (or SIGINT) ends the process at once, a request in flight or not: the server keeps
+no state worth a graceful stop, and waiting for its in-flight task (what destroying the
+``Server`` object does) kept a stopped gaprag's server busy for minutes.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -62,12 +67,17 @@ def main() -> None:
     if args.ubatch is not None:
         params.n_ubatch = args.ubatch
     server = xlc.Server(params)  # serves in background threads
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
-        while True:
-            time.sleep(3600)
-    finally:
-        del server
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, exit_now)
+    while server is not None:
+        time.sleep(3600)
+
+
+def exit_now(*_: object) -> None:
+    """Exit without waiting for the server's threads (see the module docstring)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@ Three engines serve the same API on 127.0.0.1, preferred in this order when inst
 * ``xllamacpp`` (``gaprag[local]``): the same C++ server as a prebuilt wheel; the default install.
 
 Started on demand on a free port, health-checked, reused within the process, stopped at exit.
+The server runs under a small supervisor (:mod:`gaprag.llm._supervise`) in a process group of
+its own; stopping it (:meth:`EmbeddedServer.stop`, at exit, or on SIGTERM/SIGINT of a
+``gaprag`` command: :func:`stop_on_signals`) signals the whole group and escalates to SIGKILL
+after :data:`STOP_GRACE_S` seconds, a request in flight or not; when gaprag dies without
+stopping it (SIGKILL, a crashed notebook kernel), the supervisor stops it.
 ``repeatable=True`` serves so that the same prompts give the same answers run after run: one
 slot, a fixed seed, and the prompt cache set as measured (``REPEATABLE_CACHE_PROMPT``);
 the client sends temperature 0. :meth:`EmbeddedServer.settings` describes what is served.
@@ -25,6 +30,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -59,6 +65,8 @@ REPEATABLE_SEED = 42
 REPEATABLE_CACHE_PROMPT = False
 # Flash attention on the CPU backend: "auto" (llama.cpp's default: on) or "off".
 FLASH_ATTN = "auto"
+#: Seconds a stopping server's process group gets to exit on SIGTERM before SIGKILL.
+STOP_GRACE_S = 5.0
 
 
 # The prebuilt llama-server wheel (gaprag[avx512]): one CPU backend compiled for AVX-512 with no
@@ -298,6 +306,11 @@ class EmbeddedServer:
                 flush=True,
             )
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if _halted.is_set():
+            raise EndpointError(
+                "gaprag is stopping: no local LLM server is started",
+                hint="run the command again",
+            )
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 [
@@ -311,8 +324,9 @@ class EmbeddedServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
-                start_new_session=True,
+                start_new_session=True,  # its own process group: stopped as one
             )
+        _started[id(self)] = self
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -340,19 +354,102 @@ class EmbeddedServer:
             return False
 
     def stop(self) -> None:
+        """Stop the server and its supervisor (their whole process group)."""
         proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
+        _started.pop(id(self), None)
+        if proc is not None:
+            stop_process_group(proc)
+
+
+def _signal_group(pgid: int, signum: int) -> bool:
+    """Send ``signum`` to process group ``pgid``; False when the group has no process left."""
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member we may not signal: the group still exists
+        return True
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` has a member that is not a zombie (a zombie waits only
+    to be reaped; on a system without ``/proc``, any member counts)."""
+    if not _signal_group(pgid, 0):
+        return False
+    proc_dir = Path("/proc")
+    if not proc_dir.is_dir():
+        return True
+    for entry in proc_dir.iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
+
+
+def stop_process_group(
+    proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S, poll_s: float = 0.1
+) -> None:
+    """Stop the process group ``proc`` leads (started with ``start_new_session=True``):
+    SIGTERM to every member, SIGKILL to the group if any member is alive ``grace_s``
+    seconds later, and return once no member is left (or 5 s after SIGKILL)."""
+    pgid = proc.pid
+    if _signal_group(pgid, signal.SIGTERM):
+        for limit, escalate in ((grace_s, True), (5.0, False)):
+            deadline = time.monotonic() + limit
+            while _group_alive(pgid) and time.monotonic() < deadline:
+                proc.poll()  # reap the leader once it exits (unless another wait holds it)
+                time.sleep(poll_s)
+            if not _group_alive(pgid):
+                break
+            if escalate:
+                _signal_group(pgid, signal.SIGKILL)
+    proc.poll()
+
+
+def stop_all() -> None:
+    """Stop every embedded server this process started (safe in a signal handler: it takes
+    no lock)."""
+    for server in list(_started.values()):
+        server.stop()
+    _servers.clear()
+
+
+def stop_on_signals() -> None:
+    """For a command's main thread: SIGTERM stops every embedded server, then exits with
+    status 143; SIGINT (when Python's own handler is installed) stops them, then raises
+    KeyboardInterrupt. No server is started after either."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
+
+
+def _halt() -> None:
+    _halted.set()
+    stop_all()
+
+
+def _on_sigterm(signum: int, _frame: object) -> None:
+    _halt()
+    sys.exit(128 + signum)
+
+
+def _on_sigint(_signum: int, _frame: object) -> None:
+    _halt()
+    raise KeyboardInterrupt
 
 
 _lock = threading.Lock()
 _servers: dict[tuple[str, bool], EmbeddedServer] = {}
+#: every server started and not stopped, by ``id``: what :func:`stop_all` stops
+_started: dict[int, EmbeddedServer] = {}
+#: set once a signal stopped the servers: no new one starts
+_halted = threading.Event()
 
 
 def local_server_config(
@@ -399,8 +496,4 @@ def ensure_local_server(
         return server
 
 
-@atexit.register
-def _stop_all() -> None:
-    for server in list(_servers.values()):
-        server.stop()
-    _servers.clear()
+atexit.register(stop_all)

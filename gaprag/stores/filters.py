@@ -2,7 +2,9 @@
 
 A filter maps a metadata key to one value (equality) or a list of values (any of them); every
 key must match. It is a run setting (``filter`` in every method's context), so it is checked
-here once and bounded in size. The same filter is Chroma's ``where`` on the dense side and a
+here once and bounded in size; a key starting with ``$`` (an operator of Chroma's or
+MongoDB's query language, such as ``$and`` or ``$ne``) is refused: the form above is the whole
+filter language. The same filter is Chroma's ``where`` on the dense side and a
 predicate over the documents' metadata on the BM25 side.
 """
 
@@ -39,6 +41,12 @@ def check_filter(value: Any) -> MetadataFilter:
             raise InputError(
                 f"filter key {key!r} must be a non-empty string of at most {MAX_KEY_CHARS} "
                 "characters",
+                hint=hint,
+            )
+        if key.startswith("$"):
+            raise InputError(
+                f"filter key {key[:MAX_KEY_CHARS]!r}: operators are not supported; a filter "
+                "maps metadata keys to a value or a list of values (all keys must match)",
                 hint=hint,
             )
         values = wanted if isinstance(wanted, list) else [wanted]

@@ -138,6 +138,17 @@ def test_the_run_setting_filters_every_search_of_a_method(store: Store) -> None:
     assert len(unfiltered["evidence"]) == 5
 
 
+@pytest.mark.parametrize(
+    "where",
+    [{"$and": [{"department": "hr"}]}, {"$or": [{"a": 1}, {"b": 2}]}, {"$ne": "hr"},
+     {"department": "hr", "$where": "1"}],
+)  # fmt: skip
+def test_an_operator_key_is_refused_by_gaprag_with_the_supported_form(where: Any) -> None:
+    with pytest.raises(InputError, match="operators are not supported") as err:
+        check_filter(where)
+    assert "\n" not in err.value.message and 'filter={"department": "hr"}' in err.value.hint
+
+
 def test_a_bad_filter_is_refused_before_the_run(store: Store) -> None:
     graph = build_graph("standard_rag", llm=scripted(default="x"), retriever=store)
     with pytest.raises(InputError, match="filter"):

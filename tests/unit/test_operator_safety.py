@@ -511,6 +511,35 @@ def test_limits_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> No
         OperatorPolicy.from_env()
 
 
+def test_a_served_graph_has_a_deadline_and_a_token_budget_unless_the_operator_sets_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gaprag.operator import SERVED_DEADLINE_S, SERVED_TOKEN_BUDGET
+
+    served = OperatorPolicy.from_env(served=True)
+    assert (served.deadline_s, served.token_budget) == (SERVED_DEADLINE_S, SERVED_TOKEN_BUDGET)
+    assert (OperatorPolicy.from_env().deadline_s, OperatorPolicy.from_env().token_budget) == (
+        None, None,
+    )  # fmt: skip
+    monkeypatch.setenv("GAPRAG_RUN_DEADLINE", "7200")
+    monkeypatch.setenv("GAPRAG_RUN_TOKEN_BUDGET", "1000000")
+    raised = OperatorPolicy.from_env(served=True)
+    assert (raised.deadline_s, raised.token_budget) == (7200.0, 1_000_000)
+
+
+def test_a_served_run_with_no_operator_settings_stops_at_the_default_budget(
+    monkeypatch: pytest.MonkeyPatch, store_in_root: Store
+) -> None:
+    from gaprag import operator
+
+    llm = model("Paris")
+    free = graph("ircot", store_in_root, llm=model("Paris")).invoke({"question": Q})
+    monkeypatch.setattr(operator, "SERVED_TOKEN_BUDGET", tokens(free) // 2)
+    served = OperatorPolicy.from_env(served=True)
+    out = graph("ircot", store_in_root, llm=llm, policy=served).invoke({"question": Q})
+    assert out["stop_reason"] == "token_budget" and tokens(out) <= tokens(free) // 2
+
+
 def test_settings_cache_is_bounded() -> None:
     deps = Deps()
     for i in range(3 * CACHE_SIZE):

@@ -1,0 +1,150 @@
+"""Two clients of one served gaprag, with the shipped authentication on (``gaprag.auth``).
+
+``langgraph dev`` serves the shipped ``langgraph.json`` with client tokens for ``alice`` and
+``bob`` and a fake endpoint that counts LLM calls. Bob tries every way to reach Alice's
+threads and runs, and to change or shadow the operator's assistants; each is refused or finds
+nothing, and none reaches the endpoint. A request without a token is refused, Studio's
+``x-auth-scheme: langsmith`` header included.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.conftest import CANNED, Served, serve
+
+pytestmark = pytest.mark.integration
+
+pytest.importorskip("langgraph_api", reason="needs the studio extra: langgraph-cli[inmem]")
+
+ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdef"
+QUESTION = {"question": "Who built the Eiffel Tower?"}
+STANDARD_RAG_ID = str(uuid.uuid5(uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8"), "standard_rag"))
+
+
+@pytest.fixture(scope="module")
+def served_auth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    operator = {"GAPRAG_STORE": "STORE", "GAPRAG_CLIENT_TOKENS": f"alice={ALICE},bob={BOB}"}
+    with serve(tmp_path_factory.mktemp("auth"), operator) as server:
+        yield server
+
+
+def client(served: Served, token: str | None, **headers: str) -> httpx.Client:
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return httpx.Client(base_url=served.url, headers=headers, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def alice(served_auth: Served) -> Iterator[httpx.Client]:
+    with client(served_auth, ALICE) as http:
+        yield http
+
+
+@pytest.fixture(scope="module")
+def bob(served_auth: Served) -> Iterator[httpx.Client]:
+    with client(served_auth, BOB) as http:
+        yield http
+
+
+def ok(reply: httpx.Response) -> Any:
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def test_a_request_without_a_client_token_is_refused(served_auth: Served) -> None:
+    for headers in (
+        {},
+        {"x-auth-scheme": "langsmith"},
+        {"Authorization": "Bearer wrong-0123456789abc"},
+    ):
+        with client(served_auth, None, **headers) as http:
+            for reply in (http.post("/threads", json={}), http.post("/assistants/search", json={}),
+                          http.post("/runs/wait", json={"assistant_id": "standard_rag", "input": QUESTION})):  # fmt: skip
+                assert reply.status_code == 401, (headers, reply.text)
+    with client(served_auth, None, **{"x-api-key": ALICE}) as http:  # the SDK's api_key
+        assert http.post("/threads", json={}).status_code == 200
+
+
+def test_bob_cannot_reach_alices_threads_and_runs(
+    served_auth: Served, alice: httpx.Client, bob: httpx.Client
+) -> None:
+    thread = ok(alice.post("/threads", json={}))["thread_id"]
+    answer = ok(alice.post(f"/threads/{thread}/runs/wait",
+                           json={"assistant_id": "standard_rag", "input": QUESTION}))  # fmt: skip
+    assert answer["answer"] == CANNED
+    [run] = ok(alice.get(f"/threads/{thread}/runs"))
+    calls = len(served_auth.llm.requests)
+    t, r = f"/threads/{thread}", f"/threads/{thread}/runs/{run['run_id']}"
+    tries = {
+        "read": bob.get(t), "state": bob.get(f"{t}/state"), "history": bob.post(f"{t}/history", json={}),
+        "runs": bob.get(f"{t}/runs"), "run": bob.get(r), "join": bob.get(f"{r}/join"),
+        "stream": bob.get(f"{r}/stream"), "cancel": bob.post(f"{r}/cancel"),
+        "run on it": bob.post(f"{t}/runs/wait", json={"assistant_id": "standard_rag", "input": QUESTION}),
+        "update": bob.patch(t, json={"metadata": {"owner": "bob"}}), "delete": bob.delete(t),
+        "delete run": bob.delete(r),
+    }  # fmt: skip
+    for name, reply in tries.items():
+        refused = reply.status_code in (403, 404)
+        empty = name == "runs" and reply.status_code == 200 and reply.json() == []
+        # a stream answers 200 at once, then its only event is the refusal
+        stream_refused = (
+            name == "stream"
+            and reply.text.startswith("event: error")
+            and ("not found" in reply.text)
+        )
+        assert refused or empty or stream_refused, (name, reply.status_code, reply.text)
+    found = ok(bob.post("/threads/search", json={"limit": 100}))
+    assert thread not in {x["thread_id"] for x in found}
+    assert len(served_auth.llm.requests) == calls  # none of it reached the endpoint
+    assert ok(alice.get(t))["thread_id"] == thread  # and Alice's thread is as it was
+    assert ok(alice.get(f"{r}/join"))["answer"] == CANNED
+
+
+def test_bob_cancels_only_his_own_runs(
+    served_auth: Served, alice: httpx.Client, bob: httpx.Client
+) -> None:
+    served_auth.llm.latency = 2.0
+    try:
+        thread = ok(alice.post("/threads", json={}))["thread_id"]
+        run = ok(alice.post(f"/threads/{thread}/runs",
+                            json={"assistant_id": "standard_rag", "input": QUESTION}))  # fmt: skip
+        time.sleep(0.5)
+        everyone = bob.post("/runs/cancel", json={"status": "all"})
+        assert everyone.status_code == 404, everyone.text  # Bob has no runs to cancel
+        by_id = bob.post("/runs/cancel", json={"thread_id": thread, "run_ids": [run["run_id"]]})
+        assert by_id.status_code == 404, by_id.text
+        joined = ok(alice.get(f"/threads/{thread}/runs/{run['run_id']}/join"))
+    finally:
+        served_auth.llm.latency = 0.0
+    assert joined["answer"] == CANNED and joined["stop_reason"]
+
+
+def test_no_client_changes_or_shadows_the_operators_assistants(
+    served_auth: Served, bob: httpx.Client
+) -> None:
+    before = ok(bob.get(f"/assistants/{STANDARD_RAG_ID}"))
+    for target in (STANDARD_RAG_ID, "standard_rag"):
+        assert (
+            bob.patch(f"/assistants/{target}", json={"context": {"top_k": 2.5}}).status_code == 403
+        )
+        assert bob.post(f"/assistants/{target}/latest", json={"version": 1}).status_code == 403
+        assert bob.delete(f"/assistants/{target}").status_code == 403
+    for name in ("standard_rag", "bob's own"):
+        made = bob.post("/assistants", json={"graph_id": "standard_rag", "name": name})
+        assert made.status_code == 403, made.text
+    assert ok(bob.get(f"/assistants/{STANDARD_RAG_ID}")) == before
+    names = [a["name"] for a in ok(bob.post("/assistants/search", json={"limit": 100}))]
+    assert sorted(names) == sorted(set(names)) == sorted(served_auth.methods)
+    assert (
+        bob.post(
+            "/runs/crons", json={"assistant_id": "standard_rag", "schedule": "* * * * *"}
+        ).status_code
+        == 403
+    )
