@@ -2,7 +2,7 @@
 # The n = 50 results (README.md, docs/results/README.md): questions 0-49 of HotpotQA, 2Wiki and MuSiQue, every method, the
 # default embedded model in repeatable serving. Resumable: run it again to continue.
 #
-#   bash scripts/eval_n50.sh before   # the papers' settings, at commit b99a6b7 (a git worktree)
+#   bash scripts/eval_n50.sh before   # the code defaults of commit b99a6b7 (a git worktree)
 #   bash scripts/eval_n50.sh after    # the calibrated profile, at commit a2f8522 (a git worktree)
 #   bash scripts/eval_n50.sh gated    # the shipped profile with the shared gate (every iterative
 #                                     # method, IRCoT included), at commit GATED_COMMIT below;
@@ -27,7 +27,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LABEL=${1:-after}
-BEFORE_COMMIT=b99a6b7  # the papers' settings: 64049d9 + this script's method list
+BEFORE_COMMIT=b99a6b7  # that commit's code defaults: 64049d9 + this script's method list
 AFTER_COMMIT=a2f8522  # the calibrated profile, the short-answer step, MIGRES's empty-pool forced answer
 GATED_COMMIT=3bbe2bc  # the profile with the gate and reader settings chosen on questions 60+
 ESCALATION_COMMIT=15e5281  # escalating_rag and its profile as chosen on questions 60+
@@ -121,7 +121,7 @@ done
 cd "$ROOT" && unset PYTHONPATH  # the report with the current code
 mapfile -t dirs < <(sets_with_rows "$OUT")
 versus=()
-# after is compared with before (the papers' settings), gated with after (the ungated profile),
+# after is compared with before (b99a6b7's code defaults), gated with after (the ungated profile),
 # escalation with gated (each method with its own gate)
 case "$LABEL" in after) earlier=before ;; gated) earlier=after ;; escalation) earlier=gated ;; paper) earlier=gated ;; *) earlier= ;; esac
 if [[ -n $earlier ]]; then

@@ -80,10 +80,11 @@ async def reason(state: State, runtime: Runtime[Context], deps: Deps) -> dict[st
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """The answer the chain of thought stated, else one answer call over it; with
-    ``final_reader="always"`` a reader call over the gathered passages answers every question.
+    """The answer: the chain's, or one answer call (``final_reader``).
 
-    The call is scored with answer selection on (``answer_p``).
+    With ``final_reader="fallback"`` the answer the chain of thought stated, else one answer
+    call over it; with ``"always"`` a reader call over the gathered passages answers every
+    question. The call is scored with answer selection on (``answer_p``).
 
     Reads: `question`, `thoughts`, `evidence`; writes: `answer`, `stop_reason`, `answer_p`.
     """
