@@ -1,0 +1,120 @@
+"""The paper configuration beside the shipped profile and plain RAG, on the questions the paper
+run has answered: one Markdown table (README, docs/results/README.md).
+
+    python scripts/paper_table.py docs/results/n50/paper docs/results/n50/gated [--out FILE]
+
+PAPER and SHIPPED are run folders with one sub-folder per set (`gaprag eval` output). Each
+method's `<method>_paper` rows of PAPER are paired per question with PAPER's plain RAG rows; the
+same method's rows of SHIPPED with SHIPPED's plain RAG rows, on the same questions. ΔF1 is the
+paired mean with its 95% bootstrap interval (gaprag.eval.stats.versus_before)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gaprag.eval.results import read_results
+from gaprag.eval.stats import versus_before
+
+METHODS = {
+    "missing_knowledge": "Missing-Knowledge",
+    "iterkey": "IterKey",
+    "migres": "MIGRES",
+    "rfm_rag": "RFM-RAG",
+    "ircot": "IRCoT",
+}
+#: LLM calls a question as each paper counts them (its method page, "the paper's count")
+PAPER_CALLS = {
+    "missing_knowledge": "3",
+    "iterkey": "≤ 5",
+    "migres": "≤ 10",
+    "rfm_rag": "≤ 6",
+    "ircot": "≤ 6",
+}
+SETS = ("hotpotqa", "2wikimultihopqa", "musique")
+
+
+def rows_of(run: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for name in SETS:
+        path = run / name / "results.jsonl"
+        if path.is_file():
+            out += [r for r in read_results(path) if not r.get("error")]
+    return out
+
+
+def as_method(
+    rows: Sequence[dict[str, Any]], method: str, ids: set[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """``rows`` of one method, renamed ``x`` so that versus_before pairs them, on ``ids``."""
+    return [
+        {**r, "method": "x"}
+        for r in rows
+        if r["method"] == method and (r["dataset"], r["id"]) in ids
+    ]
+
+
+def paired(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> dict[str, Any] | None:
+    found = versus_before(base, other)["pooled"] if len({r["dataset"] for r in other}) > 1 else None
+    if found is None:
+        sets = versus_before(base, other)["datasets"]
+        found = next(iter(sets.values()), {})
+    return found.get("x")
+
+
+def cell(entry: dict[str, Any] | None) -> tuple[str, str, str, str]:
+    """(F1, ΔF1 [CI], calls, s) of a paired entry."""
+    if not entry or "f1" not in entry:
+        return "–", "–", "–", "–"
+    lo, hi = entry["f1"]["ci"]
+    after = entry["after"]
+    return (
+        f"{after['f1']:.3f}",
+        f"{entry['f1']['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}]",
+        f"{after['llm_calls']:.1f}",
+        f"{after['wall_s']:.0f}",
+    )
+
+
+def table(paper_run: Path, shipped_run: Path) -> str:
+    paper, shipped = rows_of(paper_run), rows_of(shipped_run)
+    lines = [
+        "| method | questions | plain RAG F1 | paper mode F1 | ΔF1 vs plain RAG [95% CI] | LLM calls / q | s / q | the paper's calls / q | shipped profile F1 | ΔF1 vs plain RAG [95% CI] | LLM calls / q | s / q |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for method, label in METHODS.items():
+        ids = {(r["dataset"], r["id"]) for r in paper if r["method"] == f"{method}_paper"}
+        if not ids:
+            continue
+        ours = paired(
+            as_method(paper, "standard_rag", ids), as_method(paper, f"{method}_paper", ids)
+        )
+        theirs = paired(as_method(shipped, "standard_rag", ids), as_method(shipped, method, ids))
+        f1, delta, calls, secs = cell(ours)
+        s_f1, s_delta, s_calls, s_secs = cell(theirs)
+        plain = f"{ours['before']['f1']:.3f}" if ours else "–"
+        n = ours["n"] if ours else 0
+        lines.append(
+            f"| {label} | {n} | {plain} | {f1} | {delta} | {calls} | {secs} | {PAPER_CALLS[method]} "
+            f"| {s_f1} | {s_delta} | {s_calls} | {s_secs} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("paper", type=Path, help="the paper run's folder (one sub-folder per set)")
+    parser.add_argument("shipped", type=Path, help="the shipped profile's run folder")
+    parser.add_argument("--out", type=Path, help="write the table here too")
+    args = parser.parse_args(argv)
+    text = table(args.paper, args.shipped)
+    print(text, end="")
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
