@@ -46,7 +46,7 @@ from gaprag.eval.ladder import (
     write_first_questions,
 )
 from gaprag.eval.runner import evaluate
-from gaprag.graphs.rag_ef.synth import chunk_text, synthesize
+from gaprag.graphs.rag_ef.synth import SynthPrompt, chunk_text, synthesize
 from gaprag.llm.client import LLM
 from gaprag.llm.factory import default_llm
 from gaprag.stores.embeddings import Embedder
@@ -106,6 +106,7 @@ def build(
     batch: int,
     embedder: Embedder | None = None,
     concurrency: int = 1,
+    prompt: SynthPrompt = "tuned",
 ) -> PairStore:
     data = load_dataset(subset)
     docs = data.documents()
@@ -123,7 +124,9 @@ def build(
               file=sys.stderr, flush=True)  # fmt: skip
         if not left:
             break
-        synthesize(store, left, llm, limit=batch, progress=False, concurrency=concurrency)
+        synthesize(
+            store, left, llm, limit=batch, progress=False, concurrency=concurrency, prompt=prompt
+        )
         save_journal(store, journal)
     build_expert(store, data.select(limit), llm, rewrites=0, progress=False)  # as first built
     save_journal(store, journal)
@@ -185,6 +188,10 @@ def main() -> None:
         help="S: calls in flight at once, on an embedded server with as many slots (not the "
         "repeatable one: S is data, built once; the evaluation still serves repeatably)",
     )  # fmt: skip
+    ap.add_argument(
+        "--synth-prompt", choices=("tuned", "paper"), default="tuned",
+        help="S's instruction: tuned, or paper (the Appendix A instruction alone); one --out each",
+    )  # fmt: skip
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -194,8 +201,9 @@ def main() -> None:
         os.environ.setdefault("GAPRAG_LOCAL_SLOTS", str(args.concurrency))
     llm = default_llm(repeatable=args.concurrency == 1)
     store = build(
-        subset, out, llm, limit=args.limit, batch=args.batch, concurrency=args.concurrency
-    )
+        subset, out, llm, limit=args.limit, batch=args.batch, concurrency=args.concurrency,
+        prompt=args.synth_prompt,
+    )  # fmt: skip
     paragraphs = len(load_dataset(subset).documents())
     write_divergence(store, out / "expert_divergence.json", paragraphs)
     store.close()

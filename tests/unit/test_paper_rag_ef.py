@@ -67,3 +67,21 @@ def test_an_empty_store_answers_from_no_context(
     )
     out = graph.invoke({"question": "Who wrote Hamlet?"})
     assert "Context1" not in llm.prompts()[0] and out["evidence"] == []
+
+
+def test_set_s_with_the_paper_prompt_sends_the_appendix_a_instruction_alone(
+    tmp_path: Path,
+) -> None:
+    from gaprag.graphs.rag_ef.synth import synthesize
+    from gaprag.llm.client import LLM
+    from gaprag.testing import ScriptedChatModel
+
+    chat = ScriptedChatModel(default="Q: Who built the tower? A: Eiffel")
+    pairs = store(tmp_path)
+    docs = [{"id": "t", "title": "Tower", "text": "The tower was built by Eiffel."}]
+    report = synthesize(pairs, docs, LLM(chat), source="paper_s", progress=False, prompt="paper")
+    prompt = chat.prompts()[0]
+    assert prompt.startswith("Write question-and-answer pairs that test whether a reader")
+    assert "answerable from the passage alone" not in prompt and "short phrase" not in prompt
+    assert prompt.endswith("Passage:\nTower: The tower was built by Eiffel.")
+    assert report.pairs == 1 and pairs.count(source="paper_s") == 1

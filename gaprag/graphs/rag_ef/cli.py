@@ -145,6 +145,7 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
         limit=args.limit,
         progress=not args.quiet,
         concurrency=args.concurrency,
+        prompt=args.prompt,
     )
     print(
         f"synthesized {report.pairs} pairs from {report.processed} chunk(s) "
@@ -209,6 +210,14 @@ def register(subparsers: Any) -> None:
         default=1,
         help="LLM calls in flight at once (default 1; more for an endpoint that serves several "
         "requests together: vLLM, or the embedded server with GAPRAG_LOCAL_SLOTS)",
+    )
+    q.add_argument(
+        "--prompt",
+        choices=("tuned", "paper"),
+        default="tuned",
+        help="the instruction: tuned (answerable from the passage alone, short answers; "
+        "default) or paper (the paper's Appendix A instruction alone); give each its own "
+        "--source",
     )
     q.add_argument("--store", help=STORE_HELP)
     q.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from gaprag.aio import run_sync
 from gaprag.errors import InputError
@@ -74,10 +75,18 @@ def chunk_text(doc: Document) -> str:
     return f"{doc['title']}: {doc['text']}" if doc["title"] else doc["text"]
 
 
-async def agenerate_pairs(llm: LLM, chunk: str, *, max_tokens: int = 512) -> list[tuple[str, str]]:
-    """One LLM call: the Q&A pairs for ``chunk``."""
-    reply = await llm.agenerate(PROMPTS["generate_qa"].render(chunk=chunk), max_tokens=max_tokens)
-    return parse_qa(reply)
+#: the instruction that writes set S: ``tuned`` (answerable from the passage alone, short
+#: answers, one pair a line) or ``paper`` (the paper's Appendix A instruction only)
+SynthPrompt = Literal["tuned", "paper"]
+_SYNTH_PROMPTS: dict[str, str] = {"tuned": "generate_qa", "paper": "generate_qa_paper"}
+
+
+async def agenerate_pairs(
+    llm: LLM, chunk: str, *, max_tokens: int = 512, prompt: SynthPrompt = "tuned"
+) -> list[tuple[str, str]]:
+    """One LLM call: the Q&A pairs for ``chunk``, written under ``prompt``."""
+    messages = PROMPTS[_SYNTH_PROMPTS[prompt]].render(chunk=chunk)
+    return parse_qa(await llm.agenerate(messages, max_tokens=max_tokens))
 
 
 @dataclass
@@ -99,8 +108,10 @@ def synthesize(
     progress: bool = True,
     max_tokens: int = 512,
     concurrency: int = 1,
+    prompt: SynthPrompt = "tuned",
 ) -> SynthReport:
-    """Write Q&A pairs for every chunk not done yet; ``limit`` caps chunks generated this run.
+    """Write Q&A pairs for every chunk not done yet; ``limit`` caps chunks generated this run;
+    ``prompt`` picks the instruction (``tuned``, or ``paper``: Appendix A's alone).
 
     ``concurrency``: LLM calls in flight at once (an endpoint that serves several requests
     together, such as vLLM or a llama.cpp server with several slots, gets through a corpus
@@ -118,6 +129,7 @@ def synthesize(
         progress=progress,
         max_tokens=max_tokens,
         concurrency=concurrency,
+        prompt=prompt,
     )
     if concurrency == 1:
         return run_sync(run)  # one call at a time: no event loop needed
@@ -142,6 +154,7 @@ async def asynthesize(
     progress: bool = True,
     max_tokens: int = 512,
     concurrency: int = 1,
+    prompt: SynthPrompt = "tuned",
 ) -> SynthReport:
     """:func:`synthesize` as a coroutine: up to ``concurrency`` calls in flight, results
     written in corpus order."""
@@ -171,16 +184,21 @@ async def asynthesize(
             bar.update(1)
             bar.set_postfix(pairs=report.pairs)
 
+    def generate(text: str) -> Coroutine[Any, Any, list[tuple[str, str]]]:
+        return agenerate_pairs(llm, text, max_tokens=max_tokens, prompt=prompt)
+
     flight: deque[tuple[Document, str, asyncio.Task[list[tuple[str, str]]]]] = deque()
     try:
         for doc in todo:
             text = chunk_text(doc)
             if concurrency == 1:
-                write(doc, text, await agenerate_pairs(llm, text, max_tokens=max_tokens))
+                write(
+                    doc,
+                    text,
+                    await agenerate_pairs(llm, text, max_tokens=max_tokens, prompt=prompt),
+                )
                 continue
-            flight.append(
-                (doc, text, asyncio.create_task(agenerate_pairs(llm, text, max_tokens=max_tokens)))
-            )
+            flight.append((doc, text, asyncio.create_task(generate(text))))
             if len(flight) >= concurrency:
                 first, first_text, task = flight.popleft()
                 write(first, first_text, await task)
