@@ -66,3 +66,23 @@ def test_no_true_verdict_runs_five_rounds_and_returns_the_last_answer(module_sto
     assert out["iterations"] == 5 and out["stop_reason"] == "max_iterations"
     assert kinds(fake).count("validate") == 5 and kinds(fake).count("regenerate") == 4
     assert out["answer"] == "a5"
+
+
+def test_p1_and_p4_follow_the_papers_order(module_store: Store) -> None:
+    fake = role_fake(verdicts=("False", "True"), answers=("a1", "Eagle"))
+    run(module_store, fake)
+    p1 = prompts_of(fake, "keywords")[0]
+    assert f"keywords for Query: {Q}." in p1  # the query inside the request
+    assert p1.rstrip().endswith("with nothing else.")  # the format last
+    p4 = prompts_of(fake, "regenerate")[0]
+    assert p4.index("Query:") < p4.index("Previous Keywords:") < p4.index("Reply only with")
+
+
+def test_a_tie_between_true_and_false_does_not_accept(module_store: Store) -> None:
+    fake = role_fake(verdicts=(0.5, 0.6), answers=("a1", "Eagle"))
+    out = run(module_store, fake)
+    assert [d["decision"] for d in out["decisions"] if d["node"] == "validate_answer"] == [
+        "reject",
+        "accept",
+    ]  # P(True) = 0.5 is no majority for True; 0.6 is
+    assert out["answer"] == "Eagle"

@@ -18,6 +18,8 @@ from gaprag.graphs.iterkey.analysis import FallbackPolicy, fallback_index
 from gaprag.stores.store import RetrievalMode
 
 RegenerationMode = Literal["keywords_only", "doc_by_doc"]
+ValidationRule = Literal["threshold", "more_probable"]
+PromptStyle = Literal["tuned", "paper"]
 
 
 @dataclass(kw_only=True)
@@ -59,6 +61,19 @@ class Context(BaseContext):
         "runs to max_iterations.",
         minimum=0,
         maximum=MAX_PROBABILITY_THRESHOLD,
+    )
+    validation_rule: ValidationRule = describe(
+        "threshold",
+        "threshold: accept when P(True) >= validation_threshold (a tie at 0.5 accepts); "
+        "more_probable: accept when True is the more probable option, P(True) > P(False), "
+        "as the paper's forced decoding does (a tie does not accept).",
+    )
+    prompt_style: PromptStyle = describe(
+        "tuned",
+        "The keyword prompts (P1, P4): tuned (fixed instructions first, the query and the "
+        "previous keywords last, so a server's prompt cache reuses the instructions) or paper "
+        "(the paper's order: P1 names the query inside its request and ends on the output "
+        "format; P4 gives the request, the query, the previous keywords, then the format).",
     )
     keywords_max_tokens: int = describe(
         50,

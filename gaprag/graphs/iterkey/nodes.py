@@ -63,7 +63,8 @@ async def generate_keywords(state: State, runtime: Runtime[Context], deps: Deps)
     ctx = runtime.context
     llm = await keywords_llm(ctx, deps)
     raw = await llm.agenerate(
-        PROMPTS["keywords"].render(question=state.question), max_tokens=ctx.keywords_max_tokens
+        PROMPTS[styled("keywords", ctx)].render(question=state.question),
+        max_tokens=ctx.keywords_max_tokens,
     )
     keywords = parse_keywords(raw)
     update: dict[str, Any] = {
@@ -177,6 +178,11 @@ async def _verdict(state: State, ctx: Context, deps: Deps) -> VerdictScores:
     )
 
 
+def styled(name: str, ctx: Context) -> str:
+    """The prompt ``name`` in the run's ``prompt_style`` (``name_paper`` for the paper's order)."""
+    return f"{name}_paper" if ctx.prompt_style == "paper" else name
+
+
 def _says_true(scores: VerdictScores) -> bool | None:
     """The validator's own "True", where it answered without a probability."""
     return scores["choice"] == "True" if scores["method"].endswith("-no-logprobs") else None
@@ -189,9 +195,21 @@ def accepted(scores: VerdictScores, ctx: Context) -> bool:
     ``Conclusion:`` (paper App. D)."""
     if ctx.cot:
         return scores["method"] == "parsed" and scores["choice"] == "True"
+    return _accepts(scores, ctx, calibration=False)
+
+
+def _accepts(scores: VerdictScores, ctx: Context, *, calibration: bool) -> bool:
+    """The decision on P(True): ``validation_rule="threshold"`` (P(True) >=
+    ``validation_threshold``, :func:`gaprag.nodes.should_stop`) or ``"more_probable"``
+    (P(True) > 0.5, the paper's forced decoding); without a probability as ``no_logprobs``
+    says; never in a calibration run."""
+    p = scores["p"]
+    if ctx.validation_rule == "more_probable" and p is not None:
+        return not calibration and p > 0.5
     return nodes.should_stop(
-        scores["p"],
+        p,
         ctx.validation_threshold,
+        calibration=calibration,
         says_stop=_says_true(scores),
         no_logprobs=ctx.no_logprobs,
     )
@@ -205,13 +223,7 @@ def stops_here(scores: VerdictScores, verdict: bool, ctx: Context) -> bool:
         return False
     if ctx.cot:
         return verdict and not ctx.calibration
-    return nodes.should_stop(
-        scores["p"],
-        ctx.validation_threshold,
-        calibration=ctx.calibration,
-        says_stop=_says_true(scores),
-        no_logprobs=ctx.no_logprobs,
-    )
+    return _accepts(scores, ctx, calibration=ctx.calibration)
 
 
 async def validate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
@@ -323,7 +335,7 @@ async def regenerate_keywords(
         keywords = parse_keywords(raw, last=True)
     else:
         raw = await llm.agenerate(
-            PROMPTS["regenerate"].render(question=state.question, keywords=previous),
+            PROMPTS[styled("regenerate", ctx)].render(question=state.question, keywords=previous),
             max_tokens=ctx.regenerate_max_tokens,
         )
         keywords = parse_keywords(raw)
