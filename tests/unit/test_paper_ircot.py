@@ -142,6 +142,14 @@ def test_the_demonstrations_of_each_set_are_the_released_files() -> None:
     assert demonstrations("musique", "cot", 1).startswith("Wikipedia Title:")
 
 
+def test_the_readers_answer_is_read_as_the_released_code_reads_it() -> None:
+    from gaprag.graphs.ircot.demonstrations import first_line
+
+    assert first_line("Gustave Eiffel.\nMore") == "Gustave Eiffel"
+    assert first_line("So the answer is: Gustave Eiffel.") == "Gustave Eiffel"
+    assert first_line("The answer is 1889") == "1889"
+
+
 def test_reasoning_sentences_are_not_queries() -> None:
     assert is_reasoning("So the answer is: Paris.") and is_reasoning("Thus, both are French.")
     assert is_reasoning("That is, 1990 + 5 = 1995") and not is_reasoning("Paris is in France.")

@@ -55,8 +55,13 @@ def fact_query(thoughts: list[str], question: str) -> str:
     return facts[-1] if facts else question
 
 
+_ANSWER_IS = re.compile(r".* answer is:? (.*)", re.IGNORECASE)
+
+
 def first_line(reply: str) -> str:
-    """A direct answer as the released reader reads it: the first line, its last full stop
-    dropped."""
+    """A reader's answer as the released code extracts it: the first line; what follows
+    "answer is" when the line says it (else the whole line); its last full stop dropped."""
     line = next((ln.strip() for ln in reply.strip().splitlines() if ln.strip()), "")
+    found = _ANSWER_IS.match(line)
+    line = found.group(1).strip() if found else line
     return line[:-1] if line.endswith(".") else line
