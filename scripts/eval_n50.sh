@@ -31,7 +31,7 @@ BEFORE_COMMIT=b99a6b7  # that commit's code defaults: 64049d9 + this script's me
 AFTER_COMMIT=a2f8522  # the calibrated profile, the short-answer step, MIGRES's empty-pool forced answer
 GATED_COMMIT=3bbe2bc  # the profile with the gate and reader settings chosen on questions 60+
 ESCALATION_COMMIT=15e5281  # escalating_rag and its profile as chosen on questions 60+
-PAPER_COMMIT=2325dd4  # the paper configuration (gaprag/profiles/paper.toml)
+PAPER_COMMIT=c55005c  # the paper configuration (gaprag/profiles/paper.toml)
 RAG_EF_COMMIT=2b0d498  # RAG-EF's ladder: E_r (near copies replaced by sampled rewordings)
 # beside S and E. The code that builds S and E and evaluates rag_ef_S/SE/standard is the same as
 # at e4ef8ab (E is built with rewrites=0, as it was first built; LLM.generate only gained
