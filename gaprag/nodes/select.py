@@ -1,21 +1,23 @@
-"""The shared answer selection: choose the question's answer between plain RAG's (the gate's)
-and the method's loop's (``select`` setting; off by default).
+"""The shared answer choice: score the final answer (``answer_scoring``) and choose the
+question's answer between plain RAG's (the gate's) and the method's loop's (``answer_choice``;
+both off by default).
 
 Where the gate let the loop run, a run holds two candidates: plain RAG's answer, recorded in
 the ``gate`` decision (its ``p`` here is ``exp`` of its mean token logprob, from the gate's trace
 record: :func:`gate_probability`), and the loop's final answer. The call whose text
-became the loop's answer is scored on that same call when selection is on (only logprobs are
+became the loop's answer is scored on that same call when ``answer_scoring="logprob"`` (only logprobs are
 requested, the messages are the same: :func:`answer_call`, :func:`answer_structured` for a
 JSON reply): the answer span's tokens (after "the answer is" inside a chain-of-thought
 sentence, the value of a JSON ``text`` field such as MIGRES's ``answer.text``) give
 ``p = exp(mean logprob)``, as the gate's ``logprob_mean`` does (:func:`answer_probability`).
 The method records it in ``answer_p`` (:func:`scored_update`).
 
-The ``select`` step runs after the method's answer (and the shared reader), before the
-short-answer step, only when the loop ran:
+The ``select`` step (a graph tail declares it: ``add_short_answer(..., choice=True)``) runs
+after the method's answer (and the shared reader), before the short-answer step, only when the
+loop ran:
 
 - ``logprob``: plain RAG's answer when its ``p`` exceeds the loop answer's by at least
-  ``select_margin`` (:func:`takes_gate`), else the loop's; path ``logprobs``;
+  ``choice_margin`` (:func:`takes_gate`), else the loop's; path ``logprobs``;
 - ``agreement``, or ``logprob`` without both probabilities (no logprobs, an answer the
   method does not score): the loop's answer, with
   ``p`` 1 when the two candidates agree after normalisation and 0 when they differ; path
@@ -23,7 +25,7 @@ short-answer step, only when the loop ran:
 
 Where the two agree there is nothing to choose. The step records decision ``select`` with
 the chosen candidate, its ``p`` and path, and a trace record ``{call: "select", gate_p,
-loop_p, agree}``. With ``select="off"`` it does nothing.
+loop_p, agree}``. With ``answer_choice="off"`` it does nothing.
 """
 
 from __future__ import annotations
@@ -77,13 +79,18 @@ def answer_probability(tokens: Sequence[TokenLogprob] | None, answer: str) -> fl
     return None if signals is None else math.exp(min(signals["logprob_mean"], 0.0))
 
 
+def scoring(ctx: Any) -> bool:
+    """Whether the run scores its final answer (``answer_scoring="logprob"``)."""
+    return getattr(ctx, "answer_scoring", "off") != "off"
+
+
 async def answer_call(
     llm: LLM, messages: Messages, ctx: Any, *, max_tokens: int
 ) -> tuple[str, list[TokenLogprob] | None]:
     """The reply of a call whose text may become the final answer, and its tokens' logprobs
-    when selection is on (the same messages, logprobs requested); None tokens when it is off
-    or the endpoint gives none."""
-    if getattr(ctx, "select", "off") == "off":
+    when ``answer_scoring="logprob"`` (the same messages, logprobs requested); None tokens
+    when it is off or the endpoint gives none."""
+    if not scoring(ctx):
         return await llm.agenerate(messages, max_tokens=max_tokens), None
     scored = await llm.agenerate_scored(messages, max_tokens=max_tokens)
     return scored.text, scored.tokens
@@ -100,7 +107,7 @@ async def answer_structured(
     call: str,
 ) -> Structured[M]:
     """The structured reply of a call whose answer field may become the final answer (a JSON
-    ``text`` field), with its tokens' logprobs in ``tokens`` when selection is on (the same
+    ``text`` field), with its tokens' logprobs in ``tokens`` when scoring is on (the same
     request, logprobs asked for); as :func:`answer_call` for free text."""
     return await llm.astructured(
         messages,
@@ -108,7 +115,7 @@ async def answer_structured(
         default=default,
         max_tokens=max_tokens,
         call=call,
-        logprobs=getattr(ctx, "select", "off") != "off",
+        logprobs=scoring(ctx),
     )
 
 
@@ -146,14 +153,14 @@ def gate_probability(state: Any) -> float | None:
 def select(state: Any, runtime: Runtime[Any]) -> dict[str, Any]:
     """The graph node: the question's answer between plain RAG's and the loop's.
 
-    With ``select="off"``, or without the gate's answer, it does nothing.
+    With ``answer_choice="off"``, or without the gate's answer, it does nothing.
 
     Reads: `answer`, `answer_p`, `decisions`, `trace`, `iterations`; writes: `answer` (when plain RAG's
     is chosen), `decisions`, `trace`.
     """
     ctx = runtime.context
     gate = _gate_decision(state)
-    if ctx.select == "off" or gate is None:
+    if ctx.answer_choice == "off" or gate is None:
         return {}
     loop_answer = str(state.answer or "")
     gate_answer = str(gate.get("answer") or "")
@@ -161,14 +168,14 @@ def select(state: Any, runtime: Runtime[Any]) -> dict[str, Any]:
     gate_p = gate_probability(state)
     agree = bool(gate_answer) and normalize(gate_answer) == normalize(loop_answer)
     chosen, p, threshold = "loop", loop_p, None
-    if ctx.select == "logprob" and gate_p is not None and loop_p is not None:
-        path, threshold = "logprobs", ctx.select_margin
-        if not agree and takes_gate(gate_p, loop_p, ctx.select_margin):
+    if ctx.answer_choice == "logprob" and gate_p is not None and loop_p is not None:
+        path, threshold = "logprobs", ctx.choice_margin
+        if not agree and takes_gate(gate_p, loop_p, ctx.choice_margin):
             chosen, p = "gate", gate_p
         elif agree:
             p = max(gate_p, loop_p)
     else:
-        path = "agreement" if ctx.select == "agreement" else "agreement_fallback"
+        path = "agreement" if ctx.answer_choice == "agreement" else "agreement_fallback"
         p = float(agree)
     answer = gate_answer if chosen == "gate" else loop_answer
     log_decision(
@@ -182,7 +189,7 @@ def choose_answer(
     candidates: Sequence[tuple[str, float | None]], rule: str, margin: float
 ) -> tuple[int, float | None, str]:
     """The index of the answer chosen among ``candidates`` (``(answer, p)``, plain RAG's
-    first, then each loop's in order), its ``p`` and the path, by the ``select`` rule:
+    first, then each loop's in order), its ``p`` and the path, by the ``answer_choice`` rule:
 
     - an answer two candidates share (after normalisation) wins: the latest such candidate,
       ``p`` the highest of theirs (path ``agreement``); with ``off`` or one candidate, the

@@ -49,14 +49,12 @@ async def plain_rag(
 ) -> dict[str, Any]:
     """Plain RAG's answer and its confidence; confident, it ends the question.
 
-    The shared gate: plain RAG's own request, scored. It also sets the run's call budget.
+    The shared gate: plain RAG's own request, scored. (``call_budget`` is the run's ledger's
+    limit from its first step on: :func:`gaprag.nodes.wiring.run_limits`.)
 
     Reads: `question`; writes: `answer`, `evidence`, `queries`, `iterations`, `stop_reason`
     (when confident), `gate_passages`, `decisions`.
     """
-    ledger = spend.current()
-    if ledger is not None:
-        ledger.call_budget = runtime.context.call_budget
     return await gate(state, runtime, deps)
 
 
@@ -99,7 +97,7 @@ async def _run_loop(
     settings = {name: getattr(ctx, name) for name in PASSED}
     graph = deps.loops[method]
     run: dict[str, Any] = {
-        "context": {**settings, "gate": "off", "select": "logprob"},
+        "context": {**settings, "gate": "off", "answer_scoring": ctx.answer_scoring},
         "output_keys": list(LOOP_KEYS),
     }
     inputs = {"question": state.question}
@@ -173,7 +171,7 @@ def stop_after(state: State, ctx: Context, p: float | None, path: str) -> str:
 def choose(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """The answer among every candidate so far; then stop or escalate.
 
-    The ``select`` rule of :func:`gaprag.nodes.select.choose_answer` (a candidate without an
+    The ``answer_choice`` rule of :func:`gaprag.nodes.select.choose_answer` (a candidate without an
     answer is left out), recorded as decision ``select``; the stop, as decision ``escalate``
     with the chosen answer's p and ``escalate_threshold``.
 
@@ -187,7 +185,7 @@ def choose(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     path = "rule"
     if kept:
         i, p, path = choose_answer(
-            [(c["answer"], c["p"]) for c in kept], ctx.select, ctx.select_margin
+            [(c["answer"], c["p"]) for c in kept], ctx.answer_choice, ctx.choice_margin
         )
         chosen = kept[i]
         log_decision(
