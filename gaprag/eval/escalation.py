@@ -241,7 +241,7 @@ def write_profile(
         "first_loop": setting.first,
         "second_loop": setting.second,
         "escalate_threshold": round(setting.escalate_p, 4),
-        "select_margin": setting.margin,
+        "choice_margin": setting.margin,
         "call_budget": setting.call_budget,
     }
     record = dict(data.get("calibration", {}))
