@@ -6,7 +6,8 @@ A run of every method with each gate recording plain RAG's answer but never stop
 ``p`` (the ``gate`` decision), and each method's loop answer, its F1 and its calls; the loop
 answers' ``p`` come from the rows' selection scores (:func:`gaprag.eval.selection.score_runs`).
 :func:`replay` runs the graph's rules on them (the gate, the choice of
-:func:`gaprag.nodes.select.choose_answer`, the stop after the first loop, the call budget)
+:func:`gaprag.nodes.choice.choose_answer`, the stop of :func:`gaprag.nodes.choice.stop_reason`,
+the call budget)
 for a grid of settings, and :func:`fit` keeps the one with the best mean F1 whose mean calls
 stay within a cap (fewer calls breaking ties), on questions from index
 :data:`gaprag.datasets.CALIBRATION_START` only.
@@ -25,13 +26,10 @@ from gaprag.datasets import CALIBRATION_START
 from gaprag.eval.results import read_results
 from gaprag.eval.selection import question_indices, read_scores, run_dir_of
 from gaprag.eval.stats import BASELINE, dedupe, gate_answer
-from gaprag.metrics import f1_score
-from gaprag.nodes.gate import normalize
-from gaprag.nodes.select import choose_answer
+from gaprag.metrics import f1_score, normalize_answer
+from gaprag.nodes import choice as rules
+from gaprag.nodes.gate import GATE_STOP
 from gaprag.nodes.short_answer import rule_answer
-
-#: the fewest calls a loop needs (escalating_rag's own bound)
-MIN_LOOP_CALLS = 2
 
 
 @dataclass(frozen=True)
@@ -92,9 +90,10 @@ def questions(dirs: Sequence[str | Path]) -> list[Question]:
             gold = first.get("answers") or []
             short = rule_answer(str(first.get("question") or ""), answer)
             plain_f1 = f1_score(answer if short is None else short, gold)
-            if plain_row is not None and normalize(str(plain_row.get("prediction") or "")) in (
-                normalize(answer),
-                normalize(short or ""),
+            said = normalize_answer(str(plain_row.get("prediction") or "")) if plain_row else None
+            if said is not None and said in (
+                normalize_answer(answer),
+                normalize_answer(short or ""),
             ):
                 plain_f1 = float(plain_row.get("f1") or 0.0)
             gate_p = next(
@@ -127,15 +126,21 @@ def questions(dirs: Sequence[str | Path]) -> list[Question]:
     return out
 
 
+def _choose(cands: Sequence[Answer], s: Setting) -> rules.Choice:
+    """escalating_rag's choice among ``cands`` (``answer_choice="logprob"``)."""
+    return rules.choose_answer([rules.Candidate(c.answer, c.p) for c in cands], "logprob", s.margin)
+
+
 def run(q: Question, s: Setting) -> tuple[float, int, str]:
-    """(F1, LLM calls, stop reason) of escalating_rag with settings ``s`` on question ``q``."""
+    """(F1, LLM calls, stop reason) of escalating_rag with settings ``s`` on question ``q``:
+    the graph's rules (:mod:`gaprag.nodes.choice`) on the recorded candidates."""
     if q.plain.p is not None and q.plain.p >= s.gate_p:
-        return q.plain.f1, 1, "gate_confident"
+        return q.plain.f1, 1, GATE_STOP
     cands = [q.plain] if q.plain.answer else []
     calls = 1
     for rung, method in enumerate([s.first, s.second], start=1):
         loop = q.loops.get(method)
-        if method == "none" or loop is None or s.call_budget - calls < MIN_LOOP_CALLS:
+        if method == "none" or loop is None or not rules.may_start_loop(s.call_budget - calls):
             break
         if calls + loop.calls > s.call_budget:  # cut by the budget: no answer
             calls = s.call_budget
@@ -145,14 +150,16 @@ def run(q: Question, s: Setting) -> tuple[float, int, str]:
                 cands.append(loop)
         if not cands:
             continue
-        i, p, path = choose_answer([(c.answer, c.p) for c in cands], "logprob", s.margin)
-        chosen = cands[i]
-        if (path == "agreement" and p) or (p is not None and p >= s.escalate_p) or rung == 2:
-            return chosen.f1, calls, path
+        choice = _choose(cands, s)
+        last = rung == 2 or s.second == "none"
+        why = rules.stop_reason(
+            choice, escalate_p=s.escalate_p, last=last, calls_left=s.call_budget - calls
+        )
+        if why:
+            return cands[choice.index].f1, calls, why
     if not cands:
         return 0.0, calls, "none"
-    i, _, path = choose_answer([(c.answer, c.p) for c in cands], "logprob", s.margin)
-    return cands[i].f1, calls, path
+    return cands[_choose(cands, s).index].f1, calls, "last_loop"
 
 
 def evaluate(qs: Sequence[Question], s: Setting) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 Where plain RAG's answer and a method's answer differ, a reread sends plain RAG's request over
 plain RAG's passages followed by the method's evidence
-(:func:`gaprag.nodes.select.reread_messages`): a prompt under which neither candidate was
+(:func:`reread_messages`): a prompt under which neither candidate was
 generated. Its answer then picks the candidate it matches.
 
 1. :func:`reread_runs` sends that request for every row of ``gaprag eval`` directories whose
@@ -45,24 +45,39 @@ from gaprag.eval.selection import (
 from gaprag.eval.stats import BASELINE, dedupe, gate_answer
 from gaprag.metrics import f1_score
 from gaprag.nodes.answer import clean_answer
+from gaprag.nodes.choice import agrees
 from gaprag.nodes.gate import (
     GATE_STOP,
     PLAIN_ANSWER_MAX_TOKENS,
+    PLAIN_PASSAGE_WORDS,
     PLAIN_TOP_K,
     logprob_signals,
-    normalize,
+    plain_rag,
 )
-from gaprag.nodes.select import reread_messages
+from gaprag.nodes.render import render_passages
 from gaprag.nodes.short_answer import rule_answer
 
 if TYPE_CHECKING:
-    from gaprag.llm.client import LLM
+    from gaprag.llm.client import LLM, Messages
 
 #: the file of reread answers beside a run's rows
 REREAD_FILE = "reread.jsonl"
 #: the token F1 at which a reread's answer counts as naming a candidate
 MATCH_F1 = 0.5
 RULES = ("reread", "vote_loop", "vote_plain", "vote_reread")
+
+
+#: the most passages a reread shows (plain RAG's five first, then the loop's evidence)
+REREAD_PASSAGES = 10
+
+
+def reread_messages(question: str, passages: Sequence[Mapping[str, Any]]) -> Messages:
+    """Plain RAG's request over ``passages`` (plain RAG's, then the loop's evidence; at most
+    :data:`REREAD_PASSAGES`, each cut as plain RAG cuts it): one prompt under which neither of
+    the run's candidates was generated, so its answer can break their tie."""
+    prompt, fmt = plain_rag()
+    shown = render_passages(passages[:REREAD_PASSAGES], fmt, max_words=PLAIN_PASSAGE_WORDS)
+    return prompt.render(question=question, passages=shown)
 
 
 @dataclass(frozen=True)
@@ -83,7 +98,7 @@ class Pair:
 
     @property
     def differ(self) -> bool:
-        return normalize(self.plain) != normalize(self.loop)
+        return not agrees(self.plain, self.loop)
 
 
 def _f1(question: str, answer: str, golds: Sequence[str]) -> float:
@@ -186,8 +201,8 @@ def pick(rule: str, p: Pair, reread: str) -> float:
     reread_f1 = _f1(p.question, reread, p.answers)
     if rule == "reread":
         return reread_f1
-    to_plain = f1_score(normalize(reread), [normalize(p.plain)])
-    to_loop = f1_score(normalize(reread), [normalize(p.loop)])
+    to_plain = f1_score(reread, [p.plain])
+    to_loop = f1_score(reread, [p.loop])
     if max(to_plain, to_loop) >= MATCH_F1:
         return p.plain_f1 if to_plain > to_loop else p.loop_f1
     fallback = {"vote_loop": p.loop_f1, "vote_plain": p.plain_f1, "vote_reread": reread_f1}

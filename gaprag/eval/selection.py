@@ -51,8 +51,8 @@ from gaprag.eval.results import RESULTS, read_results
 from gaprag.eval.stats import BASELINE, bootstrap_ci, captured_share, dedupe, gate_answer
 from gaprag.metrics import f1_score
 from gaprag.nodes.answer import clean_answer
-from gaprag.nodes.gate import GATE_STOP, Signal, logprob_signals, normalize, probability
-from gaprag.nodes.select import answer_span, takes_gate
+from gaprag.nodes.choice import agrees, answer_span, takes_gate
+from gaprag.nodes.gate import GATE_STOP, Signal, logprob_signals, probability
 from gaprag.nodes.short_answer import rule_answer
 from gaprag.traces import method_traces
 
@@ -379,7 +379,7 @@ def candidates(dirs: Sequence[str | Path]) -> list[Candidates]:
                     gate_p=gate_p,
                     loop_p=loop_p,
                     agree=row.get("stop_reason") == GATE_STOP
-                    or normalize(answer) == normalize(str(row.get("prediction") or "")),
+                    or agrees(answer, str(row.get("prediction") or "")),
                 )
             )
     return out

@@ -10,7 +10,7 @@ import pytest
 
 from gaprag import build_graph
 from gaprag.llm.client import LLM
-from gaprag.nodes.select import choose_answer
+from gaprag.nodes.choice import Candidate, Rule, choose_answer
 from gaprag.stores.store import Store
 from gaprag.testing import ScriptedChatModel
 
@@ -134,10 +134,10 @@ def test_a_budget_too_small_for_a_loop_keeps_plain_rags_answer(store: Store) -> 
     ],
 )
 def test_the_answer_is_chosen_by_agreement_first_then_probability(
-    candidates: list[tuple[str, float | None]], rule: str, chosen: int, path: str
+    candidates: list[tuple[str, float | None]], rule: Rule, chosen: int, path: str
 ) -> None:
-    index, _, how = choose_answer(candidates, rule, 0.1)
-    assert (index, how) == (chosen, path)
+    choice = choose_answer([Candidate(a, p) for a, p in candidates], rule, 0.1)
+    assert (choice.index, choice.path) == (chosen, path)
 
 
 def test_an_async_run_escalates_as_a_sync_run_does(store: Store) -> None:

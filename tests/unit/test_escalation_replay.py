@@ -51,7 +51,7 @@ def test_a_confident_first_loop_stops_before_the_second() -> None:
 
 def test_an_unsure_first_loop_escalates_and_agreement_wins() -> None:
     q = question(("Paris", 0.5, 1.0), ("Lyon", 0.4, 0.0, 1), ("paris", 0.3, 1.0, 4))
-    assert run(q, SETTING) == (1.0, 6, "agreement")
+    assert run(q, SETTING) == (1.0, 6, "agreed")
 
 
 def test_the_call_budget_cuts_the_second_loop() -> None:

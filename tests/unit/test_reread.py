@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 
 from gaprag.eval import reread
-from gaprag.eval.reread import Pair, pair, pick
+from gaprag.eval.reread import REREAD_PASSAGES, Pair, pair, pick, reread_messages
 from gaprag.llm.client import LLM
 from gaprag.metrics import f1_score
-from gaprag.nodes.select import REREAD_PASSAGES, reread_messages
 from gaprag.testing import ScriptedChatModel
 from tests.scripts import load_script
 

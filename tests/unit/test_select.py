@@ -12,7 +12,7 @@ import pytest
 from gaprag import build_graph
 from gaprag.graphs import ITERATIVE, METHODS, context_class
 from gaprag.llm.client import LLM, TokenLogprob
-from gaprag.nodes.select import answer_probability, answer_span, takes_gate
+from gaprag.nodes.choice import answer_probability, answer_span, takes_gate
 from gaprag.options import options_for, parse_sets
 from gaprag.profiles import apply_profile, load_profile
 from gaprag.stores.store import Store
