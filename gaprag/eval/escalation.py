@@ -90,8 +90,12 @@ def questions(dirs: Sequence[str | Path]) -> list[Question]:
             gold = first.get("answers") or []
             short = rule_answer(str(first.get("question") or ""), answer)
             plain_f1 = f1_score(answer if short is None else short, gold)
-            said = normalize_answer(str(plain_row.get("prediction") or "")) if plain_row else None
-            if said is not None and said in (
+            said = (
+                None
+                if plain_row is None
+                else normalize_answer(str(plain_row.get("prediction") or ""))
+            )
+            if plain_row is not None and said in (
                 normalize_answer(answer),
                 normalize_answer(short or ""),
             ):

@@ -185,3 +185,12 @@ def test_the_recursion_limit_covers_every_graph_it_composes(store: Store) -> Non
     for method in ("ircot", "migres", "rfm_rag", "iterkey", "missing_knowledge"):
         inner = build_graph(method, llm=ScriptedChatModel(default="Paris"), retriever=store)
         assert own >= int((inner.config or {})["recursion_limit"]), method
+
+
+def test_building_the_composed_graph_without_its_loops_says_how_to_build_it() -> None:
+    from gaprag.composed.escalating_rag import EscalatingDeps, build
+    from gaprag.errors import InputError
+
+    with pytest.raises(InputError, match="no compiled graph for") as err:
+        build(EscalatingDeps())
+    assert "build_graph('escalating_rag')" in (err.value.hint or "")
