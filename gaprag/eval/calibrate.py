@@ -43,8 +43,9 @@ from gaprag.config import environ
 from gaprag.context import Calibration
 from gaprag.datasets import CALIBRATION_START, calibration_slice, load_dataset
 from gaprag.errors import InputError
-from gaprag.metrics import f1_score, normalize_answer
-from gaprag.nodes.short_answer import rule_answer
+from gaprag.eval.offline import profile
+from gaprag.eval.offline.candidates import short_f1
+from gaprag.metrics import normalize_answer
 
 GRID: tuple[float, ...] = (
     0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 1.01,
@@ -77,8 +78,7 @@ def _stops(row: Mapping[str, Any], nodes: Sequence[str]) -> list[Mapping[str, An
 
 
 def _short_f1(row: Mapping[str, Any], answer: str) -> float:
-    short = rule_answer(str(row.get("question", "")), answer)
-    return f1_score(short if short is not None else answer, row.get("answers") or [])
+    return short_f1(str(row.get("question", "")), answer, row.get("answers") or [])
 
 
 @functools.cache
@@ -211,9 +211,6 @@ def curves(
     return out
 
 
-_NOTE_TABLES = ("questions", "rows")
-
-
 def write_profile(
     path: Path,
     model: str,
@@ -222,39 +219,19 @@ def write_profile(
     *,
     gate: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
-    """Write (or update) a profile: the chosen thresholds, the switches already there kept."""
-    import tomllib
-
-    import tomli_w
-
-    data: dict[str, Any] = {}
-    if path.is_file():
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    data["model"] = model
-    # how each threshold was made, one table per method, so a later calibration of other
-    # methods keeps the earlier record (a flat table of an older profile is split up)
-    record: dict[str, Any] = dict(data.get("calibration", {}))
-    if "date" in record:
-        flat = {k: v for k, v in record.items() if not isinstance(v, dict) or k in _NOTE_TABLES}
-        record = {k: v for k, v in record.items() if k not in flat}
-        for name, n in dict(flat.get("rows", {})).items():
-            record[name] = {**{k: v for k, v in flat.items() if k != "rows"}, "rows": n}
+    """Write (or update) a profile: the chosen thresholds, the switches already there kept
+    (:func:`gaprag.eval.offline.profile.write_profile`)."""
+    settings: dict[str, dict[str, Any]] = {}
     for method, result in chosen.items():
-        threshold = float(result["chosen"]["threshold"])
-        data.setdefault(method, {})[result["setting"]] = min(threshold, 1.0)
+        values = settings.setdefault(method, {})
+        values[result["setting"]] = min(float(result["chosen"]["threshold"]), 1.0)
         if result.get("switch") and result["chosen"].get("choice") is not None:
-            data[method][result["switch"]] = result["chosen"]["choice"]
-        record[method] = {**notes, "rows": result["questions"]}
+            values[result["switch"]] = result["chosen"]["choice"]
     for method, result in (gate or {}).items():
-        data.setdefault(method, {}).update(result["profile"])
-        record.setdefault(method, {**notes, "rows": result["questions"]})
-    data["calibration"] = record
-    path.parent.mkdir(parents=True, exist_ok=True)
-    header = (
-        f"# Model profile of {model}: written by `gaprag calibrate` (thresholds) and by hand\n"
-        "# (switches, each explained on its method's page). See gaprag/profiles/__init__.py.\n"
-    )
-    path.write_text(header + tomli_w.dumps(data), encoding="utf-8")
+        settings.setdefault(method, {}).update(result["profile"])
+    records = {m: {**notes, "rows": r["questions"]} for m, r in chosen.items()}
+    missing = {m: {**notes, "rows": r["questions"]} for m, r in (gate or {}).items()}
+    profile.write_profile(path, settings, records, model=model, records_if_missing=missing)
 
 
 def calibrate(

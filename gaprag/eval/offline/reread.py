@@ -1,4 +1,4 @@
-"""Offline reread: break a tie between a run's candidates with one more reading.
+"""Offline reread (``gaprag replay reread``): break a tie between a run's candidates with one more reading.
 
 Where plain RAG's answer and a method's answer differ, a reread sends plain RAG's request over
 plain RAG's passages followed by the method's evidence
@@ -23,39 +23,34 @@ A row's candidates are its gate's answer (plain RAG's) and its method's answer; 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gaprag.datasets import CALIBRATION_START, REPORTED_QUESTIONS, load_dataset
-from gaprag.eval.record import RUN_FILE
-from gaprag.eval.results import read_results
-from gaprag.eval.selection import (
+from gaprag.datasets import CALIBRATION_START, REPORTED_QUESTIONS
+from gaprag.eval.offline.candidates import Pair, pair, plain_answers, short_f1
+from gaprag.eval.offline.rundir import (
+    Key,
     append_record,
-    format_interval,
-    paired_delta,
+    documents,
     pending_rows,
     question_indices,
     read_records,
+    rows,
     run_dir_of,
 )
-from gaprag.eval.stats import BASELINE, dedupe, gate_answer
+from gaprag.eval.offline.tables import format_interval, paired_delta
+from gaprag.eval.stats import BASELINE
 from gaprag.metrics import f1_score
 from gaprag.nodes.answer import clean_answer
-from gaprag.nodes.choice import agrees
 from gaprag.nodes.gate import (
-    GATE_STOP,
     PLAIN_ANSWER_MAX_TOKENS,
     PLAIN_PASSAGE_WORDS,
-    PLAIN_TOP_K,
     logprob_signals,
     plain_rag,
 )
 from gaprag.nodes.render import render_passages
-from gaprag.nodes.short_answer import rule_answer
 
 if TYPE_CHECKING:
     from gaprag.llm.client import LLM, Messages
@@ -65,8 +60,6 @@ REREAD_FILE = "reread.jsonl"
 #: the token F1 at which a reread's answer counts as naming a candidate
 MATCH_F1 = 0.5
 RULES = ("reread", "vote_loop", "vote_plain", "vote_reread")
-
-
 #: the most passages a reread shows (plain RAG's five first, then the loop's evidence)
 REREAD_PASSAGES = 10
 
@@ -80,73 +73,15 @@ def reread_messages(question: str, passages: Sequence[Mapping[str, Any]]) -> Mes
     return prompt.render(question=question, passages=shown)
 
 
-@dataclass(frozen=True)
-class Pair:
-    """One row's two candidates, as answers and as F1."""
-
-    dataset: str
-    method: str
-    id: str
-    question: str
-    answers: tuple[str, ...]
-    plain: str
-    loop: str
-    run_f1: float  # the row's own F1
-    plain_f1: float
-    loop_f1: float
-    passages: tuple[str, ...]  # plain RAG's passages, then the method's evidence, each once
-
-    @property
-    def differ(self) -> bool:
-        return not agrees(self.plain, self.loop)
+def tie(found: Pair | None) -> bool:
+    """Whether a row's candidates differ, so a reread can break their tie (never where the
+    gate answered or plain RAG gave no answer)."""
+    return found is not None and bool(found.gate.answer) and not found.agree
 
 
-def _f1(question: str, answer: str, golds: Sequence[str]) -> float:
-    short = rule_answer(question, answer)
-    return f1_score(answer if short is None else short, list(golds))
-
-
-def pair(row: Mapping[str, Any]) -> Pair | None:
-    """The row's candidates, or None for a row without both (an error, no gate answer, the
-    gate answered)."""
-    if row.get("error") or row.get("stop_reason") == GATE_STOP:
-        return None
-    question, golds = str(row.get("question") or ""), tuple(row.get("answers") or ())
-    cands = [c for c in row.get("candidates") or [] if isinstance(c, Mapping)]
-    if len(cands) >= 2:
-        plain, loop = str(cands[0].get("answer") or ""), str(cands[-1].get("answer") or "")
-        loop_f1 = _f1(question, loop, golds)
-    else:
-        plain, loop = gate_answer(row) or "", str(row.get("prediction") or "")
-        loop_f1 = float(row.get("f1") or 0.0)
-    if not plain:
-        return None
-    # plain RAG's passages are the first the run showed (its gate's call comes first)
-    plain_ids = [str(i) for i in row.get("shown_ids") or []][:PLAIN_TOP_K]
-    return Pair(
-        dataset=str(row.get("dataset")),
-        method=str(row.get("method")),
-        id=str(row.get("id")),
-        question=question,
-        answers=golds,
-        plain=plain,
-        loop=loop,
-        run_f1=float(row.get("f1") or 0.0),
-        plain_f1=_f1(question, plain, golds),
-        loop_f1=loop_f1,
-        passages=tuple(dict.fromkeys(plain_ids + [str(i) for i in row.get("evidence_ids") or []])),
-    )
-
-
-def read_rereads(run_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
+def read_rereads(run_dir: Path) -> dict[Key, dict[str, Any]]:
     """``(method, id) -> record`` of ``reread.jsonl`` (empty when there is none)."""
     return read_records(run_dir / REREAD_FILE)
-
-
-def _documents(run_dir: Path) -> dict[str, Mapping[str, Any]]:
-    run = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
-    dataset = load_dataset(str(run.get("dataset_path") or run.get("dataset")))
-    return {str(d["id"]): d for d in dataset.documents()}
 
 
 async def areread_runs(
@@ -163,12 +98,12 @@ async def areread_runs(
     docs: dict[Path, dict[str, Mapping[str, Any]]] = {}
     for run_dir, row in pending_rows(dirs, REREAD_FILE, methods):
         found = pair(row)
-        if found is None or not found.differ:
+        if found is None or not tie(found):
             continue
         if limit is not None and done >= limit:
             return done
         if run_dir not in docs:
-            docs[run_dir] = _documents(run_dir)
+            docs[run_dir] = documents(run_dir)
         passages = [docs[run_dir][i] for i in found.passages if i in docs[run_dir]]
         scored = await llm.agenerate_scored(
             reread_messages(found.question, passages), max_tokens=PLAIN_ANSWER_MAX_TOKENS
@@ -196,58 +131,71 @@ def reread_runs(dirs: Sequence[str | Path], llm: LLM, **kwargs: Any) -> int:
 def pick(rule: str, p: Pair, reread: str) -> float:
     """The F1 of the answer ``rule`` keeps for ``p`` given the reread's answer (where the two
     candidates agree, theirs)."""
-    if not p.differ:
-        return p.loop_f1
-    reread_f1 = _f1(p.question, reread, p.answers)
+    if p.agree:
+        return p.loop.f1
+    reread_f1 = short_f1(p.question, reread, p.answers)
     if rule == "reread":
         return reread_f1
-    to_plain = f1_score(reread, [p.plain])
-    to_loop = f1_score(reread, [p.loop])
+    to_plain = f1_score(reread, [p.gate.answer])
+    to_loop = f1_score(reread, [p.loop.answer])
     if max(to_plain, to_loop) >= MATCH_F1:
-        return p.plain_f1 if to_plain > to_loop else p.loop_f1
-    fallback = {"vote_loop": p.loop_f1, "vote_plain": p.plain_f1, "vote_reread": reread_f1}
+        return p.gate.f1 if to_plain > to_loop else p.loop.f1
+    fallback = {"vote_loop": p.loop.f1, "vote_plain": p.gate.f1, "vote_reread": reread_f1}
     return fallback[rule]
+
+
+Scored = tuple[float, float, float | None, dict[str, float]]
+
+
+def _part(index: int | None) -> str | None:
+    """``fit`` (questions 60 on), ``check`` (below 50), None for any other."""
+    if index is None or REPORTED_QUESTIONS <= index < CALIBRATION_START:
+        return None
+    return "fit" if index >= CALIBRATION_START else "check"
+
+
+def _scored(
+    dirs: Sequence[str | Path], methods: Sequence[str]
+) -> dict[tuple[str, str], list[Scored]]:
+    """Per (method, part): each row's (plain RAG's F1, the run's, 1 where reread, each rule's
+    F1); a row without both candidates, or without its reread, keeps the run's answer."""
+    parts: dict[tuple[str, str], list[Scored]] = defaultdict(list)
+    for d in dirs:
+        run_dir = run_dir_of(d)
+        index = question_indices(run_dir)
+        rereads = read_rereads(run_dir)
+        found = rows(run_dir)
+        plain = plain_answers(found)
+        for row in found:
+            method, qid = str(row.get("method")), str(row.get("id"))
+            part = _part(index.get(qid))
+            if method == BASELINE or (methods and method not in methods) or row.get("error"):
+                continue
+            if part is None:
+                continue
+            p, record = pair(row, plain=plain.get(qid)), rereads.get((method, qid))
+            run = float(row.get("f1") or 0.0)
+            if p is None or not tie(p) or record is None:
+                rules, sent = dict.fromkeys(RULES, run), None
+            else:
+                rules = {r: pick(r, p, str(record.get("answer") or "")) for r in RULES}
+                sent = 1.0
+            plain_f1 = p.plain_f1 if p else plain[qid].f1 if qid in plain else run
+            parts[(method, part)].append((plain_f1, run, sent, rules))
+    return parts
 
 
 def replay(dirs: Sequence[str | Path], methods: Sequence[str] = ()) -> str:
     """Per method and part (``fit``: questions 60 on; ``check``: below 50): the run's F1 and
     each rule's, over every row of the method (agreeing and gate-stopped rows keep their
     answer), as Markdown; rows whose reread is missing keep the run's answer."""
-    parts: dict[tuple[str, str], list[tuple[float, float, float | None, dict[str, float]]]]
-    parts = defaultdict(list)
-    for d in dirs:
-        run_dir = run_dir_of(d)
-        index = question_indices(run_dir)
-        rereads = read_rereads(run_dir)
-        rows = dedupe(read_results(run_dir))
-        plain_f1 = {
-            str(r.get("id")): float(r.get("f1") or 0.0) for r in rows if r.get("method") == BASELINE
-        }
-        for row in rows:
-            method, qid = str(row.get("method")), str(row.get("id"))
-            if method == BASELINE or (methods and method not in methods) or row.get("error"):
-                continue
-            i = index.get(qid)
-            if i is None or REPORTED_QUESTIONS <= i < CALIBRATION_START:
-                continue
-            part = "fit" if i >= CALIBRATION_START else "check"
-            found, record = pair(row), rereads.get((method, qid))
-            run = float(row.get("f1") or 0.0)
-            plain = plain_f1.get(qid, found.plain_f1 if found else run)
-            if found is None or not found.differ or record is None:
-                rules = dict.fromkeys(RULES, run)
-                sent = None
-            else:
-                rules = {r: pick(r, found, str(record.get("answer") or "")) for r in RULES}
-                sent = 1.0
-            parts[(method, part)].append((plain, run, sent, rules))
     lines = [
         "| method | part | n | rereads / q | plain RAG | the run | "
         + " | ".join(RULES)
         + " | vote_loop − the run | vote_loop − plain RAG |",
         "|---|---|---:|---:|---:|---:|" + "---:|" * len(RULES) + "---:|---:|",
     ]
-    for (method, part), items in sorted(parts.items()):
+    for (method, part), items in sorted(_scored(dirs, methods).items()):
         n = len(items)
         plains, runs = [x[0] for x in items], [x[1] for x in items]
         cells = [f"{sum(x[3][r] for x in items) / n:.3f}" for r in RULES]
