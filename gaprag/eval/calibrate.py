@@ -234,6 +234,78 @@ def write_profile(
     profile.write_profile(path, settings, records, model=model, records_if_missing=missing)
 
 
+def _rescorers(
+    methods: Sequence[str], gate: str | None, rf_weights: str | Path | None
+) -> dict[str, Any]:
+    """Check what is asked for (methods with a calibrated decision, or any iterative one with
+    ``gate``; a known gate signal; ``rf_weights`` only with a method that re-scores) and give
+    each asked-for method's re-scorer."""
+    known = calibrated()
+    allowed = gate_methods() if gate else tuple(known)
+    unknown = [m for m in methods if m not in allowed]
+    if unknown:
+        raise InputError(
+            f"no calibrated decision in: {', '.join(unknown)}",
+            hint="calibrated methods: " + ", ".join(allowed),
+        )
+    check_gate_signal(gate)
+    rescorers = {m: r for m in methods if m in known and (r := known[m].rescore) is not None}
+    if rf_weights is not None and not rescorers:
+        with_rescore = [m for m, c in known.items() if c.rescore is not None]
+        raise InputError(
+            f"--rf-weights re-scores {', '.join(with_rescore)}'s decisions",
+            hint=f"add {' or '.join(with_rescore)} to --methods",
+        )
+    return rescorers
+
+
+def _run_sets(
+    settings: Mapping[str, Any],
+    methods: Sequence[str],
+    datasets: Sequence[str],
+    *,
+    start: int,
+    limit: int,
+    out_dir: Path,
+    gate: str | None,
+    run: bool,
+) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, Path]]:
+    """Run (unless ``run`` is False) and read each set's calibration rows under ``out_dir``:
+    (the rows, the questions used per set, each set's run directory). ``settings``: the
+    evaluation's other settings (serving, resume, progress)."""
+    from gaprag.eval.results import read_results
+    from gaprag.eval.runner import evaluate
+    from gaprag.eval.settings import EvalSettings
+
+    rows: list[dict[str, Any]] = []
+    used: dict[str, str] = {}
+    run_dirs: dict[str, Path] = {}
+    for name in datasets:
+        ds = load_dataset(name)
+        picked = calibration_slice(ds.examples, start, limit, what="calibration")
+        path = out_dir / ds.name / "results.jsonl"
+        if run:
+            options = {m: {"calibration": True, **gate_option(gate)} for m in methods}
+            evaluate(
+                EvalSettings(
+                    methods=list(methods), dataset=ds, limit=len(picked), offset=start,
+                    out=out_dir / ds.name, options=options, report=False, **settings,
+                )
+            )  # fmt: skip
+        mine = read_results(path) if path.is_file() else []
+        if not run:  # a replay keeps to the questions asked for
+            wanted = {ex.id for ex in picked}
+            mine = [r for r in mine if r.get("id") in wanted]
+        _note_answer_choice(mine, path.parent / "run.json")
+        run_dirs[ds.name] = path.parent
+        rows.extend(mine)
+        position = {ex.id: i for i, ex in enumerate(ds.examples)}
+        indices = sorted({position[r["id"]] for r in mine if r.get("id") in position})
+        if indices:
+            used[ds.name] = f"{indices[0]}-{indices[-1]} ({len(indices)} questions)"
+    return rows, used, run_dirs
+
+
 def calibrate(
     *,
     model: str,
@@ -264,67 +336,19 @@ def calibrate(
     retrained weights get their threshold from the same rows, on the questions they did not
     train on).
     Returns the curves and the profile's path."""
-    from gaprag.eval.results import read_results
-    from gaprag.eval.runner import evaluate
-    from gaprag.eval.settings import EvalSettings
-
     known = calibrated()
     methods = list(known) if methods is None else list(methods)
-    allowed = gate_methods() if gate else tuple(known)
-    unknown = [m for m in methods if m not in allowed]
-    if unknown:
-        raise InputError(
-            f"no calibrated decision in: {', '.join(unknown)}",
-            hint="calibrated methods: " + ", ".join(allowed),
-        )
-    check_gate_signal(gate)
-    rescorers = {m: r for m in methods if m in known and (r := known[m].rescore) is not None}
-    if rf_weights is not None and not rescorers:
-        with_rescore = [m for m, c in known.items() if c.rescore is not None]
-        raise InputError(
-            f"--rf-weights re-scores {', '.join(with_rescore)}'s decisions",
-            hint=f"add {' or '.join(with_rescore)} to --methods",
-        )
+    rescorers = _rescorers(methods, gate, rf_weights)
     out_dir = Path(out)
-    rows: list[dict[str, Any]] = []
-    used: dict[str, str] = {}
-    run_dirs: dict[str, Path] = {}
+    serving = {"base_url": base_url, "model": model if base_url else None, "llm": llm,
+               "embedder": embedder, "resume": resume, "progress": progress}  # fmt: skip
     # the embedded server serves ``model`` during these runs; the caller's setting comes back
     embedded = base_url is None and llm is None
     with environ(GAPRAG_LOCAL_MODEL=model) if embedded else contextlib.nullcontext():
-        for name in datasets:
-            ds = load_dataset(name)
-            picked = calibration_slice(ds.examples, start, limit, what="calibration")
-            path = out_dir / ds.name / "results.jsonl"
-            if run:
-                evaluate(
-                    EvalSettings(
-                        methods=list(methods),
-                        dataset=ds,
-                        limit=len(picked),
-                        offset=start,
-                        out=out_dir / ds.name,
-                        resume=resume,
-                        options={m: {"calibration": True, **gate_option(gate)} for m in methods},
-                        base_url=base_url,
-                        model=model if base_url else None,
-                        llm=llm,
-                        embedder=embedder,
-                        progress=progress,
-                        report=False,
-                    )
-                )
-            mine = read_results(path) if path.is_file() else []
-            if not run:  # a replay keeps to the questions asked for
-                wanted = {ex.id for ex in picked}
-                mine = [r for r in mine if r.get("id") in wanted]
-            _note_answer_choice(mine, path.parent / "run.json")
-            run_dirs[ds.name] = path.parent
-            rows.extend(mine)
-            position = {ex.id: i for i, ex in enumerate(ds.examples)}
-            indices = sorted({position[r["id"]] for r in mine if r.get("id") in position})
-            if indices:
-                used[ds.name] = f"{indices[0]}-{indices[-1]} ({len(indices)} questions)"
+        rows, used, run_dirs = _run_sets(
+            serving, methods, datasets, start=start, limit=limit, out_dir=out_dir, gate=gate,
+            run=run,
+        )  # fmt: skip
     rows = [r for r in rows if not r.get("error") and (r.get("options") or {}).get("calibration")]
     if not rows:
         raise InputError(f"no calibration rows under {out_dir}", hint="run gaprag calibrate first")
