@@ -34,7 +34,7 @@ import functools
 import json
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,30 @@ class Point:
     stop_rate: float  # share of questions stopped by a decision before the bound
     objective: float
     choice: str | None = None  # the answer-choice switch's value replayed, where there is one
+
+    @classmethod
+    def of(
+        cls,
+        threshold: float,
+        rows: Iterable[Mapping[str, Any]],
+        outcome: Callable[[Mapping[str, Any]], tuple[float, float, bool]],
+        cost_per_call: float,
+        choice: str | None = None,
+    ) -> Point:
+        """The point of the rows without an error, each giving ``outcome(row)``: its F1, its
+        LLM calls and whether a decision stopped it before the bound."""
+        outcomes = [outcome(row) for row in rows if not row.get("error")]
+        n = max(1, len(outcomes))
+        mean_f1 = sum(o[0] for o in outcomes) / n
+        mean_calls = sum(o[1] for o in outcomes) / n
+        return cls(
+            threshold=threshold,
+            f1=mean_f1,
+            llm_calls=mean_calls,
+            stop_rate=sum(o[2] for o in outcomes) / n,
+            objective=mean_f1 - cost_per_call * mean_calls,
+            choice=choice,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -128,38 +152,19 @@ def replay(
     decision (an answer step) and 0 when the last decision ends the run. ``choice``: the value
     of IterKey's ``fallback_policy`` for the runs no decision stops (:func:`chosen_f1`); None
     keeps each row's own answer."""
-    f1s: list[float] = []
-    calls: list[float] = []
-    stopped = 0
-    for row in rows:
-        if row.get("error"):
-            continue
+
+    def outcome(row: Mapping[str, Any]) -> tuple[float, float, bool]:
         total = float(row.get("llm_calls") or 0)
         decisions = _stops(row, nodes)
-        f1, spent = float(row.get("f1") or 0.0), total
-        if choice is not None:
-            f1 = chosen_f1(row, decisions, choice)
+        f1 = float(row.get("f1") or 0.0) if choice is None else chosen_f1(row, decisions, choice)
         segments = len(decisions) + after_last
         for i, d in enumerate(decisions):
             p, answer = d.get("p"), d.get("answer")
-            if p is None or answer is None or p < threshold:
-                continue
-            f1 = _short_f1(row, str(answer))
-            spent = total * (i + 1) / segments
-            stopped += i + 1 < segments
-            break
-        f1s.append(f1)
-        calls.append(spent)
-    n = max(1, len(f1s))
-    mean_f1, mean_calls = sum(f1s) / n, sum(calls) / n
-    return Point(
-        threshold=threshold,
-        f1=mean_f1,
-        llm_calls=mean_calls,
-        stop_rate=stopped / n,
-        objective=mean_f1 - cost_per_call * mean_calls,
-        choice=choice,
-    )
+            if p is not None and answer is not None and p >= threshold:
+                return _short_f1(row, str(answer)), total * (i + 1) / segments, i + 1 < segments
+        return f1, total, False
+
+    return Point.of(threshold, rows, outcome, cost_per_call, choice)
 
 
 def choose(points: Sequence[Point], default: str | None = None) -> Point:
@@ -430,30 +435,16 @@ def gate_replay(
     """What stopping at the gate on ``p >= threshold`` would have given: a stopped question
     answers with plain RAG's answer (reduced by the short-answer rules) and spends the gate's
     calls (1 on logprobs, 2 on agreement); the others keep their run's F1 and calls."""
-    f1s: list[float] = []
-    calls: list[float] = []
-    stopped = 0
-    for row in rows:
-        if row.get("error"):
-            continue
-        f1, spent = float(row.get("f1") or 0.0), float(row.get("llm_calls") or 0)
+
+    def outcome(row: Mapping[str, Any]) -> tuple[float, float, bool]:
         for d in _stops(row, GATE_NODES)[:1]:
             p, answer = d.get("p"), d.get("answer")
             if p is not None and answer is not None and p >= threshold:
-                f1 = _short_f1(row, str(answer))
                 spent = 1.0 if d.get("path") == "logprobs" else 2.0
-                stopped += 1
-        f1s.append(f1)
-        calls.append(spent)
-    n = max(1, len(f1s))
-    mean_f1, mean_calls = sum(f1s) / n, sum(calls) / n
-    return Point(
-        threshold=threshold,
-        f1=mean_f1,
-        llm_calls=mean_calls,
-        stop_rate=stopped / n,
-        objective=mean_f1 - cost_per_call * mean_calls,
-    )
+                return _short_f1(row, str(answer)), spent, True
+        return float(row.get("f1") or 0.0), float(row.get("llm_calls") or 0), False
+
+    return Point.of(threshold, rows, outcome, cost_per_call)
 
 
 def gate_curves(

@@ -10,7 +10,7 @@ F1 of an answer a run did not give is taken after the short-answer step's rules
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,22 +155,31 @@ def plain_answers(run_rows: Sequence[Mapping[str, Any]]) -> dict[str, Candidate]
     }
 
 
-def pairs(dirs: Sequence[str | Path], methods: Sequence[str] = ()) -> list[Pair]:
-    """Every gated row of ``dirs`` (of ``methods``; all when empty) as a :class:`Pair`."""
-    out: list[Pair] = []
+def walk(
+    dirs: Sequence[str | Path], methods: Sequence[str] = ()
+) -> Iterator[tuple[Path, dict[str, Any], int | None, Candidate | None]]:
+    """Every row of ``dirs`` (of ``methods``; all when empty) with its run directory, its
+    question's index in the set and plain RAG's answer to it in the same run."""
     for d in dirs:
         run_dir = run_dir_of(d)
         found = rows(run_dir)
-        scores = read_scores(run_dir)
         index = question_indices(run_dir)
         plain = plain_answers(found)
         for row in found:
-            qid, method = str(row.get("id")), str(row.get("method"))
-            if methods and method not in methods:
-                continue
-            made = pair(
-                row, index=index.get(qid), plain=plain.get(qid), score=scores.get((method, qid))
-            )
-            if made is not None:
-                out.append(made)
+            qid = str(row.get("id"))
+            if not methods or str(row.get("method")) in methods:
+                yield run_dir, row, index.get(qid), plain.get(qid)
+
+
+def pairs(dirs: Sequence[str | Path], methods: Sequence[str] = ()) -> list[Pair]:
+    """Every gated row of ``dirs`` (of ``methods``; all when empty) as a :class:`Pair`."""
+    scores: dict[Path, dict[Key, dict[str, Any]]] = {}
+    out: list[Pair] = []
+    for run_dir, row, index, plain in walk(dirs, methods):
+        if run_dir not in scores:
+            scores[run_dir] = read_scores(run_dir)
+        key = (str(row.get("method")), str(row.get("id")))
+        made = pair(row, index=index, plain=plain, score=scores[run_dir].get(key))
+        if made is not None:
+            out.append(made)
     return out

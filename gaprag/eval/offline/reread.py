@@ -29,16 +29,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gaprag.datasets import CALIBRATION_START, REPORTED_QUESTIONS
-from gaprag.eval.offline.candidates import Pair, pair, plain_answers, short_f1
+from gaprag.eval.offline.candidates import Pair, pair, short_f1, walk
 from gaprag.eval.offline.rundir import (
     Key,
-    append_record,
     documents,
-    pending_rows,
-    question_indices,
+    extend_runs,
     read_records,
-    rows,
-    run_dir_of,
 )
 from gaprag.eval.offline.tables import format_interval, paired_delta
 from gaprag.eval.stats import BASELINE
@@ -94,14 +90,12 @@ async def areread_runs(
 ) -> int:
     """Reread every row of ``dirs`` whose candidates differ and that has none yet (at most
     ``limit`` this time), appending as each finishes; returns how many were sent."""
-    done = 0
     docs: dict[Path, dict[str, Mapping[str, Any]]] = {}
-    for run_dir, row in pending_rows(dirs, REREAD_FILE, methods):
+
+    async def reread(run_dir: Path, row: dict[str, Any]) -> dict[str, Any] | None:
         found = pair(row)
         if found is None or not tie(found):
-            continue
-        if limit is not None and done >= limit:
-            return done
+            return None
         if run_dir not in docs:
             docs[run_dir] = documents(run_dir)
         passages = [docs[run_dir][i] for i in found.passages if i in docs[run_dir]]
@@ -109,18 +103,17 @@ async def areread_runs(
             reread_messages(found.question, passages), max_tokens=PLAIN_ANSWER_MAX_TOKENS
         )
         signals = logprob_signals(scored.tokens) if scored.tokens else None
-        record = {
+        return {
             "method": found.method,
             "id": found.id,
             "answer": clean_answer(scored.text),
             "logprob_mean": None if signals is None else signals.get("logprob_mean"),
             "passages": len(passages),
         }
-        append_record(run_dir / REREAD_FILE, record)
-        done += 1
-        if progress is not None:
-            progress(f"{run_dir.name} {found.method} {found.id}: {record['answer']!r}")
-    return done
+
+    return await extend_runs(
+        dirs, REREAD_FILE, reread, methods=methods, limit=limit, progress=progress, shown="answer"
+    )
 
 
 def reread_runs(dirs: Sequence[str | Path], llm: LLM, **kwargs: Any) -> int:
@@ -160,28 +153,23 @@ def _scored(
     """Per (method, part): each row's (plain RAG's F1, the run's, 1 where reread, each rule's
     F1); a row without both candidates, or without its reread, keeps the run's answer."""
     parts: dict[tuple[str, str], list[Scored]] = defaultdict(list)
-    for d in dirs:
-        run_dir = run_dir_of(d)
-        index = question_indices(run_dir)
-        rereads = read_rereads(run_dir)
-        found = rows(run_dir)
-        plain = plain_answers(found)
-        for row in found:
-            method, qid = str(row.get("method")), str(row.get("id"))
-            part = _part(index.get(qid))
-            if method == BASELINE or (methods and method not in methods) or row.get("error"):
-                continue
-            if part is None:
-                continue
-            p, record = pair(row, plain=plain.get(qid)), rereads.get((method, qid))
-            run = float(row.get("f1") or 0.0)
-            if p is None or not tie(p) or record is None:
-                rules, sent = dict.fromkeys(RULES, run), None
-            else:
-                rules = {r: pick(r, p, str(record.get("answer") or "")) for r in RULES}
-                sent = 1.0
-            plain_f1 = p.plain_f1 if p else plain[qid].f1 if qid in plain else run
-            parts[(method, part)].append((plain_f1, run, sent, rules))
+    rereads: dict[Path, dict[Key, dict[str, Any]]] = {}
+    for run_dir, row, index, plain in walk(dirs, methods):
+        method, qid = str(row.get("method")), str(row.get("id"))
+        part = _part(index)
+        if method == BASELINE or row.get("error") or part is None:
+            continue
+        if run_dir not in rereads:
+            rereads[run_dir] = read_rereads(run_dir)
+        p, record = pair(row, plain=plain), rereads[run_dir].get((method, qid))
+        run = float(row.get("f1") or 0.0)
+        if p is None or not tie(p) or record is None:
+            rules, sent = dict.fromkeys(RULES, run), None
+        else:
+            rules = {r: pick(r, p, str(record.get("answer") or "")) for r in RULES}
+            sent = 1.0
+        plain_f1 = p.plain_f1 if p else plain.f1 if plain else run
+        parts[(method, part)].append((plain_f1, run, sent, rules))
     return parts
 
 

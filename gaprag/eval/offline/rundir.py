@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +106,37 @@ def pending_rows(
             key = (str(row.get("method")), str(row.get("id")))
             if (not methods or key[0] in methods) and key not in done:
                 yield run_dir, row
+
+
+#: what a replay adds for one row: its record, or None for a row it skips
+Extend = Callable[[Path, dict[str, Any]], Awaitable[dict[str, Any] | None]]
+
+
+async def extend_runs(
+    dirs: Sequence[str | Path],
+    name: str,
+    make: Extend,
+    *,
+    methods: Sequence[str] = (),
+    limit: int | None = None,
+    progress: Callable[[str], None] | None = None,
+    shown: str = "path",
+) -> int:
+    """Append to each run directory's JSON-lines file ``name`` the record ``make`` gives for
+    every row that has none yet (of ``methods``; all when empty), at most ``limit`` this time,
+    each as it finishes (an interrupted run resumes); returns how many were added.
+    ``progress`` gets a line per record, with the record's ``shown`` field."""
+    done = 0
+    for run_dir, row in pending_rows(dirs, name, methods):
+        if limit is not None and done >= limit:
+            break
+        record = await make(run_dir, row)
+        if record is None:
+            continue
+        append_record(run_dir / name, record)
+        done += 1
+        if progress is not None:
+            said = record.get(shown)
+            said = repr(said) if isinstance(said, str) and shown != "path" else said
+            progress(f"{run_dir.name} {record.get('method')} {record.get('id')}: {said}")
+    return done

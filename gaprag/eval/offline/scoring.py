@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gaprag.eval.offline.candidates import SCORES
-from gaprag.eval.offline.rundir import append_record, pending_rows
+from gaprag.eval.offline.rundir import extend_runs
 from gaprag.eval.stats import gate_answer
 from gaprag.nodes.answer import clean_answer
 from gaprag.nodes.choice import answer_span
@@ -179,14 +179,12 @@ async def ascore_runs(
 ) -> int:
     """Score every gated row of ``dirs`` not yet in its ``selection_scores.jsonl`` (at most
     ``limit`` this time), appending as each finishes; returns how many were scored."""
-    done = 0
     model = str(getattr(llm.chat, "model_name", "") or "")
     traces: dict[tuple[Path, str], dict[str, dict[str, Any]]] = {}
-    for run_dir, row in pending_rows(dirs, SCORES, methods):
+
+    async def score(run_dir: Path, row: dict[str, Any]) -> dict[str, Any] | None:
         if not _gated(row):
-            continue
-        if limit is not None and done >= limit:
-            return done
+            return None
         method = str(row.get("method"))
         if (run_dir, method) not in traces:
             traces[(run_dir, method)] = method_traces(run_dir, method)
@@ -195,12 +193,9 @@ async def ascore_runs(
             record = {"method": method, "id": row.get("id"), "path": "no_trace"}
         else:
             record = await score_trace(llm, trace)
-        record["model"] = model
-        append_record(scores_file(run_dir), record)
-        done += 1
-        if progress is not None:
-            progress(f"{run_dir.name} {method} {row.get('id')}: {record['path']}")
-    return done
+        return {**record, "model": model}
+
+    return await extend_runs(dirs, SCORES, score, methods=methods, limit=limit, progress=progress)
 
 
 def score_runs(dirs: Sequence[str | Path], llm: LLM, **kwargs: Any) -> int:
