@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from gaprag.datasets import CALIBRATION_START, REPORTED_QUESTIONS
 from gaprag.eval.offline.candidates import Pair, pair, short_f1, walk
 from gaprag.eval.offline.rundir import (
+    Extending,
     Key,
     documents,
     extend_runs,
@@ -80,14 +81,7 @@ def read_rereads(run_dir: Path) -> dict[Key, dict[str, Any]]:
     return read_records(run_dir / REREAD_FILE)
 
 
-async def areread_runs(
-    dirs: Sequence[str | Path],
-    llm: LLM,
-    *,
-    methods: Sequence[str] = (),
-    limit: int | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> int:
+async def areread_runs(dirs: Sequence[str | Path], llm: LLM, **options: Unpack[Extending]) -> int:
     """Reread every row of ``dirs`` whose candidates differ and that has none yet (at most
     ``limit`` this time), appending as each finishes; returns how many were sent."""
     docs: dict[Path, dict[str, Mapping[str, Any]]] = {}
@@ -111,14 +105,12 @@ async def areread_runs(
             "passages": len(passages),
         }
 
-    return await extend_runs(
-        dirs, REREAD_FILE, reread, methods=methods, limit=limit, progress=progress, shown="answer"
-    )
+    return await extend_runs(dirs, REREAD_FILE, reread, shown="answer", **options)
 
 
-def reread_runs(dirs: Sequence[str | Path], llm: LLM, **kwargs: Any) -> int:
+def reread_runs(dirs: Sequence[str | Path], llm: LLM, **options: Unpack[Extending]) -> int:
     """:func:`areread_runs`, run to completion."""
-    return asyncio.run(areread_runs(dirs, llm, **kwargs))
+    return asyncio.run(areread_runs(dirs, llm, **options))
 
 
 def pick(rule: str, p: Pair, reread: str) -> float:

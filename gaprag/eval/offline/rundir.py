@@ -9,7 +9,7 @@ import json
 import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from gaprag.datasets import load_dataset
 from gaprag.errors import InputError
@@ -110,6 +110,14 @@ def pending_rows(
 
 #: what a replay adds for one row: its record, or None for a row it skips
 Extend = Callable[[Path, dict[str, Any]], Awaitable[dict[str, Any] | None]]
+
+
+class Extending(TypedDict, total=False):
+    """The options of a replay that adds records beside the rows (:func:`extend_runs`)."""
+
+    methods: Sequence[str]
+    limit: int | None
+    progress: Callable[[str], None] | None
 
 
 async def extend_runs(

@@ -17,13 +17,13 @@ RAG's answer:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from gaprag.eval.offline.candidates import SCORES
-from gaprag.eval.offline.rundir import extend_runs
+from gaprag.eval.offline.rundir import Extending, extend_runs
 from gaprag.eval.stats import gate_answer
 from gaprag.nodes.answer import clean_answer
 from gaprag.nodes.choice import answer_span
@@ -169,14 +169,7 @@ def scores_file(run_dir: str | Path) -> Path:
     return Path(run_dir) / SCORES
 
 
-async def ascore_runs(
-    dirs: Sequence[str | Path],
-    llm: LLM,
-    *,
-    methods: Sequence[str] = (),
-    limit: int | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> int:
+async def ascore_runs(dirs: Sequence[str | Path], llm: LLM, **options: Unpack[Extending]) -> int:
     """Score every gated row of ``dirs`` not yet in its ``selection_scores.jsonl`` (at most
     ``limit`` this time), appending as each finishes; returns how many were scored."""
     model = str(getattr(llm.chat, "model_name", "") or "")
@@ -195,9 +188,9 @@ async def ascore_runs(
             record = await score_trace(llm, trace)
         return {**record, "model": model}
 
-    return await extend_runs(dirs, SCORES, score, methods=methods, limit=limit, progress=progress)
+    return await extend_runs(dirs, SCORES, score, **options)
 
 
-def score_runs(dirs: Sequence[str | Path], llm: LLM, **kwargs: Any) -> int:
+def score_runs(dirs: Sequence[str | Path], llm: LLM, **options: Unpack[Extending]) -> int:
     """:func:`ascore_runs`, run to completion."""
-    return asyncio.run(ascore_runs(dirs, llm, **kwargs))
+    return asyncio.run(ascore_runs(dirs, llm, **options))

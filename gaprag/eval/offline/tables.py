@@ -45,3 +45,30 @@ def share(value: float | None) -> str:
 def mean(values: Sequence[float]) -> float | None:
     """The mean; None for no values."""
     return sum(values) / len(values) if values else None
+
+
+def figure(x: float, signed: bool = False, places: int = 2) -> str:
+    """``x`` rounded to ``places``, with a typographic minus (the result pages' style)."""
+    text = f"{x:+.{places}f}" if signed else f"{x:.{places}f}"
+    return text.replace("-", "−")
+
+
+def with_ci(stat: Mapping[str, Any] | None, signed: bool = False, places: int = 2) -> str:
+    """A summary statistic (``mean``, ``ci``) as ``0.41 [0.34, 0.49]``; ``–`` without one."""
+    if not stat or stat.get("mean") is None:
+        return "–"
+    ci = stat.get("ci")
+    text = figure(stat["mean"], signed, places)
+    return (
+        f"{text} [{figure(ci[0], signed, places)}, {figure(ci[1], signed, places)}]" if ci else text
+    )
+
+
+def delta_cell(d: Mapping[str, Any] | None, places: int = 2) -> str:
+    """A paired difference (``mean``, ``ci``, ``wins``, ``losses``, ``n``: a summary's
+    ``vs_baseline`` entry or a :func:`paired_delta` with its ``n``) as ``+0.03 [−0.03, +0.09]
+    (19 / 12, n = 150)``; ``–`` without one."""
+    if not d or d.get("mean") is None:
+        return "–"
+    text = with_ci(d, signed=True, places=places)
+    return f"{text} ({d.get('wins', 0)} / {d.get('losses', 0)}, n = {d.get('n', 0)})"
