@@ -498,7 +498,7 @@ def _context(cls: type[C], value: Any) -> C:
 
 
 #: ``pick(answers, probs, choice)``: the index of the round whose answer a run no decision
-#: stopped gives, under value ``choice`` of the method's answer-choice switch
+#: stopped gives, under value ``choice`` of the method's round-choice switch
 AnswerPicker = Callable[..., int]
 #: ``rescore(rows, run_dirs, weights)``: the rows with the method's decisions re-scored by
 #: other trained weights (from the run's traces), and a note of what was done

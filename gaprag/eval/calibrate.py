@@ -62,7 +62,7 @@ class Point:
     llm_calls: float
     stop_rate: float  # share of questions stopped by a decision before the bound
     objective: float
-    choice: str | None = None  # the answer-choice switch's value replayed, where there is one
+    choice: str | None = None  # the round-choice switch's value replayed, where there is one
 
     @classmethod
     def of(
@@ -120,16 +120,16 @@ def calibrated() -> dict[str, Calibration]:
 
 
 def chosen_f1(row: Mapping[str, Any], decisions: Sequence[Mapping[str, Any]], choice: str) -> float:
-    """The F1 of a run no decision stopped, had its method's answer-choice switch (IterKey's
+    """The F1 of a run no decision stopped, had its method's round-choice switch (IterKey's
     ``fallback_policy``) been ``choice``: the row's own F1 where ``choice`` picks the same
-    answer as the value the row ran with (``row["answer_choice"]``, from its run's settings;
+    answer as the value the row ran with (``row["round_choice"]``, from its run's settings;
     else the default), else the picked round's answer reduced by the short-answer rules."""
     declared = _declared(str(row.get("base_method") or row.get("method")))
     answers = [str(d.get("answer") or "") for d in decisions]
     if not answers or declared is None or declared.pick is None:
         return float(row.get("f1") or 0.0)
     probs = [d.get("p") for d in decisions]
-    ran = declared.pick(answers, probs, row.get("answer_choice", declared.choices[0]))
+    ran = declared.pick(answers, probs, row.get("round_choice", declared.choices[0]))
     picked = declared.pick(answers, probs, choice)
     if normalize_answer(answers[picked]) == normalize_answer(answers[ran]):
         return float(row.get("f1") or 0.0)
@@ -169,7 +169,7 @@ def replay(
 
 def choose(points: Sequence[Point], default: str | None = None) -> Point:
     """The best objective; ties go to the higher threshold (fail toward retrieving more), then
-    to the ``default`` value of the answer-choice switch."""
+    to the ``default`` value of the round-choice switch."""
     return max(points, key=lambda pt: (round(pt.objective, 6), pt.threshold, pt.choice == default))
 
 
@@ -301,7 +301,7 @@ def _run_sets(
         if not run:  # a replay keeps to the questions asked for
             wanted = {ex.id for ex in picked}
             mine = [r for r in mine if r.get("id") in wanted]
-        _note_answer_choice(mine, path.parent / "run.json")
+        _note_round_choice(mine, path.parent / "run.json")
         run_dirs[ds.name] = path.parent
         rows.extend(mine)
         position = {ex.id: i for i, ex in enumerate(ds.examples)}
@@ -386,8 +386,8 @@ def calibrate(
     return {"curves": result, "gate": gated, "profile": str(target)}
 
 
-def _note_answer_choice(rows: Sequence[dict[str, Any]], run_file: Path) -> None:
-    """Mark each row with the answer-choice value its run used (``answer_choice``, in memory
+def _note_round_choice(rows: Sequence[dict[str, Any]], run_file: Path) -> None:
+    """Mark each row with the round-choice value its run used (``round_choice``, in memory
     only), read from the run's resolved settings; the default where run.json has none."""
     try:
         settings = json.loads(run_file.read_text(encoding="utf-8")).get("settings") or {}
@@ -398,7 +398,7 @@ def _note_answer_choice(rows: Sequence[dict[str, Any]], run_file: Path) -> None:
         declared = _declared(str(row.get("base_method") or method))
         if declared is not None and declared.switch:
             chosen = (settings.get(method) or {}).get(declared.switch, declared.choices[0])
-            row["answer_choice"] = chosen
+            row["round_choice"] = chosen
 
 
 def _shipped_path(name: str) -> Path:

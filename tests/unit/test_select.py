@@ -237,3 +237,19 @@ def test_the_answer_choice_needs_the_gate_it_chooses_against(store: Store) -> No
     builder.add_edge("retrieve", "generate_answer")
     with pytest.raises(ValueError, match="needs the gate"):
         add_short_answer(builder, Deps(), after="generate_answer", choice=True)
+
+
+def test_each_optional_step_of_the_tail_is_off_by_its_own_setting(store: Store) -> None:
+    """gate="off", answer_scoring="off", answer_choice="off" and short_answer=false: no
+    gate call, no logprobs asked for, no choice made, no short-answer call."""
+    off = {"gate": "off", "answer_scoring": "off", "answer_choice": "off", "short_answer": False}
+    long = "The capital of France is the city of Lyon, as the passages say."
+    sentence = f"So the answer is: {long}"
+    model = ScriptedChatModel(rules=[(PLAIN, "Paris"), (REASON, sentence)], default="Unknown")
+    graph = build_graph("ircot", llm=LLM(model, supports_logprobs=True), retriever=store, **off)
+    out = graph.invoke({"question": Q})
+    assert not any(PLAIN in c["messages"][-1][1] for c in model.calls)  # no gate call
+    assert not any(c["kwargs"].get("logprobs") for c in model.calls)
+    assert {d["node"] for d in out["decisions"]}.isdisjoint({"gate", "select"})
+    (step,) = [t for t in out["trace"] if t.get("call") == "short_answer"]
+    assert step["path"] == "off" and out["answer"] == long.rstrip(".")
