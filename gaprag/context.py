@@ -28,7 +28,8 @@ import difflib
 import math
 import types
 import typing
-from collections.abc import Callable, Iterable
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
@@ -69,12 +70,55 @@ def check_names(cls: type[Any], names: Iterable[str], *, what: str = "setting") 
     )
 
 
+def _scoring_for(choice: Any) -> str:
+    """The ``answer_scoring`` the old ``select`` value implied: scored unless it was off."""
+    return "off" if choice == "off" else "logprob"
+
+
+#: settings renamed in 0.2 (kept, with a DeprecationWarning, until 0.3): {old name: the new
+#: settings its value stands for}
+RENAMED_SETTINGS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "select": lambda v: {"answer_choice": v, "answer_scoring": _scoring_for(v)},
+    "select_margin": lambda v: {"choice_margin": v},
+}
+
+
+def current_names(settings: Mapping[str, Any], *, warn: bool = True) -> dict[str, Any]:
+    """``settings`` under today's names: a renamed setting's value moves to the settings it
+    stands for (:data:`RENAMED_SETTINGS`; a new name given too wins), with a
+    ``DeprecationWarning`` naming the new ones unless ``warn`` is False (an old run record).
+    The one translation of old names: contexts, build options, profiles and ``--set``."""
+    out = {k: v for k, v in settings.items() if k not in RENAMED_SETTINGS}
+    for old, value in settings.items():
+        if old not in RENAMED_SETTINGS:
+            continue
+        new = RENAMED_SETTINGS[old](value)
+        if warn:
+            shown = ", ".join(f"{k}={v!r}" for k, v in new.items())
+            warnings.warn(
+                f"setting {old!r} is deprecated and will be removed in 0.3; use {shown}",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+        for name, moved in new.items():
+            out.setdefault(name, moved)
+    return out
+
+
+def _names_of(name: str) -> tuple[str, ...]:
+    """The settings ``name`` stands for today (itself unless renamed)."""
+    renamed = RENAMED_SETTINGS.get(name)
+    return tuple(renamed(None)) if renamed else (name,)
+
+
 class _Checked(type):
     """Every context built from keywords (``context={...}``, Studio's form, ``--set``) names
-    only its class's fields: an unknown one is an :class:`InputError`, not a ``TypeError``."""
+    only its class's fields: an unknown one is an :class:`InputError`, not a ``TypeError``;
+    a renamed one is taken under its new name (:func:`current_names`)."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if dataclasses.is_dataclass(cls):
+            kwargs = current_names(kwargs)
             check_names(cls, kwargs)
         return super().__call__(*args, **kwargs)
 
@@ -234,20 +278,31 @@ class BaseContext(metaclass=_Checked):
         minimum=-100,
         maximum=100,
     )
-    select: Literal["off", "logprob", "agreement"] = describe(
+    answer_scoring: Literal["off", "logprob"] = describe(
+        "off",
+        "Score the final answer: logprob requests the token logprobs of the call whose text "
+        "becomes the answer (the same request) and records the answer's probability in "
+        "answer_p; off requests none. answer_choice=logprob needs it.",
+    )
+    answer_choice: Literal["off", "logprob", "agreement"] = describe(
         "off",
         "Where the gate let the loop run, choose the answer between plain RAG's and the "
-        "loop's: off (the loop's, as without selection); logprob (plain RAG's when its "
-        "probability exceeds the loop answer's by at least select_margin); agreement (the "
-        "loop's, recording whether the two agree). Without logprobs logprob falls back to "
-        "agreement.",
+        "loop's: off (the loop's, as without a choice); logprob (plain RAG's when its "
+        "probability exceeds the loop answer's by at least choice_margin); agreement (the "
+        "loop's, recording whether the two agree). logprob without both probabilities "
+        "(answer_scoring off, an endpoint without logprobs) falls back to agreement.",
     )
-    select_margin: float = describe(
+    choice_margin: float = describe(
         0.0,
-        "The logprob selection takes plain RAG's answer when its probability minus the loop "
+        "answer_choice=logprob takes plain RAG's answer when its probability minus the loop "
         "answer's is at least this.",
         minimum=-1,
         maximum=1,
+    )
+    short_answer: bool = describe(
+        True,
+        "End with the shared short-answer step (the answer reduced to its shortest span: a "
+        "rule, else one LLM call); false, or reader=paper, keeps the answer as it is.",
     )
     no_logprobs: Literal["retrieve_more", "trust_answer"] = describe(
         "retrieve_more",
@@ -353,12 +408,13 @@ def with_defaults(
 
     ``sources``: where each override came from (``explicit``, ``profile <model>``); it is kept
     on the class (:func:`setting_sources`) and shown in each field's description (Studio)."""
+    sources = {new: src for old, src in (sources or {}).items() for new in _names_of(old)}
+    overrides = current_names(overrides)
     check_names(cls, overrides, what="option")
     cls(**overrides)  # validate the build-time values once, with a clear message
     if not overrides:
         return cls
     hints = typing.get_type_hints(cls)
-    sources = sources or {}
     fields: list[tuple[str, Any, Any]] = []
     for name, value in overrides.items():
         original = next(f for f in dataclasses.fields(cls) if f.name == name)
@@ -442,7 +498,7 @@ def _context(cls: type[C], value: Any) -> C:
 
 
 #: ``pick(answers, probs, choice)``: the index of the round whose answer a run no decision
-#: stopped gives, under value ``choice`` of the method's answer-choice switch
+#: stopped gives, under value ``choice`` of the method's round-choice switch
 AnswerPicker = Callable[..., int]
 #: ``rescore(rows, run_dirs, weights)``: the rows with the method's decisions re-scored by
 #: other trained weights (from the run's traces), and a note of what was done

@@ -8,6 +8,7 @@ import typing
 from collections.abc import Iterable
 from typing import Any
 
+from gaprag.context import current_names
 from gaprag.errors import InputError
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -99,10 +100,10 @@ def options_for(method: str, sets: dict[str, dict[str, str]]) -> dict[str, Any]:
     cls = context_class(method)
     names = {f.name for f in dataclasses.fields(cls)}
     merged: dict[str, Any] = {}
-    for key, raw in sets.get("*", {}).items():
+    for key, raw in current_names(sets.get("*", {})).items():
         if key in names:  # global options apply where the method has them
             merged[key] = coerce(cls, key, raw)
-    for key, raw in sets.get(method, {}).items():
+    for key, raw in current_names(sets.get(method, {})).items():
         # ``profile`` names the build's profile (e.g. a variant ``NAME=METHOD:profile=paper``)
         merged[key] = raw if key == "profile" else coerce(cls, key, raw)
     return merged

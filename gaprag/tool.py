@@ -20,7 +20,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
-from gaprag.graphs import _module, build_graph, context_class
+from gaprag.graphs import build_graph, context_class, graph_module
 from gaprag.validate import check_llm, check_question, check_retriever
 
 #: Evidence passages shown to the calling model, and words kept from each.
@@ -36,7 +36,7 @@ class QuestionInput(BaseModel):
 
 def method_description(method: str) -> str:
     """The first paragraph of the method module's docstring, as one line."""
-    doc = inspect.getdoc(_module(method)) or ""
+    doc = inspect.getdoc(graph_module(method)) or ""
     first = doc.strip().split("\n\n", 1)[0]
     summary = " ".join(first.split())
     prefix = f"{method}:"

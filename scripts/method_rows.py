@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gaprag.eval.markdown import _calls, _cell  # the report's own cells, so the pages match it
+from gaprag.eval.markdown import calls_cell, stat_cell  # the report's own cells
 
 HEADER = (
     "| set | method | n | EM | F1 | Acc | support recall | ΔF1 vs standard_rag [95% CI] "
@@ -31,8 +31,8 @@ def row(ds: str, method: str, v: dict[str, Any]) -> str:
     return (
         f"| {ds} | {method} | {v['n']} | {v['em']['mean']:.2f} | {v['f1']['mean']:.3f} "
         f"| {v['acc']['mean']:.2f} | {v['support_recall']['mean']:.2f} "
-        f"| {_cell(vs, signed=True)} | {wl} "
-        f"| {_calls(c)} | {c['prompt_tokens']:.0f} + {c['completion_tokens']:.0f} "
+        f"| {stat_cell(vs, signed=True)} | {wl} "
+        f"| {calls_cell(c)} | {c['prompt_tokens']:.0f} + {c['completion_tokens']:.0f} "
         f"| {c['retrieval_calls']:.2f} | {c['iterations']:.2f} | {c['wall_s']:.0f} | {stops} |"
     )
 

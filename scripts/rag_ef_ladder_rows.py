@@ -21,15 +21,16 @@ Prints:
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from readme_tables import SET_NAMES, num  # this script's directory is on sys.path
+from readme_tables import SET_NAMES  # this script's directory is on sys.path
 
 from gaprag.eval.ladder import NEAR_COPY, paraphrase_overlap
-from gaprag.eval.stats import bootstrap_ci, dedupe, summarize
+from gaprag.eval.offline.tables import delta_cell, figure, paired_delta
+from gaprag.eval.results import read_results
+from gaprag.eval.stats import dedupe, summarize
 from gaprag.metrics import f1_score
 
 BASE = "standard_rag"
@@ -42,10 +43,6 @@ EXPERTS = (
 Overlap = dict[str, tuple[float, bool]]
 #: (label, F1 by method, overlap by expert set, expert answer F1 by expert set)
 Block = tuple[str, dict[str, dict[str, float]], dict[str, Overlap], dict[str, dict[str, float]]]
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
 def f1_by_method(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
@@ -86,33 +83,22 @@ def expert_answer_f1(
 
 def paired(base: Mapping[str, float], other: Mapping[str, float], ids: Sequence[str]) -> str:
     """``other - base`` on ``ids`` answered by both: mean [95% CI] (wins / losses, n)."""
-    diffs = [other[i] - base[i] for i in ids if i in base and i in other]
-    if not diffs:
+    common = [i for i in ids if i in base and i in other]
+    if not common:
         return "–"
-    mean = sum(diffs) / len(diffs)
-    ci = bootstrap_ci(diffs)
-    wins, losses = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
-    interval = f" [{num(ci[0], True)}, {num(ci[1], True)}]" if ci else ""
-    return f"{num(mean, True)}{interval} ({wins} / {losses}, n = {len(diffs)})"
+    d = paired_delta([other[i] for i in common], [base[i] for i in common])
+    return delta_cell({**d, "n": len(common)})
 
 
 def stat_mean(stat: Mapping[str, Any] | None) -> str:
     """A summary statistic's mean, three places."""
     mean = (stat or {}).get("mean")
-    return num(float(mean), places=3) if mean is not None else "–"
+    return figure(float(mean), places=3) if mean is not None else "–"
 
 
 def versus(vs: Mapping[str, Any] | None) -> str:
     """A summary's paired F1 difference: mean [95% CI] (wins / losses, n)."""
-    f1 = (vs or {}).get("f1") or {}
-    if f1.get("mean") is None:
-        return "–"
-    ci = f1.get("ci")
-    interval = f" [{num(ci[0], True)}, {num(ci[1], True)}]" if ci else ""
-    return (
-        f"{num(f1['mean'], True)}{interval} ({f1.get('wins', 0)} / {f1.get('losses', 0)},"
-        f" n = {f1.get('n', 0)})"
-    )
+    return delta_cell((vs or {}).get("f1"))
 
 
 def tables(
@@ -187,9 +173,9 @@ def tables(
             near = sorted(i for i, (o, _) in overlap.items() if o >= NEAR_COPY)
             reworded = sorted(i for i, (o, _) in overlap.items() if o < NEAR_COPY)
             identical = sum(same for _, same in overlap.values())
-            mean = num(sum(o for o, _ in overlap.values()) / len(overlap))
+            mean = figure(sum(o for o, _ in overlap.values()) / len(overlap))
             right = answers.get(expert) or {}
-            answer_f1 = num(sum(right.values()) / len(right)) if right else "–"
+            answer_f1 = figure(sum(right.values()) / len(right)) if right else "–"
             out.append(
                 f"| {label} | {expert} | {len(overlap)} | {mean} | {identical} | {len(near)} "
                 f"| {answer_f1} | {paired(base, se, near)} | {paired(base, se, reworded)} "
@@ -207,8 +193,8 @@ def main() -> None:
         for f in ("results.jsonl", "pairs.jsonl"):
             if not (d / f).is_file():
                 raise SystemExit(f"rag_ef_ladder_rows: {d / f} not found (run the ladder first)")
-        journals = {label: read_jsonl(d / f) for label, f, _ in EXPERTS if (d / f).is_file()}
-        sets.append((d.name, read_jsonl(d / "results.jsonl"), journals))
+        journals = {label: read_results(d / f) for label, f, _ in EXPERTS if (d / f).is_file()}
+        sets.append((d.name, read_results(d / "results.jsonl"), journals))
     print(tables(sets))
 
 

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gaprag.eval.offline.tables import figure, with_ci
 from gaprag.eval.stats import headroom_cells
 from gaprag.nodes.gate import GATE_STOP, probability
 
@@ -52,20 +53,6 @@ def label(summary: Mapping[str, Any], key: str) -> str:
         if base:
             return f"{LABELS.get(base, base)} (`{key}`)"
     return key
-
-
-def num(x: float, signed: bool = False, places: int = 2) -> str:
-    """``x`` rounded, with a typographic minus (the README's style)."""
-    text = f"{x:+.{places}f}" if signed else f"{x:.{places}f}"
-    return text.replace("-", "−")
-
-
-def with_ci(stat: Mapping[str, Any] | None, signed: bool = False) -> str:
-    if not stat or stat.get("mean") is None:
-        return "–"
-    ci = stat.get("ci")
-    text = num(stat["mean"], signed)
-    return f"{text} [{num(ci[0], signed)}, {num(ci[1], signed)}]" if ci else text
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
@@ -109,9 +96,9 @@ def absolute(summary: Mapping[str, Any]) -> str:
         per_set = [summary["datasets"][s]["methods"].get(m, {}).get("f1") for s in sets]
         rows.append(
             [label(summary, m)]
-            + [num(f["mean"], places=3) if f else "–" for f in per_set]
+            + [figure(f["mean"], places=3) if f else "–" for f in per_set]
             + [with_ci(p["f1"]), with_ci(p["support_recall"]), with_ci(p["retrieval_recall"])]
-            + [num(p["cost"]["llm_calls"], places=1), f"{p['cost']['tokens']:,.0f}"]
+            + [figure(p["cost"]["llm_calls"], places=1), f"{p['cost']['tokens']:,.0f}"]
             + [f"{p['cost']['wall_s']:.0f}"]
         )
     return table(header, rows)
@@ -125,7 +112,7 @@ def deltas(summary: Mapping[str, Any]) -> str:
     header = ["method"]
     for s in sets:
         f1 = summary["datasets"][s]["methods"][base]["f1"]["mean"]
-        header.append(f"{SET_NAMES.get(s, s)} ({base} F1 {num(f1)})")
+        header.append(f"{SET_NAMES.get(s, s)} ({base} F1 {figure(f1)})")
     header += [f"pooled, {n} questions", "wins / losses"]
     header += ["oracle F1", "captured"] * has_headroom(summary)
     rows = []
@@ -156,15 +143,13 @@ def versus_before(summary: Mapping[str, Any]) -> str | None:
         per_set = []
         for s in sets:
             entry = before["datasets"][s].get(m)
-            per_set.append(num(entry["f1"]["mean"], signed=True) if entry else "–")
-        calls = (
-            f"{num(v['before']['llm_calls'], places=1)} → {num(v['after']['llm_calls'], places=1)}"
-        )
+            per_set.append(figure(entry["f1"]["mean"], signed=True) if entry else "–")
+        calls = f"{figure(v['before']['llm_calls'], places=1)} → {figure(v['after']['llm_calls'], places=1)}"
         rows.append(
             [
                 label(summary, m),
                 *per_set,
-                f"{num(v['before']['f1'], places=3)} → {num(v['after']['f1'], places=3)}",
+                f"{figure(v['before']['f1'], places=3)} → {figure(v['after']['f1'], places=3)}",
                 with_ci(f1, signed=True),
                 f"{f1['wins']} / {f1['losses']}",
                 calls,
@@ -264,7 +249,7 @@ def overview(
         vs = (entry.get("vs_baseline") or {}).get("f1")
         cost = entry["cost"]
         return [label, settings, with_ci(entry["f1"]), with_ci(vs, signed=True) if vs else "–",
-                *headroom_cells(entry)[: 2 * any_headroom], *gate[: 2 * any_gate], num(cost["llm_calls"], places=1), f"{cost['wall_s']:.0f}"]  # fmt: skip
+                *headroom_cells(entry)[: 2 * any_headroom], *gate[: 2 * any_gate], figure(cost["llm_calls"], places=1), f"{cost['wall_s']:.0f}"]  # fmt: skip
 
     base_name = summary.get("baseline", "standard_rag")
     rows = [
@@ -283,7 +268,7 @@ def overview(
             row(
                 f"{label(also, m)}{suffix}",
                 settings_cell(also, m, skip=GATE_SETTINGS)
-                + f"; its run's plain RAG F1 {num(base['f1']['mean'])}",
+                + f"; its run's plain RAG F1 {figure(base['f1']['mean'])}",
                 also["pooled"][m],
                 (gates[m], looped(also, m)) if gates[m] != "–" else ("–", "–"),
             )
@@ -297,7 +282,7 @@ def overview(
         settings = (
             f"{ctx.get('similarity', '?')} top {ctx.get('top_k', '?')} over S ∪ E_r (synthetic "
             "pairs + one reworded expert pair a question); its own corpus and plain RAG "
-            f"(F1 {num(base['f1']['mean'])})"
+            f"(F1 {figure(base['f1']['mean'])})"
         )
         rows.append(row(f"{LABELS['rag_ef']} (ladder)", settings, entry))
     return table(header, rows, left=2)
@@ -331,8 +316,8 @@ def ladder(summary: Mapping[str, Any]) -> str:
         per_set = [summary["datasets"][s]["methods"][m]["f1"]["mean"] for s in sets]
         delta = with_ci(vs, signed=True) if vs else "–"
         wins = f"{vs['wins']} / {vs['losses']}" if vs else "–"
-        recall, calls = num(p["support_recall"]["mean"]), num(p["cost"]["llm_calls"])
-        rows.append([label, *(num(f, places=3) for f in per_set), delta, wins, recall, calls])
+        recall, calls = figure(p["support_recall"]["mean"]), figure(p["cost"]["llm_calls"])
+        rows.append([label, *(figure(f, places=3) for f in per_set), delta, wins, recall, calls])
     return table(header, rows)
 
 

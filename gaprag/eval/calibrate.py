@@ -34,7 +34,7 @@ import functools
 import json
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,8 +43,9 @@ from gaprag.config import environ
 from gaprag.context import Calibration
 from gaprag.datasets import CALIBRATION_START, calibration_slice, load_dataset
 from gaprag.errors import InputError
-from gaprag.metrics import f1_score, normalize_answer
-from gaprag.nodes.short_answer import rule_answer
+from gaprag.eval.offline import profile
+from gaprag.eval.offline.candidates import short_f1
+from gaprag.metrics import normalize_answer
 
 GRID: tuple[float, ...] = (
     0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 1.01,
@@ -61,7 +62,31 @@ class Point:
     llm_calls: float
     stop_rate: float  # share of questions stopped by a decision before the bound
     objective: float
-    choice: str | None = None  # the answer-choice switch's value replayed, where there is one
+    choice: str | None = None  # the round-choice switch's value replayed, where there is one
+
+    @classmethod
+    def of(
+        cls,
+        threshold: float,
+        rows: Iterable[Mapping[str, Any]],
+        outcome: Callable[[Mapping[str, Any]], tuple[float, float, bool]],
+        cost_per_call: float,
+        choice: str | None = None,
+    ) -> Point:
+        """The point of the rows without an error, each giving ``outcome(row)``: its F1, its
+        LLM calls and whether a decision stopped it before the bound."""
+        outcomes = [outcome(row) for row in rows if not row.get("error")]
+        n = max(1, len(outcomes))
+        mean_f1 = sum(o[0] for o in outcomes) / n
+        mean_calls = sum(o[1] for o in outcomes) / n
+        return cls(
+            threshold=threshold,
+            f1=mean_f1,
+            llm_calls=mean_calls,
+            stop_rate=sum(o[2] for o in outcomes) / n,
+            objective=mean_f1 - cost_per_call * mean_calls,
+            choice=choice,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -77,8 +102,7 @@ def _stops(row: Mapping[str, Any], nodes: Sequence[str]) -> list[Mapping[str, An
 
 
 def _short_f1(row: Mapping[str, Any], answer: str) -> float:
-    short = rule_answer(str(row.get("question", "")), answer)
-    return f1_score(short if short is not None else answer, row.get("answers") or [])
+    return short_f1(str(row.get("question", "")), answer, row.get("answers") or [])
 
 
 @functools.cache
@@ -96,16 +120,16 @@ def calibrated() -> dict[str, Calibration]:
 
 
 def chosen_f1(row: Mapping[str, Any], decisions: Sequence[Mapping[str, Any]], choice: str) -> float:
-    """The F1 of a run no decision stopped, had its method's answer-choice switch (IterKey's
+    """The F1 of a run no decision stopped, had its method's round-choice switch (IterKey's
     ``fallback_policy``) been ``choice``: the row's own F1 where ``choice`` picks the same
-    answer as the value the row ran with (``row["answer_choice"]``, from its run's settings;
+    answer as the value the row ran with (``row["round_choice"]``, from its run's settings;
     else the default), else the picked round's answer reduced by the short-answer rules."""
     declared = _declared(str(row.get("base_method") or row.get("method")))
     answers = [str(d.get("answer") or "") for d in decisions]
     if not answers or declared is None or declared.pick is None:
         return float(row.get("f1") or 0.0)
     probs = [d.get("p") for d in decisions]
-    ran = declared.pick(answers, probs, row.get("answer_choice", declared.choices[0]))
+    ran = declared.pick(answers, probs, row.get("round_choice", declared.choices[0]))
     picked = declared.pick(answers, probs, choice)
     if normalize_answer(answers[picked]) == normalize_answer(answers[ran]):
         return float(row.get("f1") or 0.0)
@@ -128,43 +152,24 @@ def replay(
     decision (an answer step) and 0 when the last decision ends the run. ``choice``: the value
     of IterKey's ``fallback_policy`` for the runs no decision stops (:func:`chosen_f1`); None
     keeps each row's own answer."""
-    f1s: list[float] = []
-    calls: list[float] = []
-    stopped = 0
-    for row in rows:
-        if row.get("error"):
-            continue
+
+    def outcome(row: Mapping[str, Any]) -> tuple[float, float, bool]:
         total = float(row.get("llm_calls") or 0)
         decisions = _stops(row, nodes)
-        f1, spent = float(row.get("f1") or 0.0), total
-        if choice is not None:
-            f1 = chosen_f1(row, decisions, choice)
+        f1 = float(row.get("f1") or 0.0) if choice is None else chosen_f1(row, decisions, choice)
         segments = len(decisions) + after_last
         for i, d in enumerate(decisions):
             p, answer = d.get("p"), d.get("answer")
-            if p is None or answer is None or p < threshold:
-                continue
-            f1 = _short_f1(row, str(answer))
-            spent = total * (i + 1) / segments
-            stopped += i + 1 < segments
-            break
-        f1s.append(f1)
-        calls.append(spent)
-    n = max(1, len(f1s))
-    mean_f1, mean_calls = sum(f1s) / n, sum(calls) / n
-    return Point(
-        threshold=threshold,
-        f1=mean_f1,
-        llm_calls=mean_calls,
-        stop_rate=stopped / n,
-        objective=mean_f1 - cost_per_call * mean_calls,
-        choice=choice,
-    )
+            if p is not None and answer is not None and p >= threshold:
+                return _short_f1(row, str(answer)), total * (i + 1) / segments, i + 1 < segments
+        return f1, total, False
+
+    return Point.of(threshold, rows, outcome, cost_per_call, choice)
 
 
 def choose(points: Sequence[Point], default: str | None = None) -> Point:
     """The best objective; ties go to the higher threshold (fail toward retrieving more), then
-    to the ``default`` value of the answer-choice switch."""
+    to the ``default`` value of the round-choice switch."""
     return max(points, key=lambda pt: (round(pt.objective, 6), pt.threshold, pt.choice == default))
 
 
@@ -211,9 +216,6 @@ def curves(
     return out
 
 
-_NOTE_TABLES = ("questions", "rows")
-
-
 def write_profile(
     path: Path,
     model: str,
@@ -222,39 +224,91 @@ def write_profile(
     *,
     gate: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
-    """Write (or update) a profile: the chosen thresholds, the switches already there kept."""
-    import tomllib
-
-    import tomli_w
-
-    data: dict[str, Any] = {}
-    if path.is_file():
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    data["model"] = model
-    # how each threshold was made, one table per method, so a later calibration of other
-    # methods keeps the earlier record (a flat table of an older profile is split up)
-    record: dict[str, Any] = dict(data.get("calibration", {}))
-    if "date" in record:
-        flat = {k: v for k, v in record.items() if not isinstance(v, dict) or k in _NOTE_TABLES}
-        record = {k: v for k, v in record.items() if k not in flat}
-        for name, n in dict(flat.get("rows", {})).items():
-            record[name] = {**{k: v for k, v in flat.items() if k != "rows"}, "rows": n}
+    """Write (or update) a profile: the chosen thresholds, the switches already there kept
+    (:func:`gaprag.eval.offline.profile.write_profile`)."""
+    settings: dict[str, dict[str, Any]] = {}
     for method, result in chosen.items():
-        threshold = float(result["chosen"]["threshold"])
-        data.setdefault(method, {})[result["setting"]] = min(threshold, 1.0)
+        values = settings.setdefault(method, {})
+        values[result["setting"]] = min(float(result["chosen"]["threshold"]), 1.0)
         if result.get("switch") and result["chosen"].get("choice") is not None:
-            data[method][result["switch"]] = result["chosen"]["choice"]
-        record[method] = {**notes, "rows": result["questions"]}
+            values[result["switch"]] = result["chosen"]["choice"]
     for method, result in (gate or {}).items():
-        data.setdefault(method, {}).update(result["profile"])
-        record.setdefault(method, {**notes, "rows": result["questions"]})
-    data["calibration"] = record
-    path.parent.mkdir(parents=True, exist_ok=True)
-    header = (
-        f"# Model profile of {model}: written by `gaprag calibrate` (thresholds) and by hand\n"
-        "# (switches, each explained on its method's page). See gaprag/profiles/__init__.py.\n"
-    )
-    path.write_text(header + tomli_w.dumps(data), encoding="utf-8")
+        settings.setdefault(method, {}).update(result["profile"])
+    records = {m: {**notes, "rows": r["questions"]} for m, r in chosen.items()}
+    missing = {m: {**notes, "rows": r["questions"]} for m, r in (gate or {}).items()}
+    profile.write_profile(path, settings, records, model=model, records_if_missing=missing)
+
+
+def _rescorers(
+    methods: Sequence[str], gate: str | None, rf_weights: str | Path | None
+) -> dict[str, Any]:
+    """Check what is asked for (methods with a calibrated decision, or any iterative one with
+    ``gate``; a known gate signal; ``rf_weights`` only with a method that re-scores) and give
+    each asked-for method's re-scorer."""
+    known = calibrated()
+    allowed = gate_methods() if gate else tuple(known)
+    unknown = [m for m in methods if m not in allowed]
+    if unknown:
+        raise InputError(
+            f"no calibrated decision in: {', '.join(unknown)}",
+            hint="calibrated methods: " + ", ".join(allowed),
+        )
+    check_gate_signal(gate)
+    rescorers = {m: r for m in methods if m in known and (r := known[m].rescore) is not None}
+    if rf_weights is not None and not rescorers:
+        with_rescore = [m for m, c in known.items() if c.rescore is not None]
+        raise InputError(
+            f"--rf-weights re-scores {', '.join(with_rescore)}'s decisions",
+            hint=f"add {' or '.join(with_rescore)} to --methods",
+        )
+    return rescorers
+
+
+def _run_sets(
+    settings: Mapping[str, Any],
+    methods: Sequence[str],
+    datasets: Sequence[str],
+    *,
+    start: int,
+    limit: int,
+    out_dir: Path,
+    gate: str | None,
+    run: bool,
+) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, Path]]:
+    """Run (unless ``run`` is False) and read each set's calibration rows under ``out_dir``:
+    (the rows, the questions used per set, each set's run directory). ``settings``: the
+    evaluation's other settings (serving, resume, progress)."""
+    from gaprag.eval.results import read_results
+    from gaprag.eval.runner import evaluate
+    from gaprag.eval.settings import EvalSettings
+
+    rows: list[dict[str, Any]] = []
+    used: dict[str, str] = {}
+    run_dirs: dict[str, Path] = {}
+    for name in datasets:
+        ds = load_dataset(name)
+        picked = calibration_slice(ds.examples, start, limit, what="calibration")
+        path = out_dir / ds.name / "results.jsonl"
+        if run:
+            options = {m: {"calibration": True, **gate_option(gate)} for m in methods}
+            evaluate(
+                EvalSettings(
+                    methods=list(methods), dataset=ds, limit=len(picked), offset=start,
+                    out=out_dir / ds.name, options=options, report=False, **settings,
+                )
+            )  # fmt: skip
+        mine = read_results(path) if path.is_file() else []
+        if not run:  # a replay keeps to the questions asked for
+            wanted = {ex.id for ex in picked}
+            mine = [r for r in mine if r.get("id") in wanted]
+        _note_round_choice(mine, path.parent / "run.json")
+        run_dirs[ds.name] = path.parent
+        rows.extend(mine)
+        position = {ex.id: i for i, ex in enumerate(ds.examples)}
+        indices = sorted({position[r["id"]] for r in mine if r.get("id") in position})
+        if indices:
+            used[ds.name] = f"{indices[0]}-{indices[-1]} ({len(indices)} questions)"
+    return rows, used, run_dirs
 
 
 def calibrate(
@@ -287,67 +341,19 @@ def calibrate(
     retrained weights get their threshold from the same rows, on the questions they did not
     train on).
     Returns the curves and the profile's path."""
-    from gaprag.eval.results import read_results
-    from gaprag.eval.runner import evaluate
-    from gaprag.eval.settings import EvalSettings
-
     known = calibrated()
     methods = list(known) if methods is None else list(methods)
-    allowed = gate_methods() if gate else tuple(known)
-    unknown = [m for m in methods if m not in allowed]
-    if unknown:
-        raise InputError(
-            f"no calibrated decision in: {', '.join(unknown)}",
-            hint="calibrated methods: " + ", ".join(allowed),
-        )
-    check_gate_signal(gate)
-    rescorers = {m: r for m in methods if m in known and (r := known[m].rescore) is not None}
-    if rf_weights is not None and not rescorers:
-        with_rescore = [m for m, c in known.items() if c.rescore is not None]
-        raise InputError(
-            f"--rf-weights re-scores {', '.join(with_rescore)}'s decisions",
-            hint=f"add {' or '.join(with_rescore)} to --methods",
-        )
+    rescorers = _rescorers(methods, gate, rf_weights)
     out_dir = Path(out)
-    rows: list[dict[str, Any]] = []
-    used: dict[str, str] = {}
-    run_dirs: dict[str, Path] = {}
+    serving = {"base_url": base_url, "model": model if base_url else None, "llm": llm,
+               "embedder": embedder, "resume": resume, "progress": progress}  # fmt: skip
     # the embedded server serves ``model`` during these runs; the caller's setting comes back
     embedded = base_url is None and llm is None
     with environ(GAPRAG_LOCAL_MODEL=model) if embedded else contextlib.nullcontext():
-        for name in datasets:
-            ds = load_dataset(name)
-            picked = calibration_slice(ds.examples, start, limit, what="calibration")
-            path = out_dir / ds.name / "results.jsonl"
-            if run:
-                evaluate(
-                    EvalSettings(
-                        methods=list(methods),
-                        dataset=ds,
-                        limit=len(picked),
-                        offset=start,
-                        out=out_dir / ds.name,
-                        resume=resume,
-                        options={m: {"calibration": True, **gate_option(gate)} for m in methods},
-                        base_url=base_url,
-                        model=model if base_url else None,
-                        llm=llm,
-                        embedder=embedder,
-                        progress=progress,
-                        report=False,
-                    )
-                )
-            mine = read_results(path) if path.is_file() else []
-            if not run:  # a replay keeps to the questions asked for
-                wanted = {ex.id for ex in picked}
-                mine = [r for r in mine if r.get("id") in wanted]
-            _note_answer_choice(mine, path.parent / "run.json")
-            run_dirs[ds.name] = path.parent
-            rows.extend(mine)
-            position = {ex.id: i for i, ex in enumerate(ds.examples)}
-            indices = sorted({position[r["id"]] for r in mine if r.get("id") in position})
-            if indices:
-                used[ds.name] = f"{indices[0]}-{indices[-1]} ({len(indices)} questions)"
+        rows, used, run_dirs = _run_sets(
+            serving, methods, datasets, start=start, limit=limit, out_dir=out_dir, gate=gate,
+            run=run,
+        )  # fmt: skip
     rows = [r for r in rows if not r.get("error") and (r.get("options") or {}).get("calibration")]
     if not rows:
         raise InputError(f"no calibration rows under {out_dir}", hint="run gaprag calibrate first")
@@ -380,8 +386,8 @@ def calibrate(
     return {"curves": result, "gate": gated, "profile": str(target)}
 
 
-def _note_answer_choice(rows: Sequence[dict[str, Any]], run_file: Path) -> None:
-    """Mark each row with the answer-choice value its run used (``answer_choice``, in memory
+def _note_round_choice(rows: Sequence[dict[str, Any]], run_file: Path) -> None:
+    """Mark each row with the round-choice value its run used (``round_choice``, in memory
     only), read from the run's resolved settings; the default where run.json has none."""
     try:
         settings = json.loads(run_file.read_text(encoding="utf-8")).get("settings") or {}
@@ -392,7 +398,7 @@ def _note_answer_choice(rows: Sequence[dict[str, Any]], run_file: Path) -> None:
         declared = _declared(str(row.get("base_method") or method))
         if declared is not None and declared.switch:
             chosen = (settings.get(method) or {}).get(declared.switch, declared.choices[0])
-            row["answer_choice"] = chosen
+            row["round_choice"] = chosen
 
 
 def _shipped_path(name: str) -> Path:
@@ -429,30 +435,16 @@ def gate_replay(
     """What stopping at the gate on ``p >= threshold`` would have given: a stopped question
     answers with plain RAG's answer (reduced by the short-answer rules) and spends the gate's
     calls (1 on logprobs, 2 on agreement); the others keep their run's F1 and calls."""
-    f1s: list[float] = []
-    calls: list[float] = []
-    stopped = 0
-    for row in rows:
-        if row.get("error"):
-            continue
-        f1, spent = float(row.get("f1") or 0.0), float(row.get("llm_calls") or 0)
+
+    def outcome(row: Mapping[str, Any]) -> tuple[float, float, bool]:
         for d in _stops(row, GATE_NODES)[:1]:
             p, answer = d.get("p"), d.get("answer")
             if p is not None and answer is not None and p >= threshold:
-                f1 = _short_f1(row, str(answer))
                 spent = 1.0 if d.get("path") == "logprobs" else 2.0
-                stopped += 1
-        f1s.append(f1)
-        calls.append(spent)
-    n = max(1, len(f1s))
-    mean_f1, mean_calls = sum(f1s) / n, sum(calls) / n
-    return Point(
-        threshold=threshold,
-        f1=mean_f1,
-        llm_calls=mean_calls,
-        stop_rate=stopped / n,
-        objective=mean_f1 - cost_per_call * mean_calls,
-    )
+                return _short_f1(row, str(answer)), spent, True
+        return float(row.get("f1") or 0.0), float(row.get("llm_calls") or 0), False
+
+    return Point.of(threshold, rows, outcome, cost_per_call)
 
 
 def gate_curves(

@@ -127,128 +127,109 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+#: an argument of a command: its names and ``add_argument``'s keywords
+Arg = tuple[tuple[str, ...], dict[str, Any]]
+
+EVAL_ARGS: list[Arg] = [
+    (("--methods",), {"help": "comma-separated methods or variant names, e.g. "
+                      "standard_rag,migres (or 'all')"}),
+    (("--variant",), {"action": "append", "metavar": "NAME=METHOD:KEY=VALUE,...",
+                      "help": "a named variant of a method, evaluated as its own method, e.g. "
+                      "iterkey_hybrid=iterkey:top_k=5,retrieval_mode=hybrid (repeatable)"}),
+    (("--dataset",), {"required": True,
+                      "help": "bundled name (hotpotqa, musique, ...) or a dataset JSONL path"}),
+    (("--limit",), {"type": int, "help": "evaluate the first N questions (file order)"}),
+    (("--offset",), {"type": int, "default": default("offset"),
+                     "help": "skip this many questions first"}),
+    (("--out",), {"help": "output directory (default: gaprag-eval/DATASET)"}),
+    (("--concurrency",), {"type": int, "default": default("concurrency"),
+                          "help": "questions in flight at once"}),
+    (("--resume",), {"action": "store_true",
+                     "help": "skip (method, id) pairs already in results.jsonl"}),
+    (("--max-errors",), {"type": int, "default": default("max_errors"),
+                         "help": "stop after this many failed questions (0: never)"}),
+    (("--set",), {"action": "append", "metavar": "[METHOD.]KEY=VALUE",
+                  "help": "a method option, e.g. migres.max_iterations=3 (repeatable; "
+                  "`gaprag settings METHOD` lists them)"}),
+    (("--base-url",), {"help": "OpenAI-compatible endpoint (default: GAPRAG_BASE_URL or the "
+                       "embedded model)"}),
+    (("--model",), {"help": "model name sent to --base-url"}),
+    (("--store",), {"help": "use this store (built by `gaprag index`) instead of the "
+                    "dataset's paragraphs"}),
+    (("--seed",), {"type": int, "default": default("seed"),
+                   "help": "bootstrap seed for the summary"}),
+    (("--no-reuse",), {"action": "store_true",
+                       "help": "send every request, even one another method already sent for "
+                       "the same question (reuse is on by default under repeatable serving; "
+                       "rows count reused calls as sent)"}),
+    (("--quiet",), {"action": "store_true", "help": "no progress bar"}),
+]  # fmt: skip
+
+REPORT_ARGS: list[Arg] = [
+    (("dirs",), {"nargs": "+", "metavar": "DIR", "help": "directories written by `gaprag eval`"}),
+    (("--out",), {"help": "where to write (default: DIR when one is given, else gaprag-report)"}),
+    (("--seed",), {"type": int, "default": 0, "help": "bootstrap seed"}),
+    (("--bootstrap",), {"type": int, "default": 2000, "help": "bootstrap resamples"}),
+    (("--before",), {"action": "append", "metavar": "DIR",
+                     "help": "a directory of an earlier run of the same questions (repeatable): "
+                     "each method is compared with itself there, paired per question"}),
+]  # fmt: skip
+
+CALIBRATE_ARGS: list[Arg] = [
+    (("--model",), {"required": True, "help": "embedded model name, or the model at --base-url"}),
+    (("--methods",), {"help": "comma-separated (default: every calibrated method)"}),
+    (("--datasets",), {"help": "comma-separated bundled sets (default: all three)"}),
+    (("--limit",), {"type": int, "default": 20, "help": "questions per set (default: 20)"}),
+    (("--start",), {"type": int, "default": 60, "help": "first question index (>= 60)"}),
+    (("--cost-per-call",), {"type": float, "default": 0.005, "help": "F1 one LLM call is worth"}),
+    (("--out",), {"help": "run directory (default: gaprag-calibration/MODEL)"}),
+    (("--profile",), {"help": "profile file to write (default: the shipped one)"}),
+    (("--base-url",), {"help": "OpenAI-compatible endpoint serving --model"}),
+    (("--replay-only",), {"action": "store_true",
+                          "help": "run nothing: replay the calibration rows already in --out and "
+                          "write the profile"}),
+    (("--rf-weights",), {"help": "R-Feedback weights to replay rfm_rag's stop decisions with "
+                         "(retrained ones): their probabilities replace the recorded ones, on "
+                         "the questions they did not train on"}),
+    (("--gate",), {"choices": ["logprob_mean", "logprob_margin", "logprob_min", "agreement"],
+                   "help": "also run the shared gate with this signal and write gate and "
+                   "gate_threshold per method (any iterative method, ircot included)"}),
+    (("--quiet",), {"action": "store_true", "help": "no progress bar"}),
+]  # fmt: skip
+
+COMMANDS: dict[str, tuple[str, str | None, list[Arg], Any]] = {
+    "eval": (
+        "compare methods on a dataset (same questions, store and model)",
+        "Run several methods over the first N questions of a dataset and write results.jsonl, "
+        "per-question traces and a summary with bootstrap intervals.",
+        EVAL_ARGS,
+        cmd_eval,
+    ),
+    "report": (
+        "summary.md, summary.json, PNG plots and report.html from eval results",
+        None,
+        REPORT_ARGS,
+        cmd_report,
+    ),
+    "calibrate": (
+        "set a model's decision thresholds on calibration questions; write its profile",
+        "Run the calibrated methods on calibration questions (index 60 on of the bundled sets, "
+        "never the evaluation questions) with calibration=True, replay every threshold "
+        "offline, choose by mean F1 minus a cost per LLM call, and write the model profile "
+        "(gaprag/profiles/MODEL.toml).",
+        CALIBRATE_ARGS,
+        cmd_calibrate,
+    ),
+}
+
+
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "eval",
-        help="compare methods on a dataset (same questions, store and model)",
-        description="Run several methods over the first N questions of a dataset and write "
-        "results.jsonl, per-question traces and a summary with bootstrap intervals.",
-    )
-    p.add_argument(
-        "--methods",
-        help="comma-separated methods or variant names, e.g. standard_rag,migres (or 'all')",
-    )
-    p.add_argument(
-        "--variant",
-        action="append",
-        metavar="NAME=METHOD:KEY=VALUE,...",
-        help="a named variant of a method, evaluated as its own method, e.g. "
-        "iterkey_hybrid=iterkey:top_k=5,retrieval_mode=hybrid (repeatable)",
-    )
-    p.add_argument(
-        "--dataset",
-        required=True,
-        help="bundled name (hotpotqa, musique, ...) or a dataset JSONL path",
-    )
-    p.add_argument("--limit", type=int, help="evaluate the first N questions (file order)")
-    p.add_argument(
-        "--offset", type=int, default=default("offset"), help="skip this many questions first"
-    )
-    p.add_argument("--out", help="output directory (default: gaprag-eval/DATASET)")
-    p.add_argument(
-        "--concurrency",
-        type=int,
-        default=default("concurrency"),
-        help="questions in flight at once",
-    )
-    p.add_argument(
-        "--resume", action="store_true", help="skip (method, id) pairs already in results.jsonl"
-    )
-    p.add_argument(
-        "--max-errors",
-        type=int,
-        default=default("max_errors"),
-        help="stop after this many failed questions (0: never)",
-    )
-    p.add_argument(
-        "--set",
-        action="append",
-        metavar="[METHOD.]KEY=VALUE",
-        help="a method option, e.g. migres.max_iterations=3 (repeatable; `gaprag settings "
-        "METHOD` lists them)",
-    )
-    p.add_argument(
-        "--base-url",
-        help="OpenAI-compatible endpoint (default: GAPRAG_BASE_URL or the embedded model)",
-    )
-    p.add_argument("--model", help="model name sent to --base-url")
-    p.add_argument(
-        "--store",
-        help="use this store (built by `gaprag index`) instead of the dataset's paragraphs",
-    )
-    p.add_argument(
-        "--seed", type=int, default=default("seed"), help="bootstrap seed for the summary"
-    )
-    p.add_argument(
-        "--no-reuse",
-        action="store_true",
-        help="send every request, even one another method already sent for the same question "
-        "(reuse is on by default under repeatable serving; rows count reused calls as sent)",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_eval)
+    """``gaprag eval``, ``report``, ``calibrate`` and ``replay``."""
+    from gaprag.eval.offline import cli as offline_cli
 
-    p = subparsers.add_parser(
-        "report",
-        help="summary.md, summary.json, PNG plots and report.html from eval results",
-    )
-    p.add_argument("dirs", nargs="+", metavar="DIR", help="directories written by `gaprag eval`")
-    p.add_argument(
-        "--out", help="where to write (default: DIR when one is given, else gaprag-report)"
-    )
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
-    p.add_argument(
-        "--before",
-        action="append",
-        metavar="DIR",
-        help="a directory of an earlier run of the same questions (repeatable): each method "
-        "is compared with itself there, paired per question",
-    )
-    p.set_defaults(func=cmd_report)
-
-    p = subparsers.add_parser(
-        "calibrate",
-        help="set a model's decision thresholds on calibration questions; write its profile",
-        description="Run the calibrated methods on calibration questions (index 60 on of the "
-        "bundled sets, never the evaluation questions) with calibration=True, replay every "
-        "threshold offline, choose by mean F1 minus a cost per LLM call, and write the model "
-        "profile (gaprag/profiles/MODEL.toml).",
-    )
-    p.add_argument("--model", required=True, help="embedded model name, or the model at --base-url")
-    p.add_argument("--methods", help="comma-separated (default: every calibrated method)")
-    p.add_argument("--datasets", help="comma-separated bundled sets (default: all three)")
-    p.add_argument("--limit", type=int, default=20, help="questions per set (default: 20)")
-    p.add_argument("--start", type=int, default=60, help="first question index (>= 60)")
-    p.add_argument("--cost-per-call", type=float, default=0.005, help="F1 one LLM call is worth")
-    p.add_argument("--out", help="run directory (default: gaprag-calibration/MODEL)")
-    p.add_argument("--profile", help="profile file to write (default: the shipped one)")
-    p.add_argument("--base-url", help="OpenAI-compatible endpoint serving --model")
-    p.add_argument(
-        "--replay-only",
-        action="store_true",
-        help="run nothing: replay the calibration rows already in --out and write the profile",
-    )
-    p.add_argument(
-        "--rf-weights",
-        help="R-Feedback weights to replay rfm_rag's stop decisions with (retrained ones): "
-        "their probabilities replace the recorded ones, on the questions they did not train on",
-    )
-    p.add_argument(
-        "--gate",
-        choices=["logprob_mean", "logprob_margin", "logprob_min", "agreement"],
-        help="also run the shared gate with this signal and write gate and gate_threshold per "
-        "method (any iterative method, ircot included)",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_calibrate)
+    for name, (help_text, description, arguments, func) in COMMANDS.items():
+        p = subparsers.add_parser(name, help=help_text, description=description)
+        for names, options in arguments:
+            p.add_argument(*names, **options)
+        p.set_defaults(func=func)
+    offline_cli.register(subparsers)

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gaprag.context import current_names
 from gaprag.errors import InputError
 from gaprag.llm.client import LLM
 
@@ -23,8 +24,9 @@ RENAMED_SETTINGS: dict[str, tuple[str, tuple[str, ...]]] = {
 def current_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     """A method's options or settings as recorded by any version, under today's names: a
     renamed setting's value moves to its new name (unless that one was set to something other
-    than its default) and the old name is dropped."""
-    out = dict(settings)
+    than its default) and the old name is dropped; settings renamed since the last release
+    move as :func:`gaprag.context.current_names` moves them."""
+    out = current_names(settings, warn=False)
     for old, (new, kept) in RENAMED_SETTINGS.items():
         if old not in out:
             continue

@@ -271,6 +271,90 @@ def _missing(value: Any) -> bool:
     return bool(value)
 
 
+def _method_entry(
+    m: str,
+    rows: Sequence[dict[str, Any]],
+    primary: str,
+    runs: Sequence[Mapping[str, Any]],
+    seed: int,
+    n_boot: int,
+) -> dict[str, Any]:
+    """One method's rows of one set: metrics with intervals, costs, settings, decisions,
+    stop reasons and F1 by rounds (not yet compared with the baseline)."""
+    ok = [r for r in rows if not r.get("error")]
+    entry: dict[str, Any] = {"n": len(ok), "errors": len(rows) - len(ok)}
+    for key in METRICS:
+        vals = [float(r[key]) for r in ok if isinstance(r.get(key), int | float)]
+        if vals or key != "choice_correct":
+            entry[key] = _stat(vals, seed, n_boot)
+    entry["cost"] = {
+        key: (float(np.mean([_num(r, key) for r in ok])) if ok else None) for key in COSTS
+    }
+    entry["cost"].update({key: _optional_mean(ok, key) for key in OPTIONAL_COSTS})
+    entry["cost_ci"] = _cost_ci(ok, seed, n_boot)
+    cached, prompt = entry["cost"]["cached_tokens"], entry["cost"]["prompt_tokens"]
+    entry["cost"]["cache_share"] = cached / prompt if cached is not None and prompt else None
+    entry["settings"] = method_settings(m, runs, rows)
+    entry["decisions"] = decision_stats(ok)
+    entry["legacy_recall"] = any(r.get("legacy_recall") for r in rows)
+    entry["stop_reasons"] = dict(Counter(str(r.get("stop_reason") or "") for r in rows))
+    flagged = [r for r in ok if "missing" in r]
+    entry["miss_rate"] = (
+        sum(_missing(r["missing"]) for r in flagged) / len(flagged) if flagged else None
+    )
+    by_iter: dict[int, list[float]] = defaultdict(list)
+    for r in ok:
+        if isinstance(r.get(primary), int | float):
+            by_iter[int(r.get("iterations") or 0)].append(float(r[primary]))
+    entry["by_iterations"] = {
+        str(k): {"n": len(v), "mean": float(np.mean(v))} for k, v in sorted(by_iter.items())
+    }
+    return entry
+
+
+def _dataset_entry(
+    name: str,
+    ds_rows: Sequence[dict[str, Any]],
+    *,
+    baseline: str,
+    runs: Sequence[Mapping[str, Any]],
+    seed: int,
+    n_boot: int,
+) -> dict[str, Any]:
+    """One set's summary: every method (the baseline first) against the baseline."""
+    order = list(dict.fromkeys(str(r.get("method")) for r in ds_rows))
+    if baseline in order:
+        order.remove(baseline)
+        order.insert(0, baseline)
+    per: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in ds_rows:
+        per[str(r.get("method"))].append(r)
+    primary = (
+        "choice_correct" if any(r.get("choice_correct") is not None for r in ds_rows) else "f1"
+    )
+    ds_runs = [r for r in runs if r.get("dataset") in (None, name)]
+    methods: dict[str, Any] = {}
+    for m in order:
+        entry = _method_entry(m, per[m], primary, ds_runs, seed, n_boot)
+        if m != baseline and baseline in per:
+            entry["vs_baseline"] = _paired(per[baseline], per[m], seed, n_boot)
+            entry["headroom"] = headroom(per[baseline], per[m])
+        methods[m] = entry
+    scored = {
+        m: e[primary]["mean"]
+        for m, e in methods.items()
+        if e.get(primary, {}).get("mean") is not None
+    }
+    return {
+        "questions": len({r.get("id") for r in ds_rows}),
+        "primary": primary,
+        "baseline": baseline if baseline in per else None,
+        "best": max(scored, key=lambda k: scored[k]) if scored else None,
+        "frontier": frontier(methods, primary),
+        "methods": methods,
+    }
+
+
 def summarize(
     rows: Iterable[Mapping[str, Any]],
     *,
@@ -284,67 +368,10 @@ def summarize(
     by_dataset: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in normalized:
         by_dataset[str(row.get("dataset"))].append(row)
-    datasets: dict[str, Any] = {}
-    for name, ds_rows in by_dataset.items():
-        order = list(dict.fromkeys(str(r.get("method")) for r in ds_rows))
-        if baseline in order:
-            order.remove(baseline)
-            order.insert(0, baseline)
-        per: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for r in ds_rows:
-            per[str(r.get("method"))].append(r)
-        has_mc = any(r.get("choice_correct") is not None for r in ds_rows)
-        primary = "choice_correct" if has_mc else "f1"
-        methods: dict[str, Any] = {}
-        for m in order:
-            ok = [r for r in per[m] if not r.get("error")]
-            entry: dict[str, Any] = {"n": len(ok), "errors": len(per[m]) - len(ok)}
-            for key in METRICS:
-                vals = [float(r[key]) for r in ok if isinstance(r.get(key), int | float)]
-                if vals or key != "choice_correct":
-                    entry[key] = _stat(vals, seed, n_boot)
-            entry["cost"] = {
-                key: (float(np.mean([_num(r, key) for r in ok])) if ok else None) for key in COSTS
-            }
-            entry["cost"].update({key: _optional_mean(ok, key) for key in OPTIONAL_COSTS})
-            entry["cost_ci"] = _cost_ci(ok, seed, n_boot)
-            cached, prompt = entry["cost"]["cached_tokens"], entry["cost"]["prompt_tokens"]
-            entry["cost"]["cache_share"] = (
-                cached / prompt if cached is not None and prompt else None
-            )
-            ds_runs = [r for r in runs if r.get("dataset") in (None, name)]
-            entry["settings"] = method_settings(m, ds_runs, per[m])
-            entry["decisions"] = decision_stats(ok)
-            entry["legacy_recall"] = any(r.get("legacy_recall") for r in per[m])
-            entry["stop_reasons"] = dict(Counter(str(r.get("stop_reason") or "") for r in per[m]))
-            flagged = [r for r in ok if "missing" in r]
-            entry["miss_rate"] = (
-                sum(_missing(r["missing"]) for r in flagged) / len(flagged) if flagged else None
-            )
-            by_iter: dict[int, list[float]] = defaultdict(list)
-            for r in ok:
-                if isinstance(r.get(primary), int | float):
-                    by_iter[int(r.get("iterations") or 0)].append(float(r[primary]))
-            entry["by_iterations"] = {
-                str(k): {"n": len(v), "mean": float(np.mean(v))} for k, v in sorted(by_iter.items())
-            }
-            if m != baseline and baseline in per:
-                entry["vs_baseline"] = _paired(per[baseline], per[m], seed, n_boot)
-                entry["headroom"] = headroom(per[baseline], per[m])
-            methods[m] = entry
-        scored = {
-            m: e[primary]["mean"]
-            for m, e in methods.items()
-            if e.get(primary, {}).get("mean") is not None
-        }
-        datasets[name] = {
-            "questions": len({r.get("id") for r in ds_rows}),
-            "primary": primary,
-            "baseline": baseline if baseline in per else None,
-            "best": max(scored, key=lambda k: scored[k]) if scored else None,
-            "frontier": frontier(methods, primary),
-            "methods": methods,
-        }
+    datasets = {
+        name: _dataset_entry(name, ds_rows, baseline=baseline, runs=runs, seed=seed, n_boot=n_boot)
+        for name, ds_rows in by_dataset.items()
+    }
     pooled_table = pooled(normalized, baseline=baseline, seed=seed, n_boot=n_boot)
     return {
         "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -1,10 +1,20 @@
-"""The method registry: ``build_graph(name, ...)`` for every method graph."""
+"""The registry: ``build_graph(name, ...)`` for every method graph and composed graph.
+
+Each graph is loaded by one small function with a plain ``import`` inside it, so the CLI
+starts without importing any method and the import contract (``lint-imports``) sees every
+import the registry makes. A composed graph (:mod:`gaprag.composed`) names the graphs it runs
+as subgraphs (its module's ``subgraphs(context)``); the registry builds them, each with its
+model profile, and hands them to it (its deps' ``loops``), so a composed graph never imports
+the registry.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import sys
 import typing
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -18,16 +28,66 @@ from gaprag.llm.client import LLM
 from gaprag.operator import OperatorPolicy, env_name, env_settings, with_policy
 from gaprag.validate import check_llm, check_retriever
 
-# name -> the module with ``Context`` and ``build(deps, context, checkpointer)``
-METHODS: dict[str, str] = {
-    "standard_rag": "gaprag.graphs.standard_rag.graph",
-    "missing_knowledge": "gaprag.graphs.missing_knowledge.graph",
-    "iterkey": "gaprag.graphs.iterkey.graph",
-    "rag_ef": "gaprag.graphs.rag_ef.graph",
-    "migres": "gaprag.graphs.migres.graph",
-    "rfm_rag": "gaprag.graphs.rfm_rag.graph",
-    "ircot": "gaprag.graphs.ircot.graph",
-    "escalating_rag": "gaprag.composed.escalating_rag.graph",
+
+def _standard_rag() -> ModuleType:
+    from gaprag.graphs.standard_rag import graph
+
+    return graph
+
+
+def _missing_knowledge() -> ModuleType:
+    from gaprag.graphs.missing_knowledge import graph
+
+    return graph
+
+
+def _iterkey() -> ModuleType:
+    from gaprag.graphs.iterkey import graph
+
+    return graph
+
+
+def _rag_ef() -> ModuleType:
+    from gaprag.graphs.rag_ef import graph
+
+    return graph
+
+
+def _migres() -> ModuleType:
+    from gaprag.graphs.migres import graph
+
+    return graph
+
+
+def _rfm_rag() -> ModuleType:
+    from gaprag.graphs.rfm_rag import graph
+
+    return graph
+
+
+def _ircot() -> ModuleType:
+    from gaprag.graphs.ircot import graph
+
+    return graph
+
+
+def _escalating_rag() -> ModuleType:
+    from gaprag.composed.escalating_rag import graph
+
+    return graph
+
+
+# name -> the function that loads the module with ``Context`` and
+# ``build(deps, context, checkpointer)``
+METHODS: dict[str, Callable[[], ModuleType]] = {
+    "standard_rag": _standard_rag,
+    "missing_knowledge": _missing_knowledge,
+    "iterkey": _iterkey,
+    "rag_ef": _rag_ef,
+    "migres": _migres,
+    "rfm_rag": _rfm_rag,
+    "ircot": _ircot,
+    "escalating_rag": _escalating_rag,
 }
 
 #: the iterative methods: each starts with the shared gate (``gate``) and can end with the
@@ -35,16 +95,17 @@ METHODS: dict[str, str] = {
 ITERATIVE: tuple[str, ...] = ("missing_knowledge", "iterkey", "migres", "rfm_rag", "ircot")
 
 
-def _module(method: str) -> Any:
+def graph_module(method: str) -> ModuleType:
+    """The module of ``method``'s graph (its ``Context`` and ``build``), loaded on first use."""
     if method not in METHODS:
         raise GapragError(f"unknown method {method!r}", hint="choose one of: " + ", ".join(METHODS))
-    return importlib.import_module(METHODS[method])
+    return METHODS[method]()
 
 
 def deps_class(method: str) -> type[Deps]:
     """The class of the objects ``method``'s graph takes (its ``build``'s ``deps``):
     :class:`gaprag.deps.Deps`, or the method's own subclass with its own objects."""
-    found = typing.get_type_hints(_module(method).build).get("deps", Deps)
+    found = typing.get_type_hints(graph_module(method).build).get("deps", Deps)
     if found is Any:  # unannotated in effect: the shared objects
         return Deps
     if not (isinstance(found, type) and issubclass(found, Deps)):
@@ -68,13 +129,13 @@ def list_methods() -> list[str]:
 
 
 def context_class(method: str) -> type[Any]:
-    return _module(method).Context  # type: ignore[no-any-return]
+    return graph_module(method).Context  # type: ignore[no-any-return]
 
 
 def calibration(method: str) -> Calibration | None:
     """What ``gaprag calibrate`` replays for ``method``: the ``CALIBRATION`` its context module
     declares, or None for a method without a loop decision taken by a model."""
-    module = importlib.import_module(context_class(method).__module__)
+    module = sys.modules[context_class(method).__module__]  # loaded with its graph
     found = getattr(module, "CALIBRATION", None)
     return found if isinstance(found, Calibration) else None
 
@@ -116,7 +177,7 @@ def build_graph(
     """
     from gaprag.profiles import apply_profile, resolve
 
-    module = _module(method)
+    module = graph_module(method)
     check_llm(llm)
     check_retriever(retriever, method=method)
     kind = deps_class(method)
@@ -137,4 +198,11 @@ def build_graph(
     sources.update({k: f"env {env_name(k)}" for k in env})
     policy = policy if policy is not None else OperatorPolicy.from_env()
     context = with_policy(with_defaults(module.Context, merged, sources=sources), policy)
+    composes = getattr(module, "subgraphs", None)
+    if composes is not None and not getattr(given, "loops", None):
+        loops = {
+            name: build_graph(name, deps=given, policy=policy, **opts)
+            for name, opts in composes(context).items()
+        }
+        given = dataclasses.replace(given, loops=loops)  # type: ignore[call-arg]
     return module.build(given, context, checkpointer)  # type: ignore[no-any-return]

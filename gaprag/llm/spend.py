@@ -1,10 +1,12 @@
 """A run's spend, kept where it happens: in the LLM layer, for the run, outside the graph state.
 
 Every call of :class:`gaprag.llm.client.LLM` inside a run goes through the run's
-:class:`Ledger`. Before a call is sent the ledger checks the operator's limits
-(:class:`gaprag.operator.OperatorPolicy`): the run's step time against its deadline, and the
+:class:`Ledger`. Before a call is sent the ledger checks the run's limits, all set when the
+run starts (:func:`gaprag.nodes.wiring.run_limits`): the operator's
+(:class:`gaprag.operator.OperatorPolicy`), the run's step time against its deadline and the
 tokens already spent plus the call's cost (its prompt's estimate plus its ``max_tokens``)
-against its token budget. A call the run cannot afford is not sent: the layer raises
+against its token budget; and a graph's ``call_budget`` setting (escalating_rag), the calls
+sent or in flight against it. A call the run cannot afford is not sent: the layer raises
 :class:`SpendLimit`, the ledger stays stopped for the rest of the run, and the node wiring
 (:mod:`gaprag.nodes.wiring`) ends the question with the limit as its ``stop_reason``. What a
 call really spent (the endpoint's usage, else the estimate) is added once it returns; calls
@@ -41,7 +43,8 @@ THREADS_KEPT = 1024
 
 
 class SpendLimit(BaseException):
-    """A call the run cannot afford; ``reason`` is ``token_budget`` or ``deadline``.
+    """A call the run cannot afford; ``reason`` is ``token_budget``, ``deadline`` or
+    ``call_budget``.
 
     A ``BaseException``, like a cancellation: a step's ``except Exception`` (a fallback for an
     endpoint without logprobs, say) does not take it for a failure; the node wiring ends the
@@ -63,7 +66,8 @@ class Ledger:
     tokens: int = 0
     reserved: int = 0
     call_budget: int | None = None
-    """The most LLM calls the run may send (a composed graph's setting); None: no limit."""
+    """The most LLM calls the run may send (a graph's ``call_budget`` setting); None: no
+    limit."""
     pending: int = 0
     """Calls admitted and not yet answered."""
     steps: dict[str, int] = field(default_factory=dict)
@@ -106,7 +110,9 @@ class Ledger:
 
     # -- limits ------------------------------------------------------------------------------
     def limit(self) -> str:
-        """The limit this run has reached: ``token_budget``, ``deadline`` or ''."""
+        """The limit this run has reached: ``token_budget``, ``deadline``, ``call_budget``
+        (once a call past it was refused: a run with its last call left may still answer)
+        or ''."""
         if self.stopped:
             return self.stopped
         if self.token_budget is not None and self.tokens >= self.token_budget:

@@ -6,13 +6,16 @@
   recording what is shown to the model.
 - :mod:`~gaprag.nodes.answer`: generate an answer over passages and clean it.
 - :mod:`~gaprag.nodes.short_answer`: reduce the final answer to its shortest span (the last
-  step of every method, off with ``reader="paper"``).
+  step of every method, off with ``short_answer=false`` or ``reader="paper"``); its
+  :func:`~gaprag.nodes.short_answer.add_short_answer` declares a graph's tail (reader, answer
+  choice, short answer).
 - :mod:`~gaprag.nodes.reader`: the shared reader (``reader="ranked"``): rank what a method
   gathered, keep a budget with the strongest next to the question, answer.
 - :mod:`~gaprag.nodes.gate`: the shared gate (``gate``): answer as plain RAG does first and
   run the loop only when that answer is unsure.
-- :mod:`~gaprag.nodes.select`: the shared answer selection (``select``): choose between plain
-  RAG's answer and the loop's where the gate let the loop run.
+- :mod:`~gaprag.nodes.select`: the shared answer scoring (``answer_scoring``) and choice
+  (``answer_choice``): choose between plain RAG's answer and the loop's where the gate let
+  the loop run.
 - :mod:`~gaprag.nodes.pool`: update an evidence pool (dedup, provenance, round).
 - :mod:`~gaprag.nodes.decisions`: record a loop decision with its probability and path.
 - :mod:`~gaprag.nodes.wiring`: turn module-level node functions into graph nodes and routers,

@@ -11,7 +11,8 @@ and standard_rag's answer call are one request. It scores that answer:
 - ``logprob_mean`` / ``logprob_min``: the mean / lowest logprob of the answer's tokens;
 - ``logprob_margin``: the first answer token's top-1 minus top-2 logprob;
 - ``agreement``: the answer from the top :data:`AGREEMENT_K` passages equals the answer from
-  all of them after normalisation (one more call; for endpoints without logprobs).
+  all of them (:func:`gaprag.nodes.choice.agrees`: after
+  :func:`gaprag.metrics.normalize_answer`; one more call; for endpoints without logprobs).
 
 The decision follows the convention of every loop decision (:mod:`gaprag.nodes.decisions`):
 the signal becomes a probability of stopping ``p`` (``exp`` of a logprob; ``1 - exp(-margin)``
@@ -29,7 +30,6 @@ in ``gate_passages`` for the ranked reader. An endpoint that returns no logprobs
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, Literal
@@ -40,6 +40,7 @@ from gaprag.accounting import record_decision
 from gaprag.deps import Deps
 from gaprag.llm.client import TokenLogprob
 from gaprag.nodes.answer import clean_answer
+from gaprag.nodes.choice import agrees
 from gaprag.nodes.decisions import log_decision, should_stop
 from gaprag.nodes.render import PassageFormat, load_formats, render_passages
 from gaprag.nodes.retrieve import retrieve
@@ -59,20 +60,12 @@ AGREEMENT_K = 3
 #: the largest margin recorded (a logprob difference; the probability is 1 to float precision)
 MAX_MARGIN = 100.0
 
-_NOISE = re.compile(r"[^a-z0-9 ]")
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-
 
 @lru_cache(maxsize=1)
 def plain_rag() -> tuple[Prompt, PassageFormat]:
     """Plain RAG's answer prompt and passage format (standard_rag's prompt file)."""
     package = "gaprag.graphs.standard_rag"
     return load_prompts(package)["answer"], load_formats(package)["passages"]
-
-
-def normalize(answer: str) -> str:
-    """Lower case, punctuation and articles removed, spaces collapsed."""
-    return " ".join(_ARTICLES.sub(" ", _NOISE.sub(" ", answer.lower())).split())
 
 
 def logprob_signals(tokens: Sequence[TokenLogprob]) -> dict[str, float] | None:
@@ -149,7 +142,7 @@ async def gate(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[str, Any]:
                 prompt.render(question=question, passages=cut), max_tokens=PLAIN_ANSWER_MAX_TOKENS
             )
         )
-        signals["agreement"] = float(bool(answer) and normalize(answer) == normalize(other))
+        signals["agreement"] = float(agrees(answer, other))
         path = path if path == "agreement_fallback" else "agreement"
         threshold = 1.0  # stop exactly when the two answers agree
     else:

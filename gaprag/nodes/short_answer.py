@@ -12,8 +12,14 @@ fair. It spends an LLM call only where the answer is not already short:
   in ``gaprag/nodes/prompts.toml``). A reply that is empty or not shorter than the answer is
   discarded and the answer kept.
 
-``reader="paper"`` turns the step off for exact reproductions of a paper. Each run of the
-step leaves a trace record ``{call: "short_answer", path: rule|llm|kept|off, original}``.
+``short_answer=false`` or ``reader="paper"`` turns the step off (for exact reproductions of a
+paper). Each run of the step leaves a trace record ``{call: "short_answer", path:
+rule|llm|kept|off, original}``.
+
+A method's graph ends with :func:`add_short_answer`, which declares its tail: the shared reader
+(``reader=``), the answer choice (``choice=``) and the short-answer step, each switched at run
+time by its setting (``reader``, ``answer_choice``, ``short_answer``); the gate that starts it
+is declared by :func:`gaprag.nodes.wiring.add_nodes` (``gate=``, setting ``gate``).
 """
 
 from __future__ import annotations
@@ -110,13 +116,13 @@ async def shorten(
 
 
 async def short_answer(state: Any, runtime: Runtime[Any], deps: Deps) -> dict[str, Any]:
-    """The graph node: shorten the final answer unless ``reader == "paper"``.
+    """The graph node: shorten the final answer (off: ``short_answer=false``, ``reader="paper"``).
 
     Reads: `question`, `answer`; writes: `answer`.
     """
     ctx = runtime.context
     original = str(getattr(state, "answer", "") or "")
-    if getattr(ctx, "reader", "short") == "paper":
+    if not getattr(ctx, "short_answer", True) or getattr(ctx, "reader", "short") == "paper":
         record_decision(call="short_answer", path="off")
         return {}
     answer, path = await shorten(await deps.achat(ctx), state.question, original)
@@ -130,6 +136,7 @@ def add_short_answer(
     *,
     after: str | None = None,
     reader: bool | Callable[[Any], Any] = False,
+    choice: bool = False,
 ) -> None:
     """End the graph with the short-answer step: ``after`` -> short_answer -> END (without
     ``after``, the graph's routers lead to ``"short_answer"`` themselves).
@@ -139,9 +146,10 @@ def add_short_answer(
     reads the method's ``evidence`` (:func:`~gaprag.nodes.reader.gathered_evidence`); a
     function ``state -> Gathered`` says what else the method gathered.
 
-    A graph with the shared gate also gets the answer selection step
-    (:mod:`gaprag.nodes.select`) before the short-answer step (a pass-through with
-    ``select="off"``); the gate's own stop goes straight to the short-answer step."""
+    ``choice``: put the answer choice (:mod:`gaprag.nodes.select`, node ``select``) before
+    the short-answer step (a pass-through with ``answer_choice="off"``); it chooses between
+    the shared gate's answer and the method's, so the graph must start with the gate
+    (``add_nodes(..., gate=True)``), whose own stop goes straight to the short-answer step."""
     from gaprag.nodes.reader import gathered_evidence, reader_node
     from gaprag.nodes.wiring import as_node
 
@@ -155,8 +163,11 @@ def add_short_answer(
         builder.add_node("reader", as_node(reader_node(gather), deps, context))
         builder.add_edge(after, "reader")
         after = "reader"
-    if after is not None and "gate" in builder.nodes:  # answer selection
+    if choice:
         from gaprag.nodes.select import select
+
+        if after is None or "gate" not in builder.nodes:
+            raise ValueError("the answer choice needs the gate (add_nodes(gate=True)) and after=")
 
         builder.add_node("select", as_node(select, deps, context))
         builder.add_edge(after, "select")

@@ -33,8 +33,9 @@ each bound at its maximum, and a margin), so any bound a run may set works in ``
 ``ainvoke``, ``stream``, a subgraph and LangGraph's server, and a runaway loop still stops.
 
 Every node runs inside its run's ledger (:mod:`gaprag.llm.spend`): the LLM layer checks the
-operator's spend limits (a run's deadline and token budget, :mod:`gaprag.operator`) before
-every call and refuses a call the run cannot afford; the node that made it ends there with the
+run's limits (the operator's deadline and token budget, :mod:`gaprag.operator`, and a
+graph's ``call_budget``: :func:`run_limits`) before every call and refuses a call the run
+cannot afford; the node that made it ends there with the
 limit as its ``stop_reason``. A router given ``on_limit`` sends a run that reached a limit, or
 whose nodes ran more rounds than its own loop bounds allow (:func:`runs_cap`, counted by the
 ledger, not read from the state), from a loop's next round to the step that answers with what
@@ -163,14 +164,28 @@ def run_ledger(
     runtime: Runtime[Any], ctx: Any, graph: object, *, first: bool = False
 ) -> spend.Ledger:
     """The ledger of the run a node of ``graph`` (its built objects) belongs to (see
-    :func:`gaprag.llm.spend.ledger_for`), with the operator's limits for a new one."""
-    policy = policy_of(type(ctx))
+    :func:`gaprag.llm.spend.ledger_for`), with the run's limits for a new one
+    (:func:`run_limits`)."""
     return spend.ledger_for(
         _run(runtime),
         _thread(runtime, graph),
         starting=first,
-        make=lambda: spend.Ledger(token_budget=policy.token_budget, deadline_s=policy.deadline_s),
+        make=lambda: spend.Ledger(**run_limits(ctx)),
     )
+
+
+def run_limits(ctx: Any) -> dict[str, Any]:
+    """Every limit a run's ledger keeps, read in one place when the run starts: the
+    operator's ``deadline_s`` and ``token_budget`` (:class:`gaprag.operator.OperatorPolicy`)
+    and the graph's own ``call_budget`` setting where it has one (escalating_rag); a
+    subgraph's nodes run under the ledger, and so the limits, of the run that started it."""
+    policy = policy_of(type(ctx))
+    budget = getattr(ctx, "call_budget", None)
+    return {
+        "token_budget": policy.token_budget,
+        "deadline_s": policy.deadline_s,
+        "call_budget": budget if isinstance(budget, int) else None,
+    }
 
 
 def _end_at_limit(update: Any, limit: str) -> Any:

@@ -30,6 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gaprag.context import current_names
 from gaprag.errors import InputError
 
 _QUANT = re.compile(r"[-_.](q\d[\w]*|f16|fp16|bf16|f32|gguf|awq|gptq|int[48])$", re.I)
@@ -135,15 +136,17 @@ def apply_profile(
     fields: set[str],
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """(merged options, source of each set value): the profile's settings for ``method``
-    under the explicit ``options``. Profile keys the method does not have are ignored."""
+    under the explicit ``options``, both under today's setting names
+    (:func:`gaprag.context.current_names`). Profile keys the method does not have are
+    ignored."""
     merged: dict[str, Any] = {}
     sources: dict[str, str] = {}
     if profile is not None:
-        for key, value in profile.settings(method).items():
+        for key, value in current_names(profile.settings(method)).items():
             if key in fields:
                 merged[key] = value
                 sources[key] = profile.label
-    for key, value in options.items():
+    for key, value in current_names(options).items():
         merged[key] = value
         sources[key] = "explicit"
     return merged, sources

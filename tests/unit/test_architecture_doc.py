@@ -35,3 +35,33 @@ def normal(layer: str) -> str:
 def test_the_drawing_has_the_contracts_layers_in_order() -> None:
     page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     assert drawn_layers(page) == contract_layers()
+
+
+def eval_contract_layers() -> list[set[str]]:
+    """The evaluation contract's layers (``containers = ["gaprag.eval"]``), top first."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in contracts if c.get("containers") == ["gaprag.eval"]]
+    return [set(re.split(r"\s*[|:]\s*", layer.strip())) for layer in contract["layers"]]
+
+
+def test_the_evaluation_table_has_the_evaluation_contracts_layers_in_order() -> None:
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = page.split("## Where evaluation lives", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| ([^|]+) \|", section, re.MULTILINE)[1:]  # after the header
+    drawn = [set(re.findall(r"`(\w+)`", row)) for row in rows]
+    assert drawn == eval_contract_layers()
+
+
+def test_every_shared_node_module_and_offline_module_is_named_on_the_page() -> None:
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    nodes = [p.stem for p in (ROOT / "gaprag" / "nodes").glob("*.py") if p.stem != "__init__"]
+    missing = [n for n in nodes if f"gaprag.nodes.{n}" not in page and f"nodes/{n}.py" not in page]
+    offline = ROOT / "gaprag" / "eval" / "offline"
+    section = page.split("## Where evaluation lives", 1)[1].split("\n## ", 1)[0]
+    missing += [
+        f"offline/{p.stem}"
+        for p in offline.glob("*.py")
+        if p.stem != "__init__" and f"`{p.stem}`" not in section
+    ]
+    assert not missing, missing

@@ -101,6 +101,20 @@ def test_the_import_contract_counts_type_checking_imports_and_holds() -> None:
     assert "0 broken" in run.stdout
 
 
+def test_no_module_imports_a_gaprag_module_by_name_at_run_time() -> None:
+    """Every import of gaprag's own modules is an import statement, which the contract reads:
+    none goes through ``importlib.import_module`` or ``__import__``."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = ast.unparse(node.func)
+            if name.endswith("import_module") or name == "__import__":
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, found
+
+
 def test_every_public_class_has_annotations_that_resolve() -> None:
     classes = public_classes()
     assert len(classes) > 100

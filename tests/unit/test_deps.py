@@ -49,7 +49,7 @@ def test_a_methods_own_objects_class_is_exported_by_its_package(method: str) -> 
     kind = deps_class(method)
     if kind is Deps:
         return
-    package = importlib.import_module(METHODS[method].rpartition(".")[0])
+    package = importlib.import_module(METHODS[method]().__name__.rpartition(".")[0])
     assert kind.__module__.startswith(package.__name__ + ".")
     assert kind.__name__ in package.__all__ and getattr(package, kind.__name__) is kind
 

@@ -10,7 +10,7 @@ import pytest
 
 from gaprag import build_graph
 from gaprag.llm.client import LLM
-from gaprag.nodes.select import choose_answer
+from gaprag.nodes.choice import Candidate, Rule, choose_answer
 from gaprag.stores.store import Store
 from gaprag.testing import ScriptedChatModel
 
@@ -134,10 +134,10 @@ def test_a_budget_too_small_for_a_loop_keeps_plain_rags_answer(store: Store) -> 
     ],
 )
 def test_the_answer_is_chosen_by_agreement_first_then_probability(
-    candidates: list[tuple[str, float | None]], rule: str, chosen: int, path: str
+    candidates: list[tuple[str, float | None]], rule: Rule, chosen: int, path: str
 ) -> None:
-    index, _, how = choose_answer(candidates, rule, 0.1)
-    assert (index, how) == (chosen, path)
+    choice = choose_answer([Candidate(a, p) for a, p in candidates], rule, 0.1)
+    assert (choice.index, choice.path) == (chosen, path)
 
 
 def test_an_async_run_escalates_as_a_sync_run_does(store: Store) -> None:
@@ -185,3 +185,12 @@ def test_the_recursion_limit_covers_every_graph_it_composes(store: Store) -> Non
     for method in ("ircot", "migres", "rfm_rag", "iterkey", "missing_knowledge"):
         inner = build_graph(method, llm=ScriptedChatModel(default="Paris"), retriever=store)
         assert own >= int((inner.config or {})["recursion_limit"]), method
+
+
+def test_building_the_composed_graph_without_its_loops_says_how_to_build_it() -> None:
+    from gaprag.composed.escalating_rag import EscalatingDeps, build
+    from gaprag.errors import InputError
+
+    with pytest.raises(InputError, match="no compiled graph for") as err:
+        build(EscalatingDeps())
+    assert "build_graph('escalating_rag')" in (err.value.hint or "")

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from gaprag.eval.escalation import (
-    Answer,
+from gaprag.eval.offline.candidates import Candidate as Answer
+from gaprag.eval.offline.escalation import (
     Question,
     Setting,
-    evaluate,
     fit,
+    measure,
     questions,
     run,
     write_profile,
@@ -51,7 +51,7 @@ def test_a_confident_first_loop_stops_before_the_second() -> None:
 
 def test_an_unsure_first_loop_escalates_and_agreement_wins() -> None:
     q = question(("Paris", 0.5, 1.0), ("Lyon", 0.4, 0.0, 1), ("paris", 0.3, 1.0, 4))
-    assert run(q, SETTING) == (1.0, 6, "agreement")
+    assert run(q, SETTING) == (1.0, 6, "agreed")
 
 
 def test_the_call_budget_cuts_the_second_loop() -> None:
@@ -66,7 +66,7 @@ def test_the_fit_keeps_within_the_calls_and_uses_only_calibration_questions() ->
     reported = question(("Rome", 0.1, 0.0), ("Oslo", 0.1, 1.0, 1), ("Bern", 0.1, 0.0, 4), 3)
     setting, result = fit([easy, hard, reported], max_calls=3.0)
     assert result["n"] == 2 and result["calls"] <= 3.0
-    assert result["f1"] == pytest.approx(evaluate([easy, hard], setting)["f1"])
+    assert result["f1"] == pytest.approx(measure([easy, hard], setting)["f1"])
     assert result["f1"] == 1.0 and "rfm_rag" in (setting.first, setting.second)
     with pytest.raises(ValueError):
         fit([easy, hard], max_calls=0.5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import threading
 import time
 import warnings
@@ -146,7 +147,7 @@ def build(deps: Any, context: type[Context], checkpointer: Any = None) -> Contra
 
 @pytest.fixture
 def contract(monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setitem(METHODS, "contract", __name__)
+    monkeypatch.setitem(METHODS, "contract", lambda: sys.modules[__name__])
     return "contract"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -10,10 +11,13 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from gaprag import build_graph
+from gaprag.datasets import load_dataset
 from gaprag.errors import InputError
 from gaprag.graphs import ITERATIVE, METHODS
 from gaprag.graphs.standard_rag.context import Context as PlainContext
 from gaprag.llm.client import LLM, TokenLogprob
+from gaprag.metrics import normalize_answer
+from gaprag.nodes.choice import agrees
 from gaprag.nodes.gate import (
     AGREEMENT_K,
     GATE_STOP,
@@ -22,7 +26,6 @@ from gaprag.nodes.gate import (
     PLAIN_PASSAGE_WORDS,
     PLAIN_TOP_K,
     logprob_signals,
-    normalize,
     probability,
     threshold_setting,
 )
@@ -211,8 +214,27 @@ def test_a_threshold_setting_and_its_probability_are_inverse(signal: Any, value:
 
 
 def test_answers_agree_after_normalisation() -> None:
-    assert normalize("The Eiffel Tower.") == normalize("eiffel tower")
-    assert normalize("Paris") != normalize("Lyon")
+    assert agrees("The Eiffel Tower.", "eiffel tower")
+    assert not agrees("Paris", "Lyon") and not agrees("", "")
+
+
+def test_non_ascii_answers_agree_only_when_they_are_the_same_answer() -> None:
+    """Every answer of the bundled medqa_zh set: each agrees with itself (punctuation and
+    width aside) and with no other answer of the set."""
+    answers = sorted({a for ex in load_dataset("medqa_zh").examples for a in ex.answers})
+    assert len(answers) > 50
+    assert all(normalize_answer(a) for a in answers)
+    for a, b in itertools.pairwise(answers):
+        assert agrees(a, f"{a}。") and not agrees(a, b), (a, b)
+
+
+def test_the_gates_agreement_signal_tells_two_chinese_answers_apart(store: Store) -> None:
+    """The agreement signal on non-ASCII answers: two different answers are a disagreement."""
+    for other, p in (("慢波睡眠", 0.0), ("缺铁性贫血。", 1.0)):
+        model = ScriptedChatModel(rules=[(PLAIN, _by_cut(other, "缺铁性贫血"))], default="x")
+        state, _ = gate_only("missing_knowledge", store, model, gate="agreement")
+        (decision,) = state["decisions"]
+        assert decision["path"] == "agreement" and decision["p"] == p, other
 
 
 def test_the_gate_retrieves_as_plain_rag_does() -> None:

@@ -118,7 +118,7 @@ def test_the_answer_after_an_unfinished_chain_is_scored_for_selection(
     )
     graph = build_graph(
         "ircot", llm=LLM(model, supports_logprobs=True), retriever=store, max_steps=2,
-        gate="logprob_mean", gate_threshold=-0.5, select=select,
+        gate="logprob_mean", gate_threshold=-0.5, answer_scoring=select, answer_choice=select,
     )  # fmt: skip
     out = graph.invoke({"question": Q})
     assert out["answer"] == "Gustave Eiffel" and out["stop_reason"] == "max_iterations"

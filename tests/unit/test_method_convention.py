@@ -37,11 +37,11 @@ DOCS: list[Document] = [
 
 
 def graph_module(method: str) -> ModuleType:
-    return importlib.import_module(METHODS[method])
+    return METHODS[method]()
 
 
 def package(method: str) -> ModuleType:
-    return importlib.import_module(METHODS[method].rpartition(".")[0])
+    return importlib.import_module(graph_module(method).__name__.rpartition(".")[0])
 
 
 def keys(schema: type[Any]) -> set[str]:

@@ -1450,6 +1450,10 @@ def judge_reply(logprob: float) -> tuple[str, list[list[tuple[str, float]]]]:
     )
 
 
+#: the final answer scored and chosen on probabilities
+CHOOSE = {"answer_scoring": "logprob", "answer_choice": "logprob"}
+
+
 def selected(
     levity: Store, rules: list[tuple[str, Any]], scored: dict[str, Any], **ctx: Any
 ) -> tuple[dict[str, Any], ScriptedChatModel]:
@@ -1476,7 +1480,7 @@ def test_the_judges_answer_is_scored_on_its_json_value(
 ) -> None:
     reply, tokens = judge_reply(logprob)
     rules = [(LEAF, LEVITY_FACT), (MAIN, reply)]
-    out, _ = selected(levity, rules, {reply: tokens}, select="logprob")
+    out, _ = selected(levity, rules, {reply: tokens}, **CHOOSE)
     assert out["stop_reason"] == "answered" and out["answer"] == answer
     decision, record = selection(out)
     assert decision["decision"] == chosen and decision["path"] == "logprobs"
@@ -1492,7 +1496,7 @@ def test_the_forced_final_answer_is_scored(levity: Store) -> None:
     )
     rules = [(LEAF, LEVITY_FACT), (MAIN, UNANSWERABLE), (QUERY, "Who directed Levity?"),
              (FINAL, reply)]  # fmt: skip
-    out, _ = selected(levity, rules, {reply: tokens}, select="logprob", max_iterations=1)
+    out, _ = selected(levity, rules, {reply: tokens}, **CHOOSE, max_iterations=1)
     assert out["stop_reason"] == "max_iterations" and out["answer"] == "Ed Solomon"
     decision, record = selection(out)
     assert decision["decision"] == "loop" and decision["path"] == "logprobs"
@@ -1505,7 +1509,7 @@ def test_without_selection_the_answer_calls_ask_for_no_logprobs(levity: Store) -
     rules = [(LEAF, LEVITY_FACT), (MAIN, UNANSWERABLE), (QUERY, "Who directed Levity?"),
              (FINAL, judged)]  # fmt: skip
     off, off_chat = selected(levity, rules, {judged: tokens}, max_iterations=1)
-    on, on_chat = selected(levity, rules, {judged: tokens}, max_iterations=1, select="logprob")
+    on, on_chat = selected(levity, rules, {judged: tokens}, max_iterations=1, **CHOOSE)
     assert off["answer"] == on["answer"] == "Ed Solomon"
     assert not [d for d in off["decisions"] if d["node"] == "select"]
     # selection asks for logprobs on the same messages, and only that

@@ -46,7 +46,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
 
 
 def package(method: str) -> Any:
-    return importlib.import_module(METHODS[method].rpartition(".")[0])
+    return importlib.import_module(METHODS[method]().__name__.rpartition(".")[0])
 
 
 def node_functions(method: str, store: Store) -> dict[str, Callable[..., Any]]:

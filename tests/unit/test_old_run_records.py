@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,18 @@ def test_answer_style_reads_as_reader() -> None:
     assert current_settings({"answer_style": "", "reader": "short"}) == {"reader": "short"}
     # a reader set to something else than its default was the one in force
     assert current_settings({"answer_style": "paper", "reader": "ranked"}) == {"reader": "ranked"}
+
+
+def test_an_old_runs_selection_settings_read_under_todays_names_without_a_warning() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = current_settings({"select": "logprob", "select_margin": 0.1, "top_k": 3})
+    assert got == {
+        "answer_choice": "logprob",
+        "answer_scoring": "logprob",
+        "choice_margin": 0.1,
+        "top_k": 3,
+    }
 
 
 def test_report_of_an_old_run_shows_its_reader(tmp_path: Path) -> None:

@@ -150,7 +150,7 @@ def test_decisions_without_p_or_answer_never_stop() -> None:
     assert point.f1 == 0.0 and point.stop_rate == 0.0
 
 
-def test_replay_of_iterkey_answer_choice_among_rounds(tmp_path: Path) -> None:
+def test_replay_of_iterkey_round_choice_among_rounds(tmp_path: Path) -> None:
     """Runs no validation stopped: each fallback_policy is replayed from the rounds' answers
     and probabilities, and the best pair of threshold and policy goes into the profile."""
     rows = [
@@ -167,7 +167,7 @@ def test_replay_of_iterkey_answer_choice_among_rounds(tmp_path: Path) -> None:
     assert confident.f1 == pytest.approx(0.75) and confident.choice == "confident"
     # (the probabilities lie below every threshold of the grid: no replay stops a run)
     # the row says which policy it ran with: then "last" is the one scored afresh
-    ran_confident = [{**rows[0], "answer_choice": "confident", "f1": 1.0}]
+    ran_confident = [{**rows[0], "round_choice": "confident", "f1": 1.0}]
     assert replay(ran_confident, ["validate_answer"], 1.01, choice="last").f1 == 0.0
     result = curves(rows, ["iterkey"], cost_per_call=0.0)["iterkey"]
     assert result["switch"] == "fallback_policy"

@@ -19,7 +19,7 @@ from gaprag.graphs import METHODS, list_methods
 ROOT = Path(__file__).resolve().parents[2]
 API_PAGE = ROOT / "docs" / "api.md"
 #: the methods whose package is gaprag.graphs.<method> (composed graphs have their own rows)
-PACKAGES = {m for m, module in METHODS.items() if module.startswith("gaprag.graphs.")}
+PACKAGES = {m for m, load in METHODS.items() if load().__name__.startswith("gaprag.graphs.")}
 ROW = re.compile(r"^\| `(gaprag[\w.<>]*)` \| ([^|]+) \|", re.MULTILINE)
 
 

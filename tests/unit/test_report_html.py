@@ -38,7 +38,7 @@ def _reply(messages: list[BaseMessage]) -> str:
 
 def sample_run(tmp_path: Path) -> Path:
     """A run of standard_rag, the fake ``contract`` graph and a variant of it, 5 questions."""
-    METHODS["contract"] = te.__name__
+    METHODS["contract"] = lambda: te
     data = tmp_path / "capitals.jsonl"
     data.write_text("\n".join(json.dumps(te._record(*q)) for q in te.QUESTIONS) + "\n")
     out = tmp_path / "run"

@@ -1,4 +1,4 @@
-"""The offline reread tie-break (gaprag.eval.reread): which rows are reread, with which
+"""The offline reread tie-break (gaprag.eval.offline.reread, ``gaprag replay reread``): which rows are reread, with which
 request, resumably, and how each rule picks between the candidates."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from gaprag.eval import reread
-from gaprag.eval.reread import Pair, pair, pick
+from gaprag.cli import main
+from gaprag.eval.offline import reread
+from gaprag.eval.offline.candidates import Candidate, Pair, pair
+from gaprag.eval.offline.reread import REREAD_PASSAGES, pick, reread_messages
 from gaprag.llm.client import LLM
 from gaprag.metrics import f1_score
-from gaprag.nodes.select import REREAD_PASSAGES, reread_messages
 from gaprag.testing import ScriptedChatModel
-from tests.scripts import load_script
 
 QUESTION = "Which genus has more species, Dracula or Pistacia?"
 PARAGRAPHS = [{"id": f"p{i}", "title": f"T{i}", "text": f"paragraph {i}"} for i in range(12)]
@@ -74,9 +74,10 @@ async def test_only_rows_whose_candidates_differ_are_reread_and_rereading_resume
 
 
 def candidates(plain: str, loop: str) -> Pair:
-    return Pair(dataset="d", method="ircot", id="q", question=QUESTION, answers=("Dracula",),
-                plain=plain, loop=loop, run_f1=0.0, plain_f1=f1_score(plain, ["Dracula"]),
-                loop_f1=f1_score(loop, ["Dracula"]), passages=())  # fmt: skip
+    return Pair(dataset="d", method="ircot", id="q", index=None, question=QUESTION,
+                answers=("Dracula",), plain=None, run_f1=0.0,
+                gate=Candidate(plain, None, f1_score(plain, ["Dracula"])),
+                loop=Candidate(loop, None, f1_score(loop, ["Dracula"])))  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -104,21 +105,20 @@ def test_escalating_rag_rows_take_their_recorded_candidates() -> None:
     r["candidates"] = [{"method": "standard_rag", "answer": "Pistacia"},
                        {"method": "ircot", "answer": "Dracula"}]  # fmt: skip
     found = pair(r)
-    assert found is not None and (found.plain, found.loop) == ("Pistacia", "Dracula")
-    assert (found.plain_f1, found.loop_f1) == (0.0, 1.0)
-    assert pair({**r, "stop_reason": "gate_confident"}) is None
+    assert found is not None and (found.gate.answer, found.loop.answer) == ("Pistacia", "Dracula")
+    assert (found.gate.f1, found.loop.f1) == (0.0, 1.0)
+    assert not reread.tie(pair({**r, "stop_reason": "gate_confident"}))
 
 
-def test_the_script_replays_the_rules_per_method_and_part(
+def test_the_command_replays_the_rules_per_method_and_part(
     run_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (run_dir / reread.REREAD_FILE).write_text(
         json.dumps({"method": "ircot", "id": "q60", "answer": "Dracula"}) + "\n"
     )
-    script = load_script("scripts/reread_replay.py")
-    assert script.main([str(run_dir), "--methods", "ircot"]) == 0
+    assert main(["replay", "reread", str(run_dir), "--methods", "ircot"]) == 0
     out = capsys.readouterr().out
     # question 60: the run said Pistacia genus (0), the reread names plain RAG's Dracula (1)
     assert "| ircot | fit | 1 | 1.00 | 0.000 | 0.000 | 1.000 | 1.000 | 1.000 | 1.000 |" in out
     assert "| ircot | check | 1 | 0.00 | 0.000 | 1.000 | 1.000 | 1.000 | 1.000 | 1.000 |" in out
-    assert script.main([str(run_dir.parent)]) == 2
+    assert main(["replay", "reread", str(run_dir.parent)]) == 2

@@ -331,7 +331,7 @@ def test_compiled_limit_fits_each_loop_at_its_maximum_and_needs_one() -> None:
 # -- every numeric setting is typed and bounded ------------------------------------------------
 #: settings whose sign is part of their meaning: a log-probability (or its margin), a
 #: cross-encoder logit, a difference of probabilities
-SIGNED = {"gate_threshold", "delta", "select_margin"}
+SIGNED = {"gate_threshold", "delta", "choice_margin"}
 
 
 def numeric_settings() -> list[tuple[str, str]]:

@@ -1,4 +1,4 @@
-"""Offline answer selection (gaprag.eval.selection): finding the call the final answer came
+"""Offline answer selection (gaprag.eval.offline: ``gaprag replay select``): finding the call the final answer came
 from, re-scoring it with a scripted model, resumable scores, and replaying rules whose
 thresholds are chosen on the calibration questions only."""
 
@@ -11,12 +11,15 @@ from typing import Any
 
 import pytest
 
-from gaprag.eval import selection
-from gaprag.eval.selection import Candidates, candidates, fit, locate, replay, score_trace
+from gaprag.cli import main
+from gaprag.eval.offline import candidates as offline
+from gaprag.eval.offline import scoring, selection
+from gaprag.eval.offline.candidates import Candidate, Pair, pairs
+from gaprag.eval.offline.scoring import locate, score_trace
+from gaprag.eval.offline.selection import fit, replay
 from gaprag.llm.client import LLM
 from gaprag.testing import ScriptedChatModel
 from gaprag.traces import TraceWriter
-from tests.scripts import load_script
 
 QUESTION = "Which genus has more species, Dracula or Pistacia?"
 GATE_EVENT = {"node": "gate", "call": "gate", "signal": "logprob_mean", "value": -0.3}
@@ -60,7 +63,7 @@ def test_the_answer_is_found_after_the_answer_marker_of_the_last_reasoning_sente
 def test_a_rewritten_answer_comes_from_the_short_answer_call() -> None:
     t = trace("1859", ["1850", "It opened in 1859 in London", "1859"],
               short={"path": "llm", "original": "It opened in 1859 in London"})  # fmt: skip
-    assert locate(t) == selection.Located(2, 0, 4)
+    assert locate(t) == scoring.Located(2, 0, 4)
 
 
 def test_the_answer_step_s_reply_wins_over_a_later_reply_that_mentions_it() -> None:
@@ -73,9 +76,9 @@ def test_the_answer_step_s_reply_wins_over_a_later_reply_that_mentions_it() -> N
 
 def test_the_gate_s_call_counts_only_where_the_gate_answered() -> None:
     looped = trace("Dracula", ["Dracula", "Reasoning. So the answer is Dracula."])
-    assert locate(looped) == selection.Located(1, 28, 35)
+    assert locate(looped) == scoring.Located(1, 28, 35)
     gated = trace("Dracula", ["Dracula"], stop="gate_confident")
-    assert locate(gated) == selection.Located(0, 0, 7)
+    assert locate(gated) == scoring.Located(0, 0, 7)
     assert locate(trace("Oslo", ["Dracula", "Bergen"])) is None
     assert locate(trace("", ["Dracula", "Bergen"])) is None
 
@@ -155,26 +158,29 @@ def run_dir(tmp_path: Path) -> Path:
 
 async def test_scores_are_cached_beside_the_rows_and_scoring_resumes(run_dir: Path) -> None:
     llm, chat = scripted_llm(" Dracula.", [[(" Dracula", -0.5)], [(".", -0.1)]])
-    assert await selection.ascore_runs([run_dir], llm, limit=1) == 1
-    assert len((run_dir / selection.SCORES).read_text().splitlines()) == 1
-    assert await selection.ascore_runs([run_dir], llm) == 1
-    assert await selection.ascore_runs([run_dir], llm) == 0
+    assert await scoring.ascore_runs([run_dir], llm, limit=1) == 1
+    assert len((run_dir / offline.SCORES).read_text().splitlines()) == 1
+    assert await scoring.ascore_runs([run_dir], llm) == 1
+    assert await scoring.ascore_runs([run_dir], llm) == 0
     assert len(chat.calls) == 2
-    scores = selection.read_scores(run_dir)
+    scores = offline.read_scores(run_dir)
     assert {k for k in scores} == {("ircot", "q5"), ("ircot", "q60")}
-    cands = {c.id: c for c in candidates([run_dir])}
+    cands = {c.id: c for c in pairs([run_dir])}
     assert cands["q60"].index == 60 and cands["q5"].index == 5
-    assert cands["q60"].loop_p == pytest.approx(math.exp(-0.5))
-    assert cands["q60"].gate_p == 0.7 and cands["q60"].gate_f1 == 0.0
-    assert cands["q60"].plain == 0.0 and cands["q60"].loop_f1 == 1.0
+    assert cands["q60"].loop.p == pytest.approx(math.exp(-0.5))
+    assert cands["q60"].gate.p == 0.7 and cands["q60"].gate.f1 == 0.0
+    assert cands["q60"].plain_f1 == 0.0 and cands["q60"].loop.f1 == 1.0
     assert not cands["q60"].agree
 
 
 # -- replay ----------------------------------------------------------------------------------
-def cand(index: int, gate_p: float, loop_p: float | None, gate_f1: float, loop_f1: float, *, agree: bool = False) -> Candidates:  # fmt: skip
-    return Candidates(dataset="d", method="rfm_rag", id=f"q{index}-{gate_p}", index=index,
-                      plain=gate_f1, gate_f1=gate_f1, loop_f1=loop_f1, gate_p=gate_p,
-                      loop_p=loop_p, agree=agree)  # fmt: skip
+def cand(index: int, gate_p: float, loop_p: float | None, gate_f1: float, loop_f1: float, *, agree: bool = False, plain: float | None = None, dataset: str = "d") -> Pair:  # fmt: skip
+    """A row's pair: plain RAG's answer "Paris", the loop's "Paris" too where they agree."""
+    return Pair(dataset=dataset, method="rfm_rag", id=f"q{index}-{gate_p}", index=index,
+                question=QUESTION, answers=("Paris",),
+                plain=Candidate("Paris", None, gate_f1 if plain is None else plain, 1),
+                run_f1=loop_f1, gate=Candidate("Paris", gate_p, gate_f1, 1),
+                loop=Candidate("Paris" if agree else "Lyon", loop_p, loop_f1, 2))  # fmt: skip
 
 
 FIT = [
@@ -213,8 +219,7 @@ def test_rules_with_thresholds_need_calibration_questions() -> None:
 def test_the_check_applies_a_rule_on_the_reported_questions_only_against_plain_rag_and_the_run() -> (
     None
 ):
-    other = Candidates(dataset="e", method="rfm_rag", id="q12", index=12, plain=0.5,
-                       gate_f1=0.0, loop_f1=1.0, gate_p=0.9, loop_p=0.5, agree=False)  # fmt: skip
+    other = cand(12, 0.9, 0.5, 0.0, 1.0, plain=0.5, dataset="e")
     result = selection.check([*FIT, *CHECK, other], "margin", {"rfm_rag": {"m": 0.5}})["rfm_rag"]
     # 10: the gate surer by 0.82, switched (1.0); 11: by 0.55, switched (1.0); 12: by 0.4, kept
     assert result["n"] == 3 and result["switched"] == 2
@@ -230,21 +235,20 @@ def test_the_check_applies_a_rule_on_the_reported_questions_only_against_plain_r
     assert "| rfm_rag | margin (m=0.500) | **pooled** | 3 |" in table
 
 
-def test_the_script_prints_the_replay(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    script = load_script("scripts/select_replay.py")
-    assert script.main([str(run_dir)]) == 0
+def test_the_command_prints_the_replay(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "select", str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert (
         "| ircot | fit | 1 | 0.000 | 0.000 | 1.000 | 1.000 | 1.000 | 0: – | 1 (0): 0.000 / 1.000 |"
         in out
     )
     assert "| ircot | gate_p | a=1.700 |" in out  # above every p: never switch
-    assert script.main(["--check", str(run_dir)]) == 0
+    assert main(["replay", "select", "--check", str(run_dir)]) == 0
     assert (
         "| method | rule | set | n | plain RAG | the run | with the rule |"
         in capsys.readouterr().out
     )
-    assert script.main([str(run_dir.parent)]) == 2
+    assert main(["replay", "select", str(run_dir.parent)]) == 2
 
 
 async def test_a_reply_that_repeats_the_prefix_is_read_after_it() -> None:

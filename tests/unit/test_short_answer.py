@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gaprag import build_graph
@@ -94,10 +96,13 @@ def test_a_reply_that_is_not_shorter_is_discarded(store: Store) -> None:
     assert record[0]["path"] == "llm_kept"
 
 
-def test_paper_style_turns_the_step_off(store: Store) -> None:
+@pytest.mark.parametrize("off", [{"reader": "paper"}, {"short_answer": False}])
+def test_paper_style_or_the_short_answer_setting_turns_the_step_off(
+    store: Store, off: dict[str, Any]
+) -> None:
     long = "Hamlet was written by the English playwright William Shakespeare"
     fake = scripted(long, "William Shakespeare")
-    graph = build_graph("standard_rag", llm=fake, retriever=store, reader="paper")
+    graph = build_graph("standard_rag", llm=fake, retriever=store, **off)
     out = graph.invoke({"question": "Who wrote Hamlet?"})
     assert out["answer"] == long and out["usage"]["llm_calls"] == 1
     with pytest.raises(Exception, match="reader"):

@@ -50,9 +50,14 @@ class Context(BaseContext):
         minimum=1,
         maximum=MAX_CALL_BUDGET,
     )
-    select: Literal["off", "logprob", "agreement"] = describe(
+    answer_scoring: Literal["off", "logprob"] = describe(
+        "logprob",
+        "Score each loop's final answer (its token logprobs, the same request): the "
+        "probability answer_choice=logprob and escalate_threshold read; off scores none.",
+    )
+    answer_choice: Literal["off", "logprob", "agreement"] = describe(
         "logprob",
         "How the answer is chosen among the candidates: logprob (agreement first, then the "
-        "loop answer unless plain RAG's probability exceeds it by select_margin), agreement "
+        "loop answer unless plain RAG's probability exceeds it by choice_margin), agreement "
         "(an answer two candidates share, else the latest loop's), off (the latest loop's).",
     )

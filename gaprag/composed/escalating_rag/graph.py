@@ -28,8 +28,8 @@ from gaprag.composed.escalating_rag.nodes import (
     second_loop,
 )
 from gaprag.composed.escalating_rag.state import InputState, OutputState, State
+from gaprag.errors import InputError
 from gaprag.nodes import add_nodes, add_router, add_short_answer, compile_graph
-from gaprag.operator import policy_of
 
 
 def route_after_plain_rag(state: State) -> Literal["first_loop", "short_answer"]:
@@ -42,20 +42,16 @@ def route_after_choose(state: State) -> Literal["second_loop", "short_answer"]:
     return "short_answer" if state.stop_reason or state.rungs >= 2 else "second_loop"
 
 
-def _loops(deps: EscalatingDeps, context: type[Context]) -> dict[str, Any]:
-    """Every method a rung may run, built by the registry from the same objects and the
-    operator's settings of this graph, each with its model profile."""
-    from gaprag.graphs import build_graph
-
+def subgraphs(context: type[Context]) -> dict[str, dict[str, Any]]:
+    """The graphs a rung may run (:data:`LOOPS`), each with the build options it takes from
+    this graph's operator settings; the registry (:func:`gaprag.graphs.build_graph`) builds
+    them, each with its model profile, and gives them in ``EscalatingDeps.loops``."""
     defaults = {
         f.name: getattr(context, f.name)
         for f in dataclasses.fields(context)
         if f.name in PASSED and f.name != "filter" and getattr(context, f.name, None)
     }
-    return {
-        method: build_graph(method, deps=deps, policy=policy_of(context), **defaults)
-        for method in LOOPS
-    }
+    return dict.fromkeys(LOOPS, defaults)
 
 
 def build(
@@ -63,8 +59,12 @@ def build(
     context: type[Context] = Context,
     checkpointer: BaseCheckpointSaver[Any] | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
-    if not deps.loops:
-        deps = dataclasses.replace(deps, loops=_loops(deps, context))
+    missing = [m for m in LOOPS if m not in deps.loops]
+    if missing:
+        raise InputError(
+            f"escalating_rag: no compiled graph for {', '.join(missing)} in deps.loops",
+            hint="build it with gaprag.build_graph('escalating_rag'), which builds its loops",
+        )
     builder = StateGraph(
         State, context_schema=context, input_schema=InputState, output_schema=OutputState
     )
@@ -81,4 +81,4 @@ def build(
     return graph.with_config(recursion_limit=max(own, inner))
 
 
-__all__ = ["Context", "build"]
+__all__ = ["Context", "build", "subgraphs"]

@@ -12,13 +12,12 @@ from gaprag.composed.escalating_rag.context import Context
 from gaprag.composed.escalating_rag.deps import EscalatingDeps
 from gaprag.composed.escalating_rag.state import Candidate, State
 from gaprag.llm import spend
+from gaprag.nodes import choice as rules
 from gaprag.nodes.decisions import log_decision
 from gaprag.nodes.gate import GATE_STOP, gate
-from gaprag.nodes.select import choose_answer, gate_probability
+from gaprag.nodes.select import gate_probability
 from gaprag.progress import emit
 
-#: the fewest calls a loop needs (one step and its answer): a loop is not started with less
-MIN_LOOP_CALLS = 2
 #: settings of the run handed to each loop as they are: endpoint, model, store, filter,
 #: behaviour without logprobs, calibration
 PASSED = ("base_url", "model", "store", "filter", "no_logprobs", "calibration")
@@ -49,14 +48,12 @@ async def plain_rag(
 ) -> dict[str, Any]:
     """Plain RAG's answer and its confidence; confident, it ends the question.
 
-    The shared gate: plain RAG's own request, scored. It also sets the run's call budget.
+    The shared gate: plain RAG's own request, scored. (``call_budget`` is the run's ledger's
+    limit from its first step on: :func:`gaprag.nodes.wiring.run_limits`.)
 
     Reads: `question`; writes: `answer`, `evidence`, `queries`, `iterations`, `stop_reason`
     (when confident), `gate_passages`, `decisions`.
     """
-    ledger = spend.current()
-    if ledger is not None:
-        ledger.call_budget = runtime.context.call_budget
     return await gate(state, runtime, deps)
 
 
@@ -92,14 +89,14 @@ async def _run_loop(
     plain = _plain_candidate(state)
     rung = state.rungs + 1
     left = calls_left(ctx)
-    if left < MIN_LOOP_CALLS:
+    if not rules.may_start_loop(left):
         log_decision("escalate", rung, "skip", path="call_budget", threshold=float(left))
         return {"candidates": plain, "rungs": rung}
     emit(rung=rung, method=method)
     settings = {name: getattr(ctx, name) for name in PASSED}
     graph = deps.loops[method]
     run: dict[str, Any] = {
-        "context": {**settings, "gate": "off", "select": "logprob"},
+        "context": {**settings, "gate": "off", "answer_scoring": ctx.answer_scoring},
         "output_keys": list(LOOP_KEYS),
     }
     inputs = {"question": state.question}
@@ -155,27 +152,13 @@ async def second_loop(
     return await _run_loop(state, runtime, deps, runtime.context.second_loop)
 
 
-def stop_after(state: State, ctx: Context, p: float | None, path: str) -> str:
-    """Why the question ends after the choice, '' when it escalates: ``agreed`` (two
-    candidates share the answer), ``confident`` (its p reaches ``escalate_threshold``),
-    ``last_loop`` or ``call_budget``."""
-    if path == "agreement" and p:
-        return "agreed"
-    if p is not None and p >= ctx.escalate_threshold:
-        return "confident"
-    if state.rungs >= 2 or ctx.second_loop == "none":
-        return "last_loop"
-    if calls_left(ctx) < MIN_LOOP_CALLS:
-        return "call_budget"
-    return ""
-
-
 def choose(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """The answer among every candidate so far; then stop or escalate.
 
-    The ``select`` rule of :func:`gaprag.nodes.select.choose_answer` (a candidate without an
-    answer is left out), recorded as decision ``select``; the stop, as decision ``escalate``
-    with the chosen answer's p and ``escalate_threshold``.
+    The ``answer_choice`` rule (:func:`gaprag.nodes.choice.choose_answer`; a candidate
+    without an answer is left out), recorded as decision ``select``; the stop
+    (:func:`gaprag.nodes.choice.stop_reason`), as decision ``escalate`` with the chosen
+    answer's p and ``escalate_threshold``.
 
     Reads: `candidates`, `rungs`, `answer`; writes: `answer`, `evidence`, `chosen`,
     `stop_reason` (when it stops), `decisions`.
@@ -183,26 +166,37 @@ def choose(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = runtime.context
     kept = [c for c in state.candidates if c["answer"]]
     update: dict[str, Any] = {"answer": state.answer or ""}
-    p: float | None = None
-    path = "rule"
+    chosen = rules.Choice(-1, None, "rule")
     if kept:
-        i, p, path = choose_answer(
-            [(c["answer"], c["p"]) for c in kept], ctx.select, ctx.select_margin
-        )
-        chosen = kept[i]
+        options = [rules.Candidate(c["answer"], c["p"]) for c in kept]
+        chosen = rules.choose_answer(options, ctx.answer_choice, ctx.choice_margin)
+        winner = kept[chosen.index]
         log_decision(
-            "select", state.rungs, chosen["method"], p=p, path=path, answer=chosen["answer"]
+            "select",
+            state.rungs,
+            winner["method"],
+            p=chosen.p,
+            path=chosen.path,
+            answer=winner["answer"],
         )
-        update = {"answer": chosen["answer"], "chosen": {"method": chosen["method"], "path": path}}
-        if chosen["evidence"]:
-            update["evidence"] = chosen["evidence"]
-    why = stop_after(state, ctx, p, path)
+        update = {
+            "answer": winner["answer"],
+            "chosen": {"method": winner["method"], "path": chosen.path},
+        }
+        if winner["evidence"]:
+            update["evidence"] = winner["evidence"]
+    why = rules.stop_reason(
+        chosen,
+        escalate_p=ctx.escalate_threshold,
+        last=state.rungs >= 2 or ctx.second_loop == "none",
+        calls_left=calls_left(ctx),
+    )
     log_decision(
         "escalate",
         state.rungs,
         "stop" if why else "continue",
-        p=p,
-        path=path,
+        p=chosen.p,
+        path=chosen.path,
         threshold=ctx.escalate_threshold,
         answer=update.get("answer", state.answer),
     )

@@ -42,7 +42,7 @@ def build(
     add_nodes(builder, deps, retrieve, reason, generate_answer, gate=True)
     builder.add_edge("retrieve", "reason")
     add_router(builder, "reason", route_after_reason, on_limit={"retrieve": "generate_answer"})
-    add_short_answer(builder, deps, after="generate_answer", reader=gathered)
+    add_short_answer(builder, deps, after="generate_answer", reader=gathered, choice=True)
     # a step: retrieve, reason
     return compile_graph(builder, checkpointer, name="ircot", loops={"max_steps": 2})
 

@@ -63,7 +63,7 @@ def build(
         on_limit={"regenerate_keywords": "finalize"},
     )  # fmt: skip
     builder.add_edge("regenerate_keywords", "retrieve")
-    add_short_answer(builder, deps, after="finalize", reader=gathered)
+    add_short_answer(builder, deps, after="finalize", reader=gathered, choice=True)
     # a round: retrieve, generate_answer, validate_answer, regenerate_keywords
     return compile_graph(builder, checkpointer, name="iterkey", loops={"max_iterations": 4})
 

@@ -86,7 +86,7 @@ def build(
     )  # fmt: skip
     builder.add_edge("regenerate_keywords", "retrieve")
     builder.add_edge("generate_answer", "finalize")
-    add_short_answer(builder, deps, after="finalize", reader=gathered)
+    add_short_answer(builder, deps, after="finalize", reader=gathered, choice=True)
     # a round: retrieve, rerank_filter, llm_knowledge, extract, verify_nli,
     # update_evidence_pool, judge_missing, regenerate_keywords (T judge rounds, T+1 retrievals)
     return compile_graph(builder, checkpointer, name="migres", loops={"max_iterations": 8})

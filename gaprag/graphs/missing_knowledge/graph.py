@@ -62,7 +62,7 @@ def build(
     )  # fmt: skip
     builder.add_edge("retrieve_missing", "update_evidence_pool")
     builder.add_edge("update_evidence_pool", "generate_answer")
-    add_short_answer(builder, deps, after="generate_answer", reader=gathered)
+    add_short_answer(builder, deps, after="generate_answer", reader=gathered, choice=True)
     return compile_graph(builder, checkpointer, name="missing_knowledge")
 
 

@@ -75,7 +75,7 @@ def build(
     )
     builder.add_edge("judge_missing", "regenerate_keywords")
     builder.add_edge("regenerate_keywords", "retrieve")
-    add_short_answer(builder, deps, after="generate_answer", reader=gathered)
+    add_short_answer(builder, deps, after="generate_answer", reader=gathered, choice=True)
     # a round: retrieve, extract_evidence, update_evidence_pool, feedback_classifier,
     # judge_missing, regenerate_keywords
     return compile_graph(builder, checkpointer, name="rfm_rag", loops={"max_iterations": 6})

@@ -1,12 +1,13 @@
-"""Offline escalation: replay ``escalating_rag``'s choices on evaluation rows that already hold
+"""Offline escalation (``gaprag replay escalation``): replay ``escalating_rag``'s choices on evaluation rows that already hold
 every candidate, and choose its settings on the calibration questions.
 
 A run of every method with each gate recording plain RAG's answer but never stopping
 (``gate_threshold`` above any probability) holds, per question, plain RAG's answer and its
 ``p`` (the ``gate`` decision), and each method's loop answer, its F1 and its calls; the loop
-answers' ``p`` come from the rows' selection scores (:func:`gaprag.eval.selection.score_runs`).
+answers' ``p`` come from the rows' selection scores (:func:`gaprag.eval.offline.scoring.score_runs`).
 :func:`replay` runs the graph's rules on them (the gate, the choice of
-:func:`gaprag.nodes.select.choose_answer`, the stop after the first loop, the call budget)
+:func:`gaprag.nodes.choice.choose_answer`, the stop of :func:`gaprag.nodes.choice.stop_reason`,
+the call budget)
 for a grid of settings, and :func:`fit` keeps the one with the best mean F1 whose mean calls
 stay within a cap (fewer calls breaking ties), on questions from index
 :data:`gaprag.datasets.CALIBRATION_START` only.
@@ -22,26 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from gaprag.datasets import CALIBRATION_START
-from gaprag.eval.results import read_results
-from gaprag.eval.selection import question_indices, read_scores, run_dir_of
-from gaprag.eval.stats import BASELINE, dedupe, gate_answer
-from gaprag.metrics import f1_score
-from gaprag.nodes.gate import normalize
-from gaprag.nodes.select import choose_answer
+from gaprag.eval.offline import profile
+from gaprag.eval.offline.candidates import Candidate, Pair, pairs
+from gaprag.metrics import normalize_answer
+from gaprag.nodes import choice as rules
+from gaprag.nodes.gate import GATE_STOP
 from gaprag.nodes.short_answer import rule_answer
-
-#: the fewest calls a loop needs (escalating_rag's own bound)
-MIN_LOOP_CALLS = 2
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One candidate: its answer, probability, F1 and the LLM calls it took."""
-
-    answer: str
-    p: float | None
-    f1: float
-    calls: int
 
 
 @dataclass(frozen=True)
@@ -51,8 +38,8 @@ class Question:
     dataset: str
     id: str
     index: int | None
-    plain: Answer
-    loops: Mapping[str, Answer] = field(default_factory=dict)
+    plain: Candidate
+    loops: Mapping[str, Candidate] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -67,75 +54,52 @@ class Setting:
     call_budget: int = 8
 
 
-def _p(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+def _plain(first: Pair) -> Candidate:
+    """Plain RAG's candidate: the gate's answer, with plain RAG's own F1 where its own row gave
+    the same answer (after the short-answer step), else the gate answer's."""
+    gate, own = first.gate, first.plain
+    short = rule_answer(first.question, gate.answer)
+    same = own is not None and normalize_answer(own.answer) in (
+        normalize_answer(gate.answer),
+        normalize_answer(short or ""),
+    )
+    f1 = own.f1 if own is not None and same else gate.f1
+    return Candidate(gate.answer, gate.p, f1, 1)
 
 
 def questions(dirs: Sequence[str | Path]) -> list[Question]:
-    """Every question of ``dirs`` with plain RAG's answer (a gate decision) and the loops'."""
-    out: list[Question] = []
-    for d in dirs:
-        run_dir = run_dir_of(d)
-        rows = [r for r in dedupe(read_results(run_dir)) if not r.get("error")]
-        scores = read_scores(run_dir)
-        index = question_indices(run_dir)
-        by_id: dict[str, list[Mapping[str, Any]]] = {}
-        for row in rows:
-            by_id.setdefault(str(row.get("id")), []).append(row)
-        for qid, group in by_id.items():
-            plain_row = next((r for r in group if r.get("method") == BASELINE), None)
-            gated = [r for r in group if gate_answer(r) is not None]
-            if not gated:
-                continue
-            first = gated[0]
-            answer = gate_answer(first) or ""
-            gold = first.get("answers") or []
-            short = rule_answer(str(first.get("question") or ""), answer)
-            plain_f1 = f1_score(answer if short is None else short, gold)
-            if plain_row is not None and normalize(str(plain_row.get("prediction") or "")) in (
-                normalize(answer),
-                normalize(short or ""),
-            ):
-                plain_f1 = float(plain_row.get("f1") or 0.0)
-            gate_p = next(
-                (
-                    _p(dec.get("p"))
-                    for dec in first.get("decisions") or []
-                    if isinstance(dec, Mapping) and dec.get("node") == "gate"
-                ),
-                None,
-            )
-            loops = {}
-            for loop in gated:
-                method = str(loop.get("method"))
-                score = scores.get((method, qid)) or {}
-                loops[method] = Answer(
-                    answer=str(loop.get("prediction") or ""),
-                    p=_p(score.get("p")) if score.get("path") == "scored" else None,
-                    f1=float(loop.get("f1") or 0.0),
-                    calls=max(0, int(loop.get("llm_calls") or 0) - 1),
-                )
-            out.append(
-                Question(
-                    dataset=str(first.get("dataset")),
-                    id=qid,
-                    index=index.get(qid),
-                    plain=Answer(answer, gate_p, plain_f1, 1),
-                    loops=loops,
-                )
-            )
-    return out
+    """Every question of ``dirs`` with plain RAG's answer (a gate decision) and the loops'
+    (a loop's ``p`` only where its answer was scored)."""
+    grouped: dict[tuple[str, str], list[Pair]] = {}
+    for p in pairs(dirs):
+        grouped.setdefault((p.dataset, p.id), []).append(p)
+    return [
+        Question(
+            dataset=group[0].dataset,
+            id=group[0].id,
+            index=group[0].index,
+            plain=_plain(group[0]),
+            loops={p.method: p.loop for p in group},
+        )
+        for group in grouped.values()
+    ]
+
+
+def _choose(cands: Sequence[Candidate], s: Setting) -> rules.Choice:
+    """escalating_rag's choice among ``cands`` (``answer_choice="logprob"``)."""
+    return rules.choose_answer(cands, "logprob", s.margin)
 
 
 def run(q: Question, s: Setting) -> tuple[float, int, str]:
-    """(F1, LLM calls, stop reason) of escalating_rag with settings ``s`` on question ``q``."""
+    """(F1, LLM calls, stop reason) of escalating_rag with settings ``s`` on question ``q``:
+    the graph's rules (:mod:`gaprag.nodes.choice`) on the recorded candidates."""
     if q.plain.p is not None and q.plain.p >= s.gate_p:
-        return q.plain.f1, 1, "gate_confident"
+        return q.plain.f1, 1, GATE_STOP
     cands = [q.plain] if q.plain.answer else []
     calls = 1
     for rung, method in enumerate([s.first, s.second], start=1):
         loop = q.loops.get(method)
-        if method == "none" or loop is None or s.call_budget - calls < MIN_LOOP_CALLS:
+        if method == "none" or loop is None or not rules.may_start_loop(s.call_budget - calls):
             break
         if calls + loop.calls > s.call_budget:  # cut by the budget: no answer
             calls = s.call_budget
@@ -145,17 +109,19 @@ def run(q: Question, s: Setting) -> tuple[float, int, str]:
                 cands.append(loop)
         if not cands:
             continue
-        i, p, path = choose_answer([(c.answer, c.p) for c in cands], "logprob", s.margin)
-        chosen = cands[i]
-        if (path == "agreement" and p) or (p is not None and p >= s.escalate_p) or rung == 2:
-            return chosen.f1, calls, path
+        choice = _choose(cands, s)
+        last = rung == 2 or s.second == "none"
+        why = rules.stop_reason(
+            choice, escalate_p=s.escalate_p, last=last, calls_left=s.call_budget - calls
+        )
+        if why:
+            return cands[choice.index].f1, calls, why
     if not cands:
         return 0.0, calls, "none"
-    i, _, path = choose_answer([(c.answer, c.p) for c in cands], "logprob", s.margin)
-    return cands[i].f1, calls, path
+    return cands[_choose(cands, s).index].f1, calls, "last_loop"
 
 
-def evaluate(qs: Sequence[Question], s: Setting) -> dict[str, float]:
+def measure(qs: Sequence[Question], s: Setting) -> dict[str, float]:
     """Mean F1, mean calls, plain RAG's mean F1 and the oracle's over ``qs``."""
     results = [run(q, s) for q in qs]
     n = max(1, len(qs))
@@ -201,7 +167,7 @@ def fit(
             continue
         for gate_p, escalate_p, margin in itertools.product(gates, escalates, margins):
             s = Setting(first, second, gate_p, escalate_p, margin, call_budget)
-            result = evaluate(calib, s)
+            result = measure(calib, s)
             if result["calls"] > max_calls:
                 continue
             key = (round(result["f1"], 6), -round(result["calls"], 6), gate_p)
@@ -221,34 +187,21 @@ def write_profile(
     """Write ``setting`` as the profile's ``[escalating_rag]`` section (the gate as a
     ``logprob_mean`` threshold) and how it was chosen as ``[calibration.escalating_rag]``,
     keeping everything else in the profile."""
-    import tomllib
-
-    import tomli_w
-
     from gaprag.nodes.gate import threshold_setting
 
-    data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
-    header = "".join(
-        line + "\n"
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.startswith("#")
-    )
-    data["escalating_rag"] = {
+    gate = threshold_setting("logprob_mean", setting.gate_p) if setting.gate_p <= 1.0 else 1.0
+    section = {
         "gate": "logprob_mean",
-        "gate_threshold": round(threshold_setting("logprob_mean", setting.gate_p), 4)
-        if setting.gate_p <= 1.0
-        else 1.0,
+        "gate_threshold": round(gate, 4),
         "first_loop": setting.first,
         "second_loop": setting.second,
         "escalate_threshold": round(setting.escalate_p, 4),
-        "select_margin": setting.margin,
+        "choice_margin": setting.margin,
         "call_budget": setting.call_budget,
     }
-    record = dict(data.get("calibration", {}))
-    record["escalating_rag"] = {
+    record = {
         **notes,
         "chosen_gate_p": round(setting.gate_p, 4),
         **{k: round(float(v), 4) for k, v in result.items()},
     }
-    data["calibration"] = record
-    path.write_text(header + tomli_w.dumps(data), encoding="utf-8")
+    profile.write_profile(path, {"escalating_rag": section}, {"escalating_rag": record})
