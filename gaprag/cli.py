@@ -485,8 +485,8 @@ ASK_ARGS: list[Arg] = [
     (("--json",), {"action": "store_true", "help": "print the full output as one JSON object"}),
     (("--profile",), {"default": "auto",
                       "help": "model profile: auto (the shipped profile of the model in use), "
-                      "none, a model name or a .toml file; --set values win over it "
-                      "(default: auto)"}),
+                      "paper (each method as its paper gives it), none (the code defaults), "
+                      "a model name or a .toml file; --set values win over it (default: auto)"}),
     (("--stream",), {"action": "store_true", "help": "print each node's update as it happens"}),
     (("--set",), {"action": "append", "metavar": "KEY=VALUE",
                   "help": "a method option, e.g. top_k=3 (repeatable; `gaprag settings METHOD` "
