@@ -266,36 +266,51 @@ class InFlight:
         self._admitted: dict[str, dict[str, float]] = {}
         self._warned = False
 
+    async def refusal(self, identity: str) -> str | None:
+        """Why a new run of ``identity`` would be refused now (None: it may start)."""
+        counted = await self._count(identity)
+        return None if counted is None else counted[1]
+
     async def admit(self, identity: str, run_id: Any) -> None:
         """Count run ``run_id`` of ``identity`` in, or raise HTTP 429 when the client already
         has its limit in flight."""
+        counted = await self._count(identity)
+        if counted is None:
+            return
+        pending, refused = counted
+        if refused is not None:
+            raise Auth.exceptions.HTTPException(
+                status_code=429, detail=refused, headers={"Retry-After": "1"}
+            )
+        pending[str(run_id or uuid.uuid4())] = self.clock()
+
+    async def _count(self, identity: str) -> tuple[dict[str, float], str | None] | None:
+        """The client's runs admitted but not yet stored, and why one more is refused (None:
+        it is not); None when no limit applies."""
         limit = self.limit()
         if limit is None:
-            return
+            return None
         runs = await self.runs_of(identity)
         if runs is None:
             if not self._warned:
                 self._warned = True
                 _log.warning("GAPRAG_CLIENT_MAX_INFLIGHT is not enforced by this runtime")
-            return
+            return None
         now = self.clock()
         pending = {
             r: t
             for r, t in self._admitted.get(identity, {}).items()
             if r not in runs and now - t < ADMIT_GRACE_S
         }
+        self._admitted[identity] = pending
         count = sum(status in IN_FLIGHT for status in runs.values()) + len(pending)
         if count < limit:
-            pending[str(run_id or uuid.uuid4())] = now
-        self._admitted[identity] = pending
-        if count >= limit:
-            raise Auth.exceptions.HTTPException(
-                status_code=429,
-                detail=f"client {identity} has {count} runs in flight, the most this server "
-                f"allows (GAPRAG_CLIENT_MAX_INFLIGHT={limit}): wait for one to finish or "
-                "cancel one",
-                headers={"Retry-After": "1"},
-            )
+            return pending, None
+        runs_text = "run" if count == 1 else "runs"
+        return pending, (
+            f"client {identity} has {count} {runs_text} in flight, the most this server allows "
+            f"(GAPRAG_CLIENT_MAX_INFLIGHT={limit}): wait for one to finish or cancel one"
+        )
 
 
 @functools.cache

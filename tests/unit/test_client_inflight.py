@@ -14,6 +14,8 @@ from langgraph_sdk import Auth
 
 from gaprag import auth
 from gaprag.errors import GapragError
+from tests.unit.test_guard_clients import Credentials, User, guarded
+from tests.unit.test_server_app import Recorder
 
 
 @dataclass
@@ -108,3 +110,24 @@ def test_a_bad_limit_is_one_line_with_a_hint(raw: str) -> None:
     with pytest.raises(GapragError, match="GAPRAG_CLIENT_MAX_INFLIGHT") as err:
         auth.load_max_inflight({"GAPRAG_CLIENT_MAX_INFLIGHT": raw})
     assert err.value.hint and "\n" not in str(err.value)
+
+
+async def test_an_mcp_call_at_the_limit_is_a_429_with_a_json_rpc_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = Server({"alice": {"a1": "running"}})
+    monkeypatch.setattr(auth, "in_flight", limited(server, 1))
+    inner = Recorder()
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "standard_rag", "arguments": {"question": "x"}}}  # fmt: skip
+    alice = {"auth": Credentials([auth.CLIENT]), "user": User()}
+    async with guarded(inner, alice) as http:
+        busy = await http.post("/mcp", json=call)
+        listed = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 8, "method": "tools/list"})
+        server.runs["alice"]["a1"] = "success"
+        freed = await http.post("/mcp", json=call)
+    assert busy.status_code == 429
+    error = busy.json()
+    assert error["id"] == 7 and "GAPRAG_CLIENT_MAX_INFLIGHT=1" in error["error"]["message"]
+    assert listed.status_code == freed.status_code == 200
+    assert [path for _, path, _ in inner.requests] == ["/mcp", "/mcp"]
