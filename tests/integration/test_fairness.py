@@ -3,10 +3,10 @@
 ``langgraph dev --n-jobs-per-worker 32`` (as ``docs/studio.md`` recommends) serves the
 shipped ``langgraph.json`` with client tokens for ``alice`` and ``bob``; a fake endpoint in its
 own process answers every chat call after 0.5 s. Bob's ``standard_rag`` run is timed alone;
-then Alice starts background runs of ``iterkey`` and ``migres`` (tens of LLM calls each) with
+then Alice starts background runs of ``migres`` and ``ircot`` (tens of LLM calls each) with
 every numeric setting at its maximum, two more than her in-flight limit. The server holds the
-first 10 and refuses the rest with HTTP 429; Bob's run, timed again meanwhile, takes at most 3x
-its time alone. Once Alice cancels hers, she may start runs again.
+first 10 and refuses the rest with HTTP 429; each of Bob's runs, timed again meanwhile, takes
+at most 3x his median time alone. Once Alice cancels hers, she may start runs again.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ QUESTION = {"question": "Who built the Eiffel Tower?"}
 LATENCY_S = 0.5
 HEAVY = ("migres", "ircot")  # with the endpoint's reply: 26-45 LLM calls each
 ALICE_RUNS = SERVED_CLIENT_MAX_INFLIGHT + 2
-TIMED = 3  # Bob's runs timed alone, and again under load (the median counts)
+TIMED = 3  # Bob's runs timed alone (their median counts), and again under load (the slowest)
 MAX_SLOWDOWN = 3.0
 
 
@@ -104,6 +104,20 @@ def start_heavy(alice: httpx.Client, graph: str, settings: dict[str, Any]) -> ht
     return alice.post(f"/threads/{thread}/runs", json=body)
 
 
+def admitted_within(alice: httpx.Client, runs: int, timeout_s: float) -> int:
+    """How many of ``runs`` new runs the server admits within ``timeout_s`` (a cancelled run
+    stops counting once its worker has stopped it)."""
+    admitted, deadline = 0, time.monotonic() + timeout_s
+    while admitted < runs and time.monotonic() < deadline:
+        reply = start_heavy(alice, "standard_rag", {})
+        if reply.status_code == 429:
+            time.sleep(0.5)
+            continue
+        ok(reply)
+        admitted += 1
+    return admitted
+
+
 def test_one_clients_heavy_runs_leave_anothers_run_fast(served_busy: Served) -> None:
     with client(served_busy, ALICE) as alice, client(served_busy, BOB) as bob:
         timed_run(bob)  # the first run loads what every run uses
@@ -128,9 +142,9 @@ def test_one_clients_heavy_runs_leave_anothers_run_fast(served_busy: Served) -> 
         finally:
             for run in held:
                 alice.post(f"/threads/{run['thread_id']}/runs/{run['run_id']}/cancel")
-        again = [start_heavy(alice, "standard_rag", {}) for _ in range(3)]
-    under_load = statistics.median(busy)
-    print(f"\nbob's standard_rag alone {alone:.2f} s, beside alice's {len(held)} runs "
+        again = admitted_within(alice, 3, timeout_s=30)
+    under_load = max(busy)
+    print(f"\nbob's standard_rag alone {alone:.2f} s, beside alice's {len(held)} runs at most "
           f"{under_load:.2f} s ({', '.join(f'{t:.2f}' for t in busy)}); her runs: {statuses}")  # fmt: skip
     assert len(held) == SERVED_CLIENT_MAX_INFLIGHT and len(refused) == 2
     assert set(statuses) <= {"pending", "running"}, statuses  # all in flight as Bob starts
@@ -138,4 +152,4 @@ def test_one_clients_heavy_runs_leave_anothers_run_fast(served_busy: Served) -> 
         detail = reply.json()["detail"]
         assert "\n" not in detail and "GAPRAG_CLIENT_MAX_INFLIGHT" in detail, detail
     assert under_load <= MAX_SLOWDOWN * alone, (alone, busy)
-    assert [reply.status_code for reply in again] == [200] * 3  # cancelled runs count no more
+    assert again == 3  # cancelled runs count no more
