@@ -20,6 +20,10 @@ assistants, unless the operator sets ``GAPRAG_CLIENT_ASSISTANTS=1``: then a clie
 assistants of its own, which only it sees and changes (on one machine, the one caller may).
 The operator's assistants themselves stay read-only in every mode (:mod:`gaprag.server_app`). Crons and LangGraph's store are
 refused, and so is any resource or action this module does not name.
+
+A client keeps at most :data:`SERVED_CLIENT_MAX_INFLIGHT` runs in flight (pending or running)
+unless the operator sets ``GAPRAG_CLIENT_MAX_INFLIGHT`` (``0``: no limit); one more is refused
+with HTTP 429 (:class:`InFlight`). The one machine's caller is not limited.
 """
 
 from __future__ import annotations
