@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 import os
 import re
@@ -65,6 +66,8 @@ SERVED_TOKEN_BUDGET = 300_000
 #: (the 1.5B model on a shared 2-core CPU).
 SERVED_DEADLINE_S = 3600.0
 _TRUE = ("1", "true", "yes", "on")
+#: The server's log: a served run's library errors, with their own text and traceback.
+_log = logging.getLogger("gaprag")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -301,7 +304,9 @@ class OperatorPolicy:
                 return type(err)(message, hint=hint)
             except TypeError:
                 return GapragError(message, hint=hint)
-        return DependencyError.of(err)
+        told = DependencyError.of(err)
+        _log.error("%s: %s: %s", told.message, type(err).__name__, err, exc_info=err)
+        return told
 
 
 _MAX_PATH = 1024

@@ -7,6 +7,7 @@ the library's own error."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Collection
 from typing import Any
 
@@ -41,15 +42,19 @@ def run(policy: OperatorPolicy) -> None:
     graph.invoke({"question": Q})
 
 
-def test_a_served_run_tells_which_library_failed_not_its_text() -> None:
-    with pytest.raises(DependencyError) as err:
+def test_a_served_run_tells_which_library_failed_not_its_text(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="gaprag"), pytest.raises(DependencyError) as err:
         run(OperatorPolicy(hide_paths=True))  # as the served graphs are built
     told = str(err.value)
     assert "chromadb" in told and "ValueError" in told and "\n" not in told
     assert SERVER_TEXT not in told and "Expected where" not in told
     assert err.value.hint
     cause = err.value.__cause__
-    assert isinstance(cause, ValueError) and SERVER_TEXT in str(cause)  # the server's log
+    assert isinstance(cause, ValueError) and SERVER_TEXT in str(cause)
+    [logged] = [r for r in caplog.records if r.exc_info and r.exc_info[1] is cause]
+    assert SERVER_TEXT in logged.getMessage()  # the server's log keeps the library's text
 
 
 def test_a_library_user_keeps_the_librarys_own_error() -> None:
