@@ -20,6 +20,10 @@ assistants, unless the operator sets ``GAPRAG_CLIENT_ASSISTANTS=1``: then a clie
 assistants of its own, which only it sees and changes (on one machine, the one caller may).
 The operator's assistants themselves stay read-only in every mode (:mod:`gaprag.server_app`). Crons and LangGraph's store are
 refused, and so is any resource or action this module does not name.
+
+A client keeps at most :data:`SERVED_CLIENT_MAX_INFLIGHT` runs in flight (pending or running)
+unless the operator sets ``GAPRAG_CLIENT_MAX_INFLIGHT`` (``0``: no limit); one more is refused
+with HTTP 429 (:class:`InFlight`). The one machine's caller is not limited.
 """
 
 from __future__ import annotations
@@ -28,9 +32,12 @@ import functools
 import hashlib
 import hmac
 import ipaddress
+import logging
 import os
 import re
-from collections.abc import Mapping
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -199,6 +206,127 @@ def refuse(detail: str) -> Auth.exceptions.HTTPException:
     return Auth.exceptions.HTTPException(status_code=403, detail=detail)
 
 
+#: Runs (pending or running) one client may keep in flight unless the operator sets
+#: ``GAPRAG_CLIENT_MAX_INFLIGHT``: a third of the ``--n-jobs-per-worker 32`` that
+#: ``docs/studio.md`` recommends, so one client leaves most of the server's slots to others.
+SERVED_CLIENT_MAX_INFLIGHT = 10
+#: Seconds a run admitted under the limit counts before the server has stored it.
+ADMIT_GRACE_S = 2.0
+IN_FLIGHT = ("pending", "running")
+#: A client's runs as the server holds them: ``{run_id: status}``.
+RunsOf = Callable[[str], Awaitable[Mapping[str, str] | None]]
+_log = logging.getLogger(__name__)
+
+
+def load_max_inflight(env: Mapping[str, str] | None = None) -> int | None:
+    """The in-flight limit ``GAPRAG_CLIENT_MAX_INFLIGHT`` sets (``0``: none), else
+    :data:`SERVED_CLIENT_MAX_INFLIGHT`."""
+    env = os.environ if env is None else env
+    raw = (env.get("GAPRAG_CLIENT_MAX_INFLIGHT") or "").strip()
+    if not raw:
+        return SERVED_CLIENT_MAX_INFLIGHT
+    if not raw.isdigit():
+        raise GapragError(
+            f"GAPRAG_CLIENT_MAX_INFLIGHT={raw!r} is not a whole number",
+            hint="set it to the runs one client may keep in flight (0: no limit), or unset it",
+        )
+    return int(raw) or None
+
+
+async def server_runs(identity: str) -> Mapping[str, str] | None:
+    """``{run_id: status}`` of the runs ``identity`` owns, as LangGraph's in-memory runtime
+    (``langgraph dev``) holds them; None under a runtime whose runs are not in this process."""
+    from langgraph_runtime.database import connect  # only inside LangGraph's server
+
+    async with connect() as conn:
+        store = getattr(conn, "store", None)
+        runs = list(store["runs"]) if store is not None else None
+    if runs is None:
+        return None
+    return {
+        str(run["run_id"]): str(run["status"])
+        for run in runs
+        if (run.get("metadata") or {}).get(OWNER) == identity
+    }
+
+
+class InFlight:
+    """Each client's runs in flight, refused over a limit with HTTP 429.
+
+    A client's runs in flight are the runs the server holds as pending or running with the
+    client as owner, and the runs admitted in the last :data:`ADMIT_GRACE_S` seconds that the
+    server has not stored yet (so concurrent requests cannot slip past the count together).
+    ``limit`` None: no limit; ``runs_of`` reads the server's runs (:func:`server_runs`)."""
+
+    def __init__(
+        self,
+        limit: Callable[[], int | None],
+        runs_of: RunsOf = server_runs,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limit = limit
+        self.runs_of = runs_of
+        self.clock = clock
+        self._admitted: dict[str, dict[str, float]] = {}
+        self._warned = False
+
+    async def refusal(self, identity: str) -> str | None:
+        """Why a new run of ``identity`` would be refused now (None: it may start)."""
+        counted = await self._count(identity)
+        return None if counted is None else counted[1]
+
+    async def admit(self, identity: str, run_id: Any) -> None:
+        """Count run ``run_id`` of ``identity`` in, or raise HTTP 429 when the client already
+        has its limit in flight."""
+        counted = await self._count(identity)
+        if counted is None:
+            return
+        pending, refused = counted
+        if refused is not None:
+            raise Auth.exceptions.HTTPException(
+                status_code=429, detail=refused, headers={"Retry-After": "1"}
+            )
+        pending[str(run_id or uuid.uuid4())] = self.clock()
+
+    async def _count(self, identity: str) -> tuple[dict[str, float], str | None] | None:
+        """The client's runs admitted but not yet stored, and why one more is refused (None:
+        it is not); None when no limit applies."""
+        limit = self.limit()
+        if limit is None:
+            return None
+        runs = await self.runs_of(identity)
+        if runs is None:
+            if not self._warned:
+                self._warned = True
+                _log.warning("GAPRAG_CLIENT_MAX_INFLIGHT is not enforced by this runtime")
+            return None
+        now = self.clock()
+        pending = {
+            r: t
+            for r, t in self._admitted.get(identity, {}).items()
+            if r not in runs and now - t < ADMIT_GRACE_S
+        }
+        self._admitted[identity] = pending
+        count = sum(status in IN_FLIGHT for status in runs.values()) + len(pending)
+        if count < limit:
+            return pending, None
+        runs_text = "run" if count == 1 else "runs"
+        return pending, (
+            f"client {identity} has {count} {runs_text} in flight, the most this server allows "
+            f"(GAPRAG_CLIENT_MAX_INFLIGHT={limit}): wait for one to finish or cancel one"
+        )
+
+
+@functools.cache
+def max_inflight() -> int | None:
+    """The server's in-flight limit per client, read once."""
+    return load_max_inflight()
+
+
+#: The server's count of each client's runs in flight.
+in_flight = InFlight(max_inflight)
+
+
 def _own(value: Any, identity: str) -> None:
     """Write the caller as the owner into a request's metadata (in place: the server keeps
     its own reference to that dict)."""
@@ -213,9 +341,14 @@ def _own(value: Any, identity: str) -> None:
 
 @auth.on.threads
 async def own_threads(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.FilterType:
-    """Threads and their runs: made as the caller's, seen and touched only by the caller."""
+    """Threads and their runs: made as the caller's, seen and touched only by the caller; a
+    client's new run counts against its in-flight limit (:data:`in_flight`)."""
     if ctx.action in ("create", "create_run", "update"):
         _own(value, ctx.user.identity)
+    if ctx.action == "create_run" and CLIENT in ctx.permissions:
+        await in_flight.admit(
+            ctx.user.identity, value.get("run_id") if isinstance(value, dict) else None
+        )
     return {OWNER: ctx.user.identity}
 
 

@@ -58,3 +58,36 @@ class InputError(GapragError, ValueError):
     """Bad user input: an empty question, an unreadable file, a malformed record, a run
     setting the operator does not allow. A ``ValueError`` too, so LangGraph's server passes
     its one-line message (not "An internal error occurred") to the caller of a run."""
+
+
+class DependencyError(GapragError, RuntimeError):
+    """A library gaprag uses (Chroma, openai, httpx, bm25s, ...) failed in a served run.
+
+    The run's caller is told which library and which error class; the library's own text, which
+    can show the server's paths, settings or another caller's data, stays in the server's log
+    (the original is this error's ``__cause__``). A ``RuntimeError`` too, so LangGraph's server
+    passes this one line (not "An internal error occurred") to the caller."""
+
+    @classmethod
+    def of(cls, err: BaseException) -> DependencyError:
+        """The error a served run's caller is told for ``err``."""
+        kind = type(err).__name__
+        origin = raised_in(err)
+        where = f" in {origin}" if origin else ""
+        return cls(
+            f"the run stopped on an error{where} ({kind}); its text is in the server's log",
+            hint="if this run's settings or input caused it, change them; else tell the "
+            "server's operator",
+        )
+
+
+def raised_in(err: BaseException) -> str:
+    """The top-level package whose code raised ``err`` (its innermost frame's), else the
+    package of its class; empty for Python's own."""
+    module = ""
+    tb = err.__traceback__
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__") or module)
+        tb = tb.tb_next
+    top = (module or type(err).__module__).split(".")[0]
+    return "" if top in ("builtins", "__main__") else top

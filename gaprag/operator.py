@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 import os
 import re
@@ -49,7 +50,7 @@ from typing import Any, Literal, TypeVar
 import httpx
 
 from gaprag import config
-from gaprag.errors import GapragError, InputError
+from gaprag.errors import DependencyError, GapragError, InputError
 
 OperatorKind = Literal["endpoint", "model", "path", "switch"]
 T = TypeVar("T")
@@ -65,6 +66,8 @@ SERVED_TOKEN_BUDGET = 300_000
 #: (the 1.5B model on a shared 2-core CPU).
 SERVED_DEADLINE_S = 3600.0
 _TRUE = ("1", "true", "yes", "on")
+#: The server's log: a served run's library errors, with their own text and traceback.
+_log = logging.getLogger("gaprag")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -286,8 +289,11 @@ class OperatorPolicy:
         return _ABSOLUTE_PATH.sub(shown, text)
 
     def hidden(self, err: Exception) -> Exception | None:
-        """``err`` told with :meth:`hide` (a GapragError keeps its class, any other becomes a
-        GapragError naming its class); None when it shows no path to hide."""
+        """What a served run's caller is told instead of ``err`` (None: ``err`` itself). A
+        GapragError is gaprag's one line: it keeps its class, told with :meth:`hide` (None
+        when it shows no path); any other error is a library's, whose text stays in the
+        server's log: the caller gets a :class:`DependencyError` naming the library and the
+        error's class. Off (None) unless :attr:`hide_paths` (the served graphs)."""
         if not self.hide_paths:
             return None
         if isinstance(err, GapragError):
@@ -298,9 +304,9 @@ class OperatorPolicy:
                 return type(err)(message, hint=hint)
             except TypeError:
                 return GapragError(message, hint=hint)
-        text = str(err)
-        hidden = self.hide(text)
-        return None if hidden == text else GapragError(f"{type(err).__name__}: {hidden}")
+        told = DependencyError.of(err)
+        _log.error("%s: %s: %s", told.message, type(err).__name__, err, exc_info=err)
+        return told
 
 
 _MAX_PATH = 1024

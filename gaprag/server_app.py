@@ -29,7 +29,8 @@ edits and deletions of the operator's assistants (one per graph, their ids
 shadows a graph (an MCP tool of the same name would fail for everyone). Without client tokens
 it also refuses ``POST /runs/cancel`` by ``status`` (every caller's runs); with them, LangGraph's
 filters limit it to the caller's runs. A request announcing a body over
-:data:`MAX_BODY_BYTES` is refused on every route (``/mcp`` answers a JSON-RPC error).
+:data:`MAX_BODY_BYTES` is refused on every route (``/mcp`` answers a JSON-RPC error), and so is
+an MCP ``tools/call`` of a client at its in-flight limit (HTTP 429, a JSON-RPC error).
 """
 
 from __future__ import annotations
@@ -295,6 +296,17 @@ def caller_is_client(scope: Scope) -> bool:
     )
 
 
+async def tool_call_refusal(message: Any, scope: Scope) -> str | None:
+    """An MCP ``tools/call`` by a client at its in-flight limit (:data:`gaprag.auth.in_flight`):
+    its run would be refused inside the MCP route, which answers that with HTTP 500, so the
+    call is refused here with the limit's one line."""
+    if not (isinstance(message, dict) and message.get("method") == "tools/call"):
+        return None
+    if not caller_is_client(scope):
+        return None
+    return await auth.in_flight.refusal(str(scope["user"].identity))
+
+
 def body_only(refusal: Callable[[Any], str | None]) -> Refusal:
     """A refusal that reads the body alone."""
     return lambda body, _path, _scope: refusal(body)
@@ -403,9 +415,13 @@ class StateGuard:
         if body is None:
             await refuse(scope, receive, send, 413, too_large(self.max_body_bytes), rule)
             return
-        refused = rule.refusal(parse(body), path, scope)
+        message = parse(body)
+        refused = rule.refusal(message, path, scope)
         if refused is not None:
             await refuse(scope, receive, send, 403, refused, rule)
+            return
+        if rule.jsonrpc and (busy := await tool_call_refusal(message, scope)) is not None:
+            await refuse(scope, receive, send, 429, busy, rule, message.get("id"))
             return
         await self.app(scope, replay(body, receive), send)
 
@@ -428,12 +444,15 @@ async def refuse(
     status: int,
     detail: str,
     rule: Rule | None = None,
+    request_id: Any = None,
 ) -> None:
     """Answer with ``{"detail": ...}``, as LangGraph's server answers its own refusals; on a
-    JSON-RPC route, with a JSON-RPC error (``id`` null: the request was not read)."""
+    JSON-RPC route, with a JSON-RPC error (``request_id``: the request's ``id``, null when
+    the request was not read)."""
     content: dict[str, Any] = {"detail": detail}
     if rule is not None and rule.jsonrpc:
-        content = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": detail}}
+        error = {"code": -32600, "message": detail}
+        content = {"jsonrpc": "2.0", "id": request_id, "error": error}
     await JSONResponse(content, status_code=status)(scope, receive, send)
 
 

@@ -90,10 +90,11 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(tmp: Path, operator: dict[str, str]) -> Iterator[Served]:
+def serve(tmp: Path, operator: dict[str, str], args: tuple[str, ...] = ()) -> Iterator[Served]:
     """``langgraph dev`` serving every method from ``tmp``, with the fake endpoint answering
     ``CANNED``, a store of ``DOCS`` at ``Served.store`` and the operator's environment
-    ``operator`` (nothing else of the caller's operator settings)."""
+    ``operator`` (nothing else of the caller's operator settings; its ``GAPRAG_BASE_URL``
+    names another endpoint); ``args``: more ``langgraph dev`` options."""
     pytest.importorskip("langgraph_api", reason="needs the studio extra: langgraph-cli[inmem]")
     if not LANGGRAPH.exists():
         pytest.skip(f"{LANGGRAPH} not found: pip install -e '.[studio]'")
@@ -118,7 +119,7 @@ def serve(tmp: Path, operator: dict[str, str]) -> Iterator[Served]:
         with log.open("w") as out:
             proc = subprocess.Popen(
                 [str(LANGGRAPH), "dev", "--no-browser", "--no-reload", "--port", str(port),
-                 "--config", str(config)],
+                 "--config", str(config), *args],
                 cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         try:
