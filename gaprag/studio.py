@@ -48,18 +48,19 @@ PAPER_METHODS: tuple[str, ...] = tuple(m for m in METHODS if load_profile("paper
 GRAPH_NAMES: tuple[str, ...] = (*METHODS, *(f"{m}_paper" for m in PAPER_METHODS))
 
 
-def server_graph(method: str, profile: str = "auto") -> Graph:
+def server_graph(method: str, profile: str = "auto", name: str = "") -> Graph:
     """``method``'s graph as the server needs it: defaults (under ``profile``) only, no
-    checkpointer, no store."""
+    checkpointer, no store; named ``name`` (default: the method), which is also the name of
+    the assistant the server makes for it and of its MCP tool."""
     graph = build_graph(method, profile=profile, policy=OperatorPolicy.from_env(served=True))
     if graph.checkpointer is not None:  # pragma: no cover - build_graph guarantees this
         raise GapragError(f"{method}: a served graph must not carry a checkpointer")
-    return graph
+    return graph.copy(update={"name": name}) if name and name != graph.name else graph
 
 
 #: Every served graph, by its name in ``langgraph.json``.
 GRAPHS: dict[str, Graph] = {
     **{name: server_graph(name) for name in list_methods()},
-    **{f"{m}_paper": server_graph(m, profile="paper") for m in PAPER_METHODS},
+    **{f"{m}_paper": server_graph(m, "paper", f"{m}_paper") for m in PAPER_METHODS},
 }
 globals().update(GRAPHS)

@@ -4,6 +4,7 @@ and ``langgraph dev`` serving every method (``served``)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -18,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-import gaprag
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.documents import Document
 from gaprag.testing import served_config
@@ -100,7 +100,8 @@ def serve(tmp: Path, operator: dict[str, str], args: tuple[str, ...] = ()) -> It
         pytest.skip(f"{LANGGRAPH} not found: pip install -e '.[studio]'")
     store = tmp / "store"
     Store.build(store, DOCS, embedder=HashingEmbedder(), progress=False)  # type: ignore[arg-type]
-    methods = gaprag.list_methods()
+    # every graph langgraph.json serves: each method, then each paper configuration
+    methods = list(json.loads((ROOT / "langgraph.json").read_text())["graphs"])
     config = served_config(ROOT / "langgraph.json", methods, tmp)
     port = free_port()
     log = tmp / "langgraph-dev.log"

@@ -62,7 +62,8 @@ async def test_tools_list_names_every_method_with_its_input_schema(served: Serve
     tools = {t.name: t for t in listed.tools}
     assert set(served.methods) <= set(tools)
     config = json.loads((ROOT / "langgraph.json").read_text())
-    assert served.methods == list(config["graphs"])  # every method langgraph.json lists
+    assert served.methods == list(config["graphs"])  # every graph langgraph.json lists
+    assert {f"{m}_paper" for m in ("ircot", "migres")} <= set(tools)  # paper configurations
     for method in served.methods:
         tool = tools[method]
         assert tool.description == config["graphs"][method]["description"]

@@ -69,6 +69,7 @@ def test_paper_graphs_are_served_in_the_paper_configuration() -> None:
         assert settings["reader"] == {"value": "paper", "source": "profile paper"}
         assert settings["gate"] == {"value": "off", "source": "profile paper"}
         assert vars(studio)[f"{method}_paper"] is graph
+        assert graph.name == f"{method}_paper"  # its assistant's and MCP tool's name
 
 
 def test_served_config_serves_the_chosen_graphs_from_any_folder(tmp_path: Path) -> None:
