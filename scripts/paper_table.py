@@ -1,7 +1,7 @@
 """The paper configuration beside the shipped profile and plain RAG, on the questions the paper
-run has answered: one Markdown table (README, docs/results/README.md).
+run has answered: one Markdown table, and with --readme README's section around it.
 
-    python scripts/paper_table.py docs/results/n50/paper docs/results/n50/gated [--out FILE]
+    python scripts/paper_table.py docs/results/n50/paper docs/results/n50/gated [--readme README.md]
 
 PAPER and SHIPPED are run folders with one sub-folder per set (`gaprag eval` output). Each
 method's `<method>_paper` rows of PAPER are paired per question with PAPER's plain RAG rows; the
@@ -11,6 +11,7 @@ paired mean with its 95% bootstrap interval (gaprag.eval.stats.versus_before).""
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,9 @@ PAPER_CALLS = {
     "rfm_rag": "≤ 6",
     "ircot": "≤ 6",
 }
-SETS = ("hotpotqa", "2wikimultihopqa", "musique")
+SETS = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue"}
+HEADING = "### Each method as its paper gives it"
+NEXT = "## Fresh machine: two commands"
 
 
 def rows_of(run: Path) -> list[dict[str, Any]]:
@@ -103,16 +106,58 @@ def table(paper_run: Path, shipped_run: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def answered(run: Path) -> str:
+    """Which questions the paper run answered with every method, per set (e.g. "0-4 of
+    HotpotQA")."""
+    rows = rows_of(run)
+    keys = {r["method"] for r in rows}
+    parts = []
+    for name, label in SETS.items():
+        per_method = [
+            {r["id"] for r in rows if r["dataset"] == name and r["method"] == m} for m in keys
+        ]
+        common = set.intersection(*per_method) if per_method else set()
+        if common:
+            parts.append(f"{len(common)} of {label}")
+    return ", ".join(parts) or "none yet"
+
+
+def readme_section(paper_run: Path, shipped_run: Path, commit: str) -> str:
+    return f"""{HEADING}
+
+`--profile paper` beside the shipped profile and plain RAG, paired per question, on what the
+paper run has answered ({answered(paper_run)}; 0-19 of each set when complete; too few for a
+measured gain): commit `{commit}`, the same model and serving with a 32k context, a shared 2-core
+CPU, 2026-11-28 (`bash scripts/eval_n50.sh paper`, `python scripts/paper_table.py --help`).
+
+{table(paper_run, shipped_run)}
+"""
+
+
+def write_section(readme: Path, section: str) -> None:
+    """``section`` in ``readme`` in place of the old one, else before "Fresh machine"."""
+    text = readme.read_text(encoding="utf-8")
+    end = text.index(NEXT)
+    start = text.find(HEADING)
+    text = text[: start if 0 <= start < end else end] + section + text[end:]
+    readme.write_text(text, encoding="utf-8")
+
+
+def pinned_commit(script: Path = Path("scripts/eval_n50.sh")) -> str:
+    found = re.search(r"^PAPER_COMMIT=(\w+)", script.read_text(encoding="utf-8"), re.M)
+    return found.group(1) if found else "?"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paper", type=Path, help="the paper run's folder (one sub-folder per set)")
     parser.add_argument("shipped", type=Path, help="the shipped profile's run folder")
-    parser.add_argument("--out", type=Path, help="write the table here too")
+    parser.add_argument("--readme", type=Path, help="write the section into this README too")
     args = parser.parse_args(argv)
     text = table(args.paper, args.shipped)
     print(text, end="")
-    if args.out:
-        args.out.write_text(text, encoding="utf-8")
+    if args.readme:
+        write_section(args.readme, readme_section(args.paper, args.shipped, pinned_commit()))
     return 0
 
 
