@@ -3,8 +3,8 @@ answer is unsure (``gate`` setting; off by default).
 
 The gate is the first step of every iterative method. It sends exactly plain RAG's request:
 plain RAG's passages (:data:`PLAIN_TOP_K` for the question, :data:`PLAIN_MODE`, cut at
-:data:`PLAIN_PASSAGE_WORDS`), plain RAG's own prompt (``answer`` of
-``gaprag/graphs/standard_rag/prompts.toml``) and output cap (:data:`PLAIN_ANSWER_MAX_TOKENS`),
+:data:`PLAIN_PASSAGE_WORDS`), plain RAG's own prompt (``plain_answer`` of
+``gaprag/nodes/prompts.toml``) and output cap (:data:`PLAIN_ANSWER_MAX_TOKENS`),
 whatever the method's own ``max_passage_words`` and ``answer_max_tokens``, so its scored call
 and standard_rag's answer call are one request. It scores that answer:
 
@@ -63,9 +63,10 @@ MAX_MARGIN = 100.0
 
 @lru_cache(maxsize=1)
 def plain_rag() -> tuple[Prompt, PassageFormat]:
-    """Plain RAG's answer prompt and passage format (standard_rag's prompt file)."""
-    package = "gaprag.graphs.standard_rag"
-    return load_prompts(package)["answer"], load_formats(package)["passages"]
+    """Plain RAG's answer prompt and passage format (``[plain_answer]`` and
+    ``[formats.plain_passages]`` of the shared ``gaprag/nodes/prompts.toml``), which
+    standard_rag's answer step sends too."""
+    return load_prompts(__package__)["plain_answer"], load_formats(__package__)["plain_passages"]
 
 
 def logprob_signals(tokens: Sequence[TokenLogprob]) -> dict[str, float] | None:

@@ -13,11 +13,7 @@ from gaprag.graphs.standard_rag.context import Context
 from gaprag.graphs.standard_rag.state import State
 from gaprag.nodes.answer import clean_answer
 from gaprag.nodes.decisions import log_decision
-from gaprag.nodes.gate import logprob_signals
-from gaprag.prompts import load_prompts
-
-PROMPTS = load_prompts(__package__)
-FORMATS = nodes.load_formats(__package__)
+from gaprag.nodes.gate import logprob_signals, plain_rag
 
 
 async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
@@ -44,12 +40,11 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
     ctx = runtime.context
     if nodes.reader_answers(ctx):  # the shared reader answers over the same passages
         return {"stop_reason": "answered"}
-    passages = nodes.render_passages(
-        state.evidence, FORMATS["passages"], max_words=ctx.max_passage_words
-    )
+    prompt, fmt = plain_rag()
+    passages = nodes.render_passages(state.evidence, fmt, max_words=ctx.max_passage_words)
     llm = await deps.achat(ctx)
     scored = await llm.agenerate_scored(
-        PROMPTS["answer"].render(question=state.question, passages=passages),
+        prompt.render(question=state.question, passages=passages),
         max_tokens=ctx.answer_max_tokens,
     )
     answer = clean_answer(scored.text)
