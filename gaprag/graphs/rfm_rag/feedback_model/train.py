@@ -19,6 +19,7 @@ from gaprag.errors import InputError
 from gaprag.graphs.rfm_rag.feedback_model.examples import (
     DEFAULT_DATASETS,
     DEFAULT_SKIP_FIRST,
+    FeedbackSplits,
     PoolLabel,
     Sample,
     build_splits,
@@ -263,6 +264,94 @@ def _xy(samples: Sequence[Sample], embedder: Embedder, progress: bool) -> tuple[
     return x, np.asarray([s.label for s in samples], dtype=np.float64)
 
 
+def _graph_pool_data(
+    runs: Sequence[str | Path], label: PoolLabel, seed: int
+) -> tuple[FeedbackSplits, dict[str, Any]]:
+    """The splits of the pools recorded by rfm_rag runs, and their description."""
+    if not runs:
+        raise InputError("graph_pools needs the traces of rfm_rag runs", hint="--runs DIR")
+    data = graph_pool_splits(graph_pool_samples(runs, label=label), seed=seed)
+    data_info: dict[str, Any] = {
+        "source": "graph_pools",
+        "runs": [str(r) for r in runs],
+        "label": label,
+        "entities": "the LLM's (Prompt 2), as recorded in the traces",
+        "pools": "the graph's curated fact pools, one per judged round plus the final one",
+    }
+    return data, data_info
+
+
+def _paragraph_data(
+    datasets: Sequence[str],
+    skip_first: int,
+    *,
+    n_train: int,
+    n_val: int,
+    n_test: int,
+    n_cal: int,
+    seed: int,
+) -> tuple[FeedbackSplits, dict[str, Any]]:
+    """The splits built from the bundled sets' paragraphs, and their description."""
+    per_set: dict[str, int] = {}
+    records: list[dict[str, Any]] = []
+    for name in datasets:
+        recs = load_records(name, skip_first=skip_first)
+        per_set[name] = len(recs)
+        records.extend(recs)
+    refuse_evaluation_questions(records)
+    data = build_splits(
+        records, n_train=n_train, n_val=n_val, n_test=n_test, n_cal=n_cal, seed=seed
+    )
+    data_info: dict[str, Any] = {
+        "source": "paragraphs",
+        "datasets": list(datasets),
+        "skip_first": skip_first,
+        "note": f"only questions at index >= {skip_first} of each bundled set are used; "
+        "evaluation reports on the first questions",
+        "questions_after_skip": per_set,
+        "entities": "heuristic capitalised spans of the question (no LLM at training time)",
+        "pools": "raw sentences of the gold supporting / distractor paragraphs",
+    }
+    return data, data_info
+
+
+def _model_info(model: RFeedbackMLP) -> dict[str, Any]:
+    """The metrics' description of the fitted model: features, shape, threshold, calibration."""
+    return {
+        "features": list(model.features),
+        "monotone": list(model.monotone),
+        "sizes": list(model.sizes),
+        "parameters": model.n_params,
+        "threshold": model.threshold,
+        "calibration": {
+            "method": "platt",
+            "split": "cal",
+            "a": round(model.calibration[0], 6),
+            "b": round(model.calibration[1], 6),
+        },
+    }
+
+
+def _training_info(
+    result: TrainResult, epochs: int | None, n_train: int, seed: int
+) -> dict[str, Any]:
+    """The "training" section of the metrics: optimiser, budget, early stopping, history."""
+    return {
+        "optimizer": "adam (projected: monotone weights clipped to >= 0 after each step)",
+        "lr": LR,
+        "batch_size": BATCH_SIZE,
+        "max_epochs": epoch_budget(n_train, epochs),
+        "max_epochs_rule": "--epochs"
+        if epochs is not None
+        else f"at least {MAX_EPOCHS} epochs and {MIN_STEPS} optimiser steps",
+        "early_stopping": f"validation loss, patience {PATIENCE}, best epoch kept",
+        "best_epoch": result.best_epoch,
+        "epochs_run": len(result.history),
+        "seed": seed,
+        "history": result.history,
+    }
+
+
 def run_training(
     out_dir: str | Path,
     embedder: Embedder,
@@ -285,38 +374,18 @@ def run_training(
     """Build the data from ``source``, train, calibrate, evaluate on the held-out test
     questions, write weights + metrics."""
     start = time.perf_counter()
-    per_set: dict[str, int] = {}
     if source == "graph_pools":
-        if not runs:
-            raise InputError("graph_pools needs the traces of rfm_rag runs", hint="--runs DIR")
-        data = graph_pool_splits(graph_pool_samples(runs, label=label), seed=seed)
-        data_info: dict[str, Any] = {
-            "source": "graph_pools",
-            "runs": [str(r) for r in runs],
-            "label": label,
-            "entities": "the LLM's (Prompt 2), as recorded in the traces",
-            "pools": "the graph's curated fact pools, one per judged round plus the final one",
-        }
+        data, data_info = _graph_pool_data(runs, label, seed)
     else:
-        records: list[dict[str, Any]] = []
-        for name in datasets:
-            recs = load_records(name, skip_first=skip_first)
-            per_set[name] = len(recs)
-            records.extend(recs)
-        refuse_evaluation_questions(records)
-        data = build_splits(
-            records, n_train=n_train, n_val=n_val, n_test=n_test, n_cal=n_cal, seed=seed
+        data, data_info = _paragraph_data(
+            datasets,
+            skip_first,
+            n_train=n_train,
+            n_val=n_val,
+            n_test=n_test,
+            n_cal=n_cal,
+            seed=seed,
         )
-        data_info = {
-            "source": "paragraphs",
-            "datasets": list(datasets),
-            "skip_first": skip_first,
-            "note": f"only questions at index >= {skip_first} of each bundled set are used; "
-            "evaluation reports on the first questions",
-            "questions_after_skip": per_set,
-            "entities": "heuristic capitalised spans of the question (no LLM at training time)",
-            "pools": "raw sentences of the gold supporting / distractor paragraphs",
-        }
     splits = {"train": data.train, "val": data.val, "cal": data.cal, "test": data.test}
     data_info["questions"] = {k: len({s.qid for s in v}) for k, v in splits.items()}
     if source == "graph_pools":
@@ -341,32 +410,9 @@ def run_training(
     model.save(out / WEIGHTS_FILE)
     metrics: dict[str, Any] = {
         "embedder": embedder.name,
-        "features": list(model.features),
-        "monotone": list(model.monotone),
-        "sizes": list(model.sizes),
-        "parameters": model.n_params,
-        "threshold": model.threshold,
-        "calibration": {
-            "method": "platt",
-            "split": "cal",
-            "a": round(model.calibration[0], 6),
-            "b": round(model.calibration[1], 6),
-        },
+        **_model_info(model),
         "data": data_info,
-        "training": {
-            "optimizer": "adam (projected: monotone weights clipped to >= 0 after each step)",
-            "lr": LR,
-            "batch_size": BATCH_SIZE,
-            "max_epochs": epoch_budget(len(xy["train"][1]), epochs),
-            "max_epochs_rule": "--epochs"
-            if epochs is not None
-            else f"at least {MAX_EPOCHS} epochs and {MIN_STEPS} optimiser steps",
-            "early_stopping": f"validation loss, patience {PATIENCE}, best epoch kept",
-            "best_epoch": result.best_epoch,
-            "epochs_run": len(result.history),
-            "seed": seed,
-            "history": result.history,
-        },
+        "training": _training_info(result, epochs, len(xy["train"][1]), seed),
         **{k: score_model(model, *xy[k], [s.kind for s in v]) for k, v in splits.items()},
         "cross_validation": cross_validate(
             xy, splits, folds=cv_folds, epochs=epochs, seed=seed, monotone=monotone
