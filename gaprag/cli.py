@@ -136,6 +136,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
     # libraries during the run go to stderr
     with contextlib.redirect_stdout(sys.stderr):
         result = _run_ask(args, question, retriever, checkpointer, config, options)
+    if result.get("stop_reason") == "no_matching_passages":
+        print(
+            f"gaprag: no passage matches the filter {json.dumps(options.get('filter'))}: "
+            "nothing was asked of the model",
+            file=sys.stderr,
+        )
     if args.json:
         out = {
             k: result.get(k)

@@ -189,6 +189,7 @@ class Store:
     _dense: DenseIndex | None = None
     _client: Any = None
     _row: dict[str, int] = field(default_factory=dict)
+    _keys: frozenset[str] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _lease: versions.Lease | None = None
     #: what the update that made this version did (``Store.index``, ``add``, ``delete``)
@@ -574,6 +575,16 @@ class Store:
                 self._client = make_client(self.version_dir / "chroma", chroma.get("url"))
                 self._dense = DenseIndex.open(self._client, chroma["collection"])
             return self._dense
+
+    def metadata_keys(self) -> frozenset[str]:
+        """Every metadata key a passage of this store carries."""
+        if self._keys is None:
+            self._keys = frozenset(k for d in self.docs for k in d.get("metadata", {}))
+        return self._keys
+
+    def count_matching(self, where: Mapping[str, Any]) -> int:
+        """How many passages a metadata filter keeps (:func:`gaprag.stores.filters.matches`)."""
+        return sum(1 for d in self.docs if matches(d.get("metadata"), where))
 
     def embed_query(self, query: str) -> Vectors:
         return self.embedder.embed([query])
