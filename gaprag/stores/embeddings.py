@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -39,6 +40,32 @@ class Embedder(Protocol):
     ) -> Vectors:
         """L2-normalised vectors, one row per text."""
         ...
+
+
+#: texts handed to sentence-transformers at a time (its own bar stays off; gaprag's counts them)
+ENCODE_CHUNK = 512
+
+
+def encode(model: Any, texts: Sequence[str], *, batch_size: int, progress: bool) -> Vectors:
+    """``texts`` embedded by a sentence-transformers ``model`` (normalised, on this process's
+    torch threads), :data:`ENCODE_CHUNK` at a time under gaprag's own progress bar (shown with
+    ``progress`` unless quiet; a plain bar, so a notebook shows no widget warning)."""
+    from tqdm.std import tqdm
+
+    apply_torch_threads()
+    parts = []
+    with tqdm(
+        total=len(texts), desc="gaprag: embedding", unit=" passages",
+        disable=not progress or quiet(), file=sys.stderr, mininterval=1.0,
+    ) as bar:  # fmt: skip
+        for start in range(0, len(texts), ENCODE_CHUNK):
+            chunk = list(texts[start : start + ENCODE_CHUNK])
+            parts.append(
+                model.encode(chunk, batch_size=batch_size, normalize_embeddings=True,
+                             show_progress_bar=False, convert_to_numpy=True)
+            )  # fmt: skip
+            bar.update(len(chunk))
+    return np.asarray(np.concatenate(parts), dtype=np.float32)
 
 
 class MiniLMEmbedder:
@@ -75,16 +102,7 @@ class MiniLMEmbedder:
     ) -> Vectors:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        model = self._load()
-        apply_torch_threads()
-        vectors = model.encode(
-            list(texts),
-            batch_size=batch_size,
-            normalize_embeddings=True,
-            show_progress_bar=progress and not quiet(),
-            convert_to_numpy=True,
-        )
-        return np.asarray(vectors, dtype=np.float32)
+        return encode(self._load(), texts, batch_size=batch_size, progress=progress)
 
 
 class HashingEmbedder:
@@ -181,14 +199,7 @@ class SentenceTransformerEmbedder:
     ) -> Vectors:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vectors = self._load().encode(
-            list(texts),
-            batch_size=batch_size,
-            normalize_embeddings=True,
-            show_progress_bar=progress and not quiet(),
-            convert_to_numpy=True,
-        )
-        return np.asarray(vectors, dtype=np.float32)
+        return encode(self._load(), texts, batch_size=batch_size, progress=progress)
 
 
 class LangChainEmbedder:

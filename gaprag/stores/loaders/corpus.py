@@ -122,7 +122,7 @@ class Corpus:
     @property
     def skipped(self) -> list[str]:
         """``"file (reason)"`` for each file not indexed."""
-        return [f"{f.path} ({f.why()})" for f in self.files if f.skipped]
+        return [f"{f.path} ({f.reason})" for f in self.files if f.skipped]
 
     @property
     def failed(self) -> list[str]:
