@@ -16,7 +16,9 @@ class Fact:
     question: str
     source: str
     #: words that must stand together on one line of the passage retrieved first
-    line: tuple[str, ...]
+    line: tuple[str, ...] = ()
+    #: text the passage must hold, whitespace folded (a column read as the column it is)
+    phrase: str = ""
     #: words that must not be in any passage (navigation, footers)
     absent: tuple[str, ...] = ()
 
@@ -24,8 +26,16 @@ class Fact:
 FACTS = (
     Fact("What is the Krakow office Wi-Fi network?", "offices.pdf", ("Krakow", "KRK-Staff-5G")),
     Fact("Which floor is the Lisbon office on?", "offices.pdf", ("Lisbon", "4th floor")),
-    Fact("How many days of parental leave?", "benefits.pdf", ("parental leave", "20 weeks")),
-    Fact("When is the expense report due?", "benefits.pdf", ("expense reports", "5th")),
+    Fact(
+        "How many weeks of parental leave?",
+        "benefits.pdf",
+        phrase="Staff receive 20 weeks of parental leave at full pay.",
+    ),
+    Fact(
+        "When are expense reports due?",
+        "benefits.pdf",
+        phrase="Submit expense reports by the 5th of the following month.",
+    ),
     Fact(
         "Who approves hardware purchases?",
         "it/purchasing.html",
@@ -39,7 +49,7 @@ FACTS = (
         absent=("Subscribe to our newsletter", "All rights reserved"),
     ),
     Fact("What is the on-call phone number?", "oncall.docx", ("+48 12 555 0199",)),
-    Fact("Which department handles visas?", "contacts.csv", ("Legal",)),
+    Fact("Which department handles visas?", "contacts.csv", ("department: Legal",)),
 )
 
 
