@@ -136,6 +136,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     # libraries during the run go to stderr
     with contextlib.redirect_stdout(sys.stderr):
         result = _run_ask(args, question, retriever, checkpointer, config, options)
+        if retriever is not None:
+            _prepare_queries(retriever)  # a store indexed before: its next asks start faster
     if result.get("stop_reason") == "no_matching_passages":
         print(
             f"gaprag: no passage matches the filter {json.dumps(options.get('filter'))}: "
@@ -365,6 +367,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     _report(corpus, store)
+    _prepare_queries(store)
     done = cast(dict[str, int], store.update or {})
     counts = ", ".join(
         f"{done.get(key, 0)} {word}"
@@ -381,6 +384,16 @@ def cmd_index(args: argparse.Namespace) -> int:
         f"(bm25 {t['bm25']}s, embed {t['embed']}s, chroma {t['chroma_add']}s)"
     )
     return 0
+
+
+def _prepare_queries(store: Any) -> None:
+    """A store embedded by MiniLM: its model exported for quick queries, once (later asks
+    embed their question without loading torch)."""
+    from gaprag.stores.embeddings import MiniLMEmbedder
+
+    embedder = store.embedder
+    if isinstance(embedder, MiniLMEmbedder) and embedder.prepare_queries() is False:
+        _progress("gaprag: queries load torch (pip install onnx to make them start faster)")
 
 
 def _report(corpus: Any, store: Any) -> None:

