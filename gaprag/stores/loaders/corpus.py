@@ -11,6 +11,7 @@ the word budget the methods' prompts expect; a passage's id is ``source#n``, num
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,7 +67,7 @@ def split_documents(
     docs: Iterable[LCDocument], chunk_size: int = CHUNK_WORDS, overlap: int = OVERLAP_WORDS
 ) -> list[LCDocument]:
     """``docs`` (any loader's) cut into passages, each with its id ``source#n``."""
-    cut = splitter(chunk_size, overlap).split_documents(docs)
+    cut = _splitter(chunk_size, overlap).split_documents(docs)
     numbers: dict[str, int] = {}
     for doc in cut:
         source = str(doc.metadata.get("source", ""))
@@ -79,6 +80,11 @@ def split_documents(
 
 #: a file this large gets a warning with its passages and estimated embedding time
 LARGE_BYTES = 20 << 20
+
+
+@functools.lru_cache(maxsize=8)
+def _splitter(chunk_size: int, overlap: int) -> RecursiveCharacterTextSplitter:
+    return splitter(chunk_size, overlap)
 
 
 @dataclass
@@ -208,12 +214,13 @@ class _Walk:
 
 def _files(
     paths: Sequence[str | Path], corpus: Corpus, exclude: Sequence[str | Path], follow: bool
-) -> list[tuple[Path, Path, str]]:
-    """(root, file, path relative to root) for every file to read, in order."""
+) -> list[tuple[Path, Path, str, bool]]:
+    """(folder it was read from, resolved; file; path relative to it; named directly) for
+    every file to read, in order."""
     folders = [Path(p) for p in paths if Path(p).is_dir()]
     walk = _Walk([p.resolve() for p in folders], [Path(e).resolve() for e in exclude], follow,
                  corpus)  # fmt: skip
-    found: list[tuple[Path, Path, str]] = []
+    found: list[tuple[Path, Path, str, bool]] = []
     seen: set[Path] = set()
     for raw in paths:
         path = Path(raw)
@@ -233,24 +240,28 @@ def _files(
                 f"no such file or folder: {path}",
                 hint=f"give folders or files of these types: {supported()}",
             )
-        root = path if path.is_dir() else path.parent
+        root = (path if path.is_dir() else path.parent).resolve()
         for file, rel in files:
-            if file.resolve() not in seen:
-                seen.add(file.resolve())
-                found.append((root, file, rel))
+            # a walked file's real path is its folder's and its own unless a link leads there
+            real = (
+                file.resolve() if follow or file.is_symlink() or not path.is_dir() else root / rel
+            )
+            if real not in seen:
+                seen.add(real)
+                found.append((root, file, rel, not path.is_dir()))
     # one relative path under two folders: both kept, each named with its folder
     roots: dict[str, set[Path]] = {}
-    for root, _, rel in found:
-        roots.setdefault(rel, set()).add(root.resolve())
-    out: list[tuple[Path, Path, str]] = []
-    for root, file, rel in found:
+    for root, _, rel, _ in found:
+        roots.setdefault(rel, set()).add(root)
+    out: list[tuple[Path, Path, str, bool]] = []
+    for root, file, rel, named in found:
         if len(roots[rel]) > 1:
-            named = f"{root.resolve().name}/{rel}"
+            renamed = f"{root.name}/{rel}"
             corpus.duplicates.append(
-                f"{rel} is in {len(roots[rel])} folders: {file} kept as {named}"
+                f"{rel} is in {len(roots[rel])} folders: {file} kept as {renamed}"
             )
-            rel = named
-        out.append((root, file, rel))
+            rel = renamed
+        out.append((root, file, rel, named))
     return out
 
 
@@ -313,16 +324,14 @@ def load_corpus(
     """
     corpus = Corpus()
     splitter(chunk_size, overlap)  # refuse bad settings before reading anything
-    explicit = {Path(p).resolve() for p in paths if Path(p).is_file()}
     merged: dict[str, Document] = {}
-    for root, file, rel in _files(paths, corpus, exclude, follow_symlinks):
+    for root, file, rel, named in _files(paths, corpus, exclude, follow_symlinks):
         report = FileReport(file, source=rel)
         corpus.files.append(report)
-        named = explicit_errors and file.resolve() in explicit
-        loaded = _read(file, rel, report, corpus, named, (chunk_size, overlap))
+        loaded = _read(file, rel, report, corpus, explicit_errors and named, (chunk_size, overlap))
         if report.failed:
             continue
-        corpus.sources[rel] = root.resolve()
+        corpus.sources[rel] = root
         for doc in loaded or []:
             passage = from_langchain(doc)
             if passage["id"] in merged:
