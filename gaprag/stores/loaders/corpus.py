@@ -147,8 +147,15 @@ def supported() -> str:
 
 
 def is_store(folder: Path) -> bool:
-    """Whether ``folder`` is a gaprag store (its own files are never indexed)."""
-    return (folder / RECORD).is_file() or (folder / "CURRENT").is_file()
+    """Whether ``folder`` is a gaprag store (its own files are never indexed): it has the
+    store's record, or a ``CURRENT`` naming a version with a manifest (an older store)."""
+    if (folder / RECORD).is_file():
+        return True
+    try:
+        version = (folder / "CURRENT").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return bool(version) and "/" not in version and (folder / version / "manifest.json").is_file()
 
 
 @dataclass
