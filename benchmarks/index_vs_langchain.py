@@ -148,6 +148,7 @@ def main() -> None:
                       args.embedder)  # fmt: skip
         print(json.dumps(result))
         return
+    measured = commit()  # the code the sides run
     work = Path(tempfile.mkdtemp(prefix="gaprag-index-bench-"))
     try:
         write_folder(work / "corpus", args.files)
@@ -165,7 +166,7 @@ def main() -> None:
         "command": "python benchmarks/index_vs_langchain.py "
         f"--files {args.files} --embedder {args.embedder}",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": commit(),
+        "commit": measured,
         "machine": {
             "cpu": platform.processor() or platform.machine(),
             "cores": os.cpu_count(),
