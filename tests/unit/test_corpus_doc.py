@@ -51,7 +51,7 @@ def write_files(folder: Path) -> None:
                 "department": "facilities",
             }
         )
-        + "\n"  # fmt: skip
+        + "\n"
     )
 
 
