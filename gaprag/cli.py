@@ -135,6 +135,14 @@ def cmd_ask(args: argparse.Namespace) -> int:
     # libraries during the run go to stderr
     with contextlib.redirect_stdout(sys.stderr):
         result = _run_ask(args, question, retriever, checkpointer, config, options)
+        if retriever is not None:
+            _prepare_queries(retriever)  # a store indexed before: its next asks start faster
+    if result.get("stop_reason") == "no_matching_passages":
+        print(
+            f"gaprag: no passage matches the filter {json.dumps(options.get('filter'))}: "
+            "nothing was asked of the model",
+            file=sys.stderr,
+        )
     if args.json:
         out = {
             k: result.get(k)
@@ -320,17 +328,23 @@ def cmd_index(args: argparse.Namespace) -> int:
         raise InputError(
             "nothing to index", hint=f"give folders or files ({supported()}), or --delete IDS"
         )
-    corpus = load_corpus(args.paths, chunk_size=args.chunk_size, overlap=args.overlap)
+    corpus = load_corpus(
+        args.paths,
+        chunk_size=args.chunk_size,
+        overlap=args.overlap,
+        exclude=[args.store],
+        follow_symlinks=args.follow_symlinks,
+    )
     keep_apart(corpus, source_roots(Path(args.store)))
-    if corpus.skipped:  # reported even with --quiet: the store lacks these files
-        _listed(f"skipped {len(corpus.skipped)} file(s)", corpus.skipped)
     if corpus.duplicates:
         _listed(f"{len(corpus.duplicates)} duplicate(s)", corpus.duplicates)  # fmt: skip
-    if not corpus.documents and not corpus.sources:
+    if not corpus.documents and not corpus.sources and not corpus.failed:
+        _report(corpus, None)
         raise InputError(
             "no documents found in the given sources",
             hint=f"check the paths and file types (gaprag reads {supported()})",
         )
+    _warn_large(corpus)
     _progress(
         f"gaprag: {len(corpus.documents)} passages from {len(corpus.sources)} file(s) "
         f"in {len(args.paths)} path(s)"
@@ -343,6 +357,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         corpus.documents,
         cleanup=args.cleanup,
         sources=list(corpus.sources),
+        keep=corpus.failed,
         roots=corpus.sources,
         bm25_engine=args.bm25,
         bm25=bm25,
@@ -350,6 +365,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         chroma_url=args.chroma_url,
         progress=not args.quiet,
     )
+    _report(corpus, store)
+    _prepare_queries(store)
     done = cast(dict[str, int], store.update or {})
     counts = ", ".join(
         f"{done.get(key, 0)} {word}"
@@ -366,6 +383,50 @@ def cmd_index(args: argparse.Namespace) -> int:
         f"(bm25 {t['bm25']}s, embed {t['embed']}s, chroma {t['chroma_add']}s)"
     )
     return 0
+
+
+def _prepare_queries(store: Any) -> None:
+    """A store embedded by MiniLM: its model exported for quick queries, once (later asks
+    embed their question without loading torch)."""
+    from gaprag.stores.embeddings import MiniLMEmbedder
+
+    embedder = store.embedder
+    if isinstance(embedder, MiniLMEmbedder) and embedder.prepare_queries() is False:
+        _progress("gaprag: queries load torch (pip install onnx to make them start faster)")
+
+
+def _report(corpus: Any, store: Any) -> None:
+    """One line per file found: indexed (its passages), unchanged, or skipped with its reason
+    and hint; a file that could not be read says how many of its passages the store keeps."""
+    held: dict[str, int] = {}
+    for doc in store.docs if store is not None else []:
+        source = str(doc.get("metadata", {}).get("source", ""))
+        held[source] = held.get(source, 0) + 1
+    touched = store.touched if store is not None else frozenset()
+    for f in corpus.files:
+        if f.skipped:
+            kept = held.get(f.source, 0) if f.failed else 0
+            tail = f"; its {kept} passage(s) in the store are kept" if kept else ""
+            print(f"gaprag: skipped   {f.path}: {f.why()}{tail}")
+        else:
+            word = "indexed  " if f.source in touched else "unchanged"
+            notes = f" ({'; '.join(f.notes)})" if f.notes else ""
+            print(f"gaprag: {word} {f.path}: {f.passages} passage(s){notes}")
+
+
+def _warn_large(corpus: Any) -> None:
+    """A warning for each large file: its size, estimated passages and embedding time."""
+    from gaprag.stores.embeddings import minilm_rate
+
+    for f in corpus.large:
+        rate = minilm_rate()
+        print(
+            f"gaprag: warning: {f.path} is large ({f.size / 2**20:.0f} MB): {f.passages:,} "
+            f"passages; embedding them with MiniLM takes about {f.passages / rate / 60:.0f} min "
+            f"at ~{rate:.0f} passages/s on this machine's threads (an unchanged file is not "
+            "embedded again)",
+            file=sys.stderr,
+        )
 
 
 # -- llm -----------------------------------------------------------------------------------
@@ -526,6 +587,9 @@ INDEX_ARGS: list[Arg] = [
                        "--store` embeds queries with it"}),
     (("--chroma-url",), {"help": "use a Chroma server (e.g. http://127.0.0.1:8000) instead of "
                          "embedded"}),
+    (("--follow-symlinks",), {"action": "store_true",
+                              "help": "also index what symbolic links lead to outside the folders "
+                              "named (left out and reported by default)"}),
     (("--chunk-size",), {"type": int, "default": 200, "help": "words per passage for documents"}),
     (("--overlap",), {"type": int, "default": 40, "help": "words of overlap between passages"}),
     QUIET,

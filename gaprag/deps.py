@@ -29,6 +29,7 @@ from typing import Any, Self, TypeVar
 
 from gaprag.aio import to_thread
 from gaprag.context import BaseContext, explicit_value
+from gaprag.errors import InputError
 from gaprag.llm.client import LLM
 from gaprag.llm.factory import default_llm, openai_llm, resolve_llm
 from gaprag.llm.memo import current_run
@@ -39,7 +40,9 @@ from gaprag.stores.retriever import (
     Retriever,
     RunRetriever,
     as_retriever,
+    unwrap,
 )
+from gaprag.stores.store import Store
 
 T = TypeVar("T")
 _LLM_FIELDS = ("llm", "keywords_llm", "validator_llm")
@@ -48,6 +51,8 @@ _LLM_FIELDS = ("llm", "keywords_llm", "validator_llm")
 CACHE_SIZE = 8
 _ENDPOINT_ENV = ("GAPRAG_", "OPENAI_")
 _MISSING = object()
+#: The stop reason of a run whose metadata filter keeps no passage (no model is called).
+NO_MATCH = "no_matching_passages"
 
 
 @dataclass(kw_only=True)
@@ -145,6 +150,28 @@ class Deps:
             mode = explicit_value(ctx, "retrieval_mode")
             return RunRetriever(retriever, filter=where, run=current_run(), explicit_mode=mode)
         return RunRetriever(retriever, filter=where) if where else retriever
+
+    async def afilter_stop(self, ctx: BaseContext) -> str:
+        """:data:`NO_MATCH` when the run's metadata ``filter`` keeps no passage of its gaprag
+        store, else ''. A key no passage carries is an :class:`InputError` naming the keys the
+        store has, unless the operator hides the store from its callers (a served graph): they
+        get the stop alone. A retriever that is not a gaprag store is not checked."""
+        where = getattr(ctx, "filter", None) or {}
+        if not where:
+            return ""
+        store = unwrap(await self.aretriever(ctx))
+        if not isinstance(store, Store):
+            return ""
+        keys = store.metadata_keys()
+        unknown = [k for k in where if k not in keys]
+        if unknown and not policy_of(type(ctx)).hide_paths:
+            raise InputError(
+                f"no passage in the store has the metadata key(s) {', '.join(unknown)}",
+                hint=f"filter on the keys the store has: {', '.join(sorted(keys)) or '(none)'}",
+            )
+        if unknown or await to_thread(store.count_matching, where) == 0:
+            return NO_MATCH
+        return ""
 
     # -- the same lookups for nodes: never block the event loop ---------------------------
     async def acached(self, key: Any, make: Callable[[], T]) -> T:

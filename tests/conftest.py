@@ -99,19 +99,28 @@ def store(tmp_path: Path, store_docs: list[dict[str, str]]) -> Store:
     return Store.build(tmp_path / "store", store_docs, embedder=HashingEmbedder(), progress=False)
 
 
-def pdf_bytes(pages: list[str], title: str | None = None) -> bytes:
+def pdf_text_ops(text: str) -> str:
+    """A page's content stream: ``text``'s lines from the top left, in 11 pt Helvetica."""
+    ops = ["BT", "/F1 11 Tf", "14 TL", "72 720 Td"]
+    for line in text.split("\n") if text else []:
+        ops.append(f"({pdf_escape(line)}) Tj T*")
+    return "\n".join([*ops, "ET"])
+
+
+def pdf_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+
+
+def pdf_bytes(pages: list[str], title: str | None = None, *, raw: bool = False) -> bytes:
     """A minimal PDF with a text layer: one page per string (lines split on newlines), in
-    Helvetica; an empty string makes a page without text, like a scan."""
+    Helvetica; an empty string makes a page without text, like a scan. ``raw``: each string
+    is the page's content stream itself (text placed and lines drawn by PDF operators)."""
     objs = [b"<< /Type /Catalog /Pages 2 0 R >>"]
     kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(len(pages)))
     objs.append(f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode())
     objs.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
     for i, text in enumerate(pages):
-        ops = ["BT", "/F1 11 Tf", "14 TL", "72 720 Td"]
-        for line in text.split("\n") if text else []:
-            escaped = line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
-            ops.append(f"({escaped}) Tj T*")
-        stream = "\n".join([*ops, "ET"]).encode("latin-1")
+        stream = (text if raw else pdf_text_ops(text)).encode("latin-1")
         objs.append(
             b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
             b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % (5 + 2 * i)

@@ -121,6 +121,12 @@ class Ledger:
             return "deadline"
         return ""
 
+    def stop(self, reason: str) -> None:
+        """End the run's calls for ``reason`` (a filter matching no passage, say): every call
+        from now on is refused with it, and the run ends as at a spend limit."""
+        with self._lock:
+            self.stopped = self.stopped or reason
+
     def admit(self, cost: int) -> int:
         """Hold ``cost`` tokens for a call about to be sent and return it; :class:`SpendLimit`
         (and the run stopped) when the deadline has passed or the budget cannot cover it."""

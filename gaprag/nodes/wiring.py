@@ -40,7 +40,9 @@ limit as its ``stop_reason``. A router given ``on_limit`` sends a run that reach
 whose nodes ran more rounds than its own loop bounds allow (:func:`runs_cap`, counted by the
 ledger, not read from the state), from a loop's next round to the step that answers with what
 was gathered, and a step that ends the question after a limit was reached reports the limit as
-its ``stop_reason``.
+its ``stop_reason``. A run whose metadata ``filter`` keeps no passage of its store is stopped
+the same way at its first node (:meth:`gaprag.deps.Deps.afilter_stop`): it ends with
+``stop_reason`` ``no_matching_passages`` and no model call.
 """
 
 from __future__ import annotations
@@ -232,6 +234,8 @@ def as_node(
             )
         run = runtime.override(context=await aresolve_context(context, runtime.context))
         ledger = run_ledger(runtime, run.context, deps, first=first)
+        if starting and (no_match := await deps.afilter_stop(run.context)):
+            ledger.stop(no_match)  # a filter that keeps no passage: no model is called
         reached = ledger.limit()
         start = time.perf_counter()
         try:

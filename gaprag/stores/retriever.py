@@ -84,16 +84,10 @@ class LangChainRetrieverAdapter:
             update = {"k": k}
         return retriever.model_copy(update=update) if update else retriever
 
-    def search(
-        self,
-        query: str,
-        k: int = 5,
-        *,
-        mode: RetrievalMode | None = None,
-        exclude: Collection[str] = (),
-        filter: Mapping[str, Any] | None = None,
-        run: str = "",
-    ) -> list[Evidence]:
+    def search(  # the Retriever protocol's search, with a filter and the run it serves
+        self, query: str, k: int = 5, *, filter: Mapping[str, Any] | None = None, run: str = "",
+        exclude: Collection[str] = (), mode: RetrievalMode | None = None,
+    ) -> list[Evidence]:  # fmt: skip
         """Top-``k`` documents as evidence; ``filter`` keeps those whose metadata matches
         (applied to what the retriever returns; the retriever is asked for more to make up)."""
         want = k + len(exclude) + (3 * k if filter else 0)
@@ -151,33 +145,30 @@ def evidence_document(hit: Evidence) -> LCDocument:
     )
 
 
-class RecordedRetriever:
-    """Any other :class:`Retriever`, with each of its searches recorded once: here, unless the
-    retriever recorded it itself (one that delegates to a gaprag store, say); other attributes
-    pass through."""
+class _Around:
+    """A retriever around another (``inner``), whose other attributes pass through."""
 
     records_retrievals = True
 
     def __init__(self, inner: Retriever) -> None:
         self.inner = inner
 
-    def search(
-        self,
-        query: str,
-        k: int = 5,
-        *,
-        mode: RetrievalMode | None = None,
-        exclude: Collection[str] = (),
-        **options: Any,
-    ) -> list[Evidence]:
-        before = retrievals_recorded()
-        hits = self.inner.search(query, k, mode=mode, exclude=exclude, **options)
-        if retrievals_recorded() == before:
-            record_retrieval(query, [h["id"] for h in hits], mode=mode)
-        return hits
-
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+class RecordedRetriever(_Around):
+    """Any other :class:`Retriever`, with each of its searches recorded once: here, unless the
+    retriever recorded it itself (one that delegates to a gaprag store, say); other attributes
+    pass through."""
+
+    def search(self, query: str, k: int = 5, **options: Any) -> list[Evidence]:
+        """The inner search (``mode``, ``exclude`` and any other options passed on)."""
+        before = retrievals_recorded()
+        hits: list[Evidence] = self.inner.search(query, k, **options)
+        if retrievals_recorded() == before:
+            record_retrieval(query, [h["id"] for h in hits], mode=options.get("mode"))
+        return hits
 
 
 class GapragRetriever(BaseRetriever):
@@ -195,35 +186,24 @@ class GapragRetriever(BaseRetriever):
     filter: dict[str, Any] | None = None
 
     def _get_relevant_documents(
-        self,
-        query: str,
-        *,
-        run_manager: CallbackManagerForRetrieverRun,
-        k: int | None = None,
-        mode: RetrievalMode | None = None,
-        filter: dict[str, Any] | None = None,
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **per_call: Any
     ) -> list[LCDocument]:
-        return self._search(query, k, mode, filter)
+        return self._search(query, **per_call)
 
     async def _aget_relevant_documents(
-        self,
-        query: str,
-        *,
-        run_manager: AsyncCallbackManagerForRetrieverRun,
-        k: int | None = None,
-        mode: RetrievalMode | None = None,
-        filter: dict[str, Any] | None = None,
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **per_call: Any
     ) -> list[LCDocument]:
         """The store's search in a worker thread, off the event loop."""
-        return await to_thread(self._search, query, k, mode, filter)
+        return await to_thread(self._search, query, **per_call)
 
     def _search(
         self,
         query: str,
-        k: int | None,
-        mode: RetrievalMode | None,
-        filter: dict[str, Any] | None,
+        k: int | None = None,
+        mode: RetrievalMode | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> list[LCDocument]:
+        """One search: ``k``, ``mode`` and ``filter`` of this call, else the retriever's."""
         where = filter if filter is not None else self.filter
         options = {"filter": check_filter(where)} if where else {}
         hits = self.store.search(
@@ -273,13 +253,11 @@ def traced_search(
     return sink
 
 
-class RunRetriever:
+class RunRetriever(_Around):
     """A retriever as one run uses it: the run's metadata ``filter`` on every search (by the
     retriever where it takes one, else on what it returns, fetched deeper), and a LangChain
     retriever's warnings said once for the run (``run``): a ``retrieval_mode`` the user set
     (``explicit_mode``) that it cannot honour, a ``top_k`` above what it returns."""
-
-    records_retrievals = True
 
     def __init__(
         self,
@@ -289,7 +267,7 @@ class RunRetriever:
         run: str = "",
         explicit_mode: str | None = None,
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.filter = dict(filter or {})
         self.run = run
         self.explicit_mode = explicit_mode
@@ -298,14 +276,8 @@ class RunRetriever:
     def fires_callbacks(self) -> bool:
         return bool(getattr(self.inner, "fires_callbacks", False))
 
-    def search(
-        self,
-        query: str,
-        k: int = 5,
-        *,
-        mode: RetrievalMode | None = None,
-        exclude: Collection[str] = (),
-    ) -> list[Evidence]:
+    def search(self, query: str, k: int = 5, **options: Any) -> list[Evidence]:
+        """The inner search (``mode``, ``exclude``) within the run's filter."""
         inner = self.inner
         if isinstance(inner, LangChainRetrieverAdapter):
             if self.explicit_mode:
@@ -315,22 +287,16 @@ class RunRetriever:
                     f"retrieval_mode={self.explicit_mode!r} is ignored: the LangChain retriever "
                     f"{type(inner.retriever).__name__} decides how it searches",
                 )
-            return inner.search(
-                query, k, mode=mode, exclude=exclude, filter=self.filter or None, run=self.run
-            )
+            return inner.search(query, k, **options, filter=self.filter or None, run=self.run)
         if not self.filter:
-            return inner.search(query, k, mode=mode, exclude=exclude)
+            return inner.search(query, k, **options)
         if getattr(inner, "takes_filter", False):
             filtering: Any = inner
-            found: list[Evidence] = filtering.search(
-                query, k, mode=mode, exclude=exclude, filter=self.filter
-            )
+            found: list[Evidence] = filtering.search(query, k, **options, filter=self.filter)
             return found
-        hits = inner.search(query, 4 * k + len(exclude), mode=mode, exclude=exclude)
+        deeper = 4 * k + len(options.get("exclude", ()))
+        hits = inner.search(query, deeper, **options)
         return [h for h in hits if matches(h.get("metadata"), self.filter)][:k]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 def unwrap(retriever: Retriever) -> Retriever:

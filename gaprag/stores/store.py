@@ -89,6 +89,8 @@ def plan_update(
     new: Sequence[Document],
     cleanup: Cleanup = "none",
     sources: Collection[str] | None = None,
+    keep: Collection[str] = (),
+    touched: set[str] | None = None,
 ) -> tuple[list[Document], IndexingResult]:
     """The passages after indexing ``new`` into ``old``, and what changed.
 
@@ -96,37 +98,46 @@ def plan_update(
     differs (updated) and left alone otherwise (skipped). ``cleanup="incremental"`` also
     removes the old passages of every source in ``sources`` (default: the sources of ``new``)
     that ``new`` no longer has; ``"full"`` removes every old passage ``new`` does not have.
+    The passages of the sources in ``keep`` (files that could not be read this time) are never
+    removed, whatever the clean-up. ``touched`` collects the sources of the passages added,
+    updated or removed.
     """
     if cleanup not in CLEANUPS:
         raise StoreError(f"unknown clean-up {cleanup!r}", hint=f"use one of {', '.join(CLEANUPS)}")
     incoming = {d["id"]: d for d in new}
-    if cleanup == "full":
-        drop = {d["id"] for d in old if d["id"] not in incoming}
-    elif cleanup == "incremental":
+    kept = set(keep)
+    if cleanup == "none":
+        drop: set[str] = set()
+    else:
         seen = set(sources) if sources is not None else {source_of(d) for d in new}
         seen.discard(None)
-        drop = {d["id"] for d in old if source_of(d) in seen and d["id"] not in incoming}
-    else:
-        drop = set()
+        drop = {
+            d["id"] for d in old
+            if d["id"] not in incoming and source_of(d) not in kept
+            and (cleanup == "full" or source_of(d) in seen)
+        }  # fmt: skip
+    changed = touched if touched is not None else set()
     result = IndexingResult(num_added=0, num_updated=0, num_deleted=len(drop), num_skipped=0)
     merged: list[Document] = []
     known: set[str] = set()
     for doc in old:
         known.add(doc["id"])
-        if doc["id"] in drop:
-            continue
         fresh = incoming.get(doc["id"])
-        if fresh is None:
+        if doc["id"] in drop:
+            changed.add(str(source_of(doc)))
+        elif fresh is None:
             merged.append(doc)
         elif content_hash(fresh) == content_hash(doc):
             result["num_skipped"] += 1
             merged.append(doc)
         else:
             result["num_updated"] += 1
+            changed.update({str(source_of(doc)), str(source_of(fresh))})
             merged.append(fresh)
     for doc in new:
         if doc["id"] not in known:
             result["num_added"] += 1
+            changed.add(str(source_of(doc)))
             merged.append(doc)
     return merged, result
 
@@ -178,10 +189,13 @@ class Store:
     _dense: DenseIndex | None = None
     _client: Any = None
     _row: dict[str, int] = field(default_factory=dict)
+    _keys: frozenset[str] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _lease: versions.Lease | None = None
     #: what the update that made this version did (``Store.index``, ``add``, ``delete``)
     update: IndexingResult | None = None
+    #: the sources whose passages that update added, updated or removed
+    touched: frozenset[str] = frozenset()
 
     # -- building and updating -----------------------------------------------------------
     @classmethod
@@ -223,6 +237,7 @@ class Store:
         *,
         cleanup: Cleanup = "incremental",
         sources: Collection[str] | None = None,
+        keep: Collection[str] = (),
         roots: Mapping[str, str | Path] | None = None,
         bm25_engine: Engine | None = None,
         bm25: BM25Settings | None = None,
@@ -232,8 +247,8 @@ class Store:
         batch_size: int = 64,
     ) -> Store:
         """Index ``docs`` into the store at ``root`` (``gaprag index``): build it when there is
-        none, else update it as :meth:`add` does. The result is in the returned store's
-        ``update``. ``roots`` (source -> the folder it was read from) is kept in the store's
+        none, else update it as :meth:`add` does (``keep``: sources whose passages stay, as
+        there). The result is in the returned store's ``update`` and ``touched``. ``roots`` (source -> the folder it was read from) is kept in the store's
         record, so a later run can tell another file with the same relative path from the same
         file (:func:`gaprag.stores.loaders.keep_apart`)."""
         passages = _passages(docs)
@@ -254,10 +269,11 @@ class Store:
                 store.update = IndexingResult(
                     num_added=len(passages), num_updated=0, num_deleted=0, num_skipped=0
                 )
+                store.touched = frozenset(str(source_of(d)) for d in passages)
             else:
                 base = cls.open(root, embedder=embedder)
                 base._check_settings(bm25, bm25_engine, chroma_url, embedder)
-                store = base._apply(passages, cleanup, sources, progress, batch_size)
+                store = base._apply(passages, (cleanup, sources, keep), progress, batch_size)
                 if store is not base:
                     base.close()
             if roots:
@@ -272,6 +288,7 @@ class Store:
         *,
         cleanup: Cleanup = "none",
         sources: Collection[str] | None = None,
+        keep: Collection[str] = (),
         progress: bool = True,
         batch_size: int = 64,
     ) -> Store:
@@ -281,13 +298,15 @@ class Store:
         An id already in the store is replaced when its content changed; only new or changed
         texts are embedded. ``cleanup`` as in ``langchain_core.indexing.index``: ``"none"``
         removes nothing, ``"incremental"`` removes the passages of the indexed sources (default:
-        the sources of ``docs``) that ``docs`` no longer has, ``"full"`` keeps only ``docs``.
-        The counts are in the returned store's ``update``.
+        the sources of ``docs``) that ``docs`` no longer has, ``"full"`` keeps only ``docs``;
+        the passages of the sources in ``keep`` (files that could not be read this time) stay
+        whatever the clean-up. The counts are in the returned store's ``update``, the sources
+        changed in its ``touched``.
         """
         passages = _passages(docs)
         with versions.writing(self.root):
             base = self._latest()
-            store = base._apply(passages, cleanup, sources, progress, batch_size)
+            store = base._apply(passages, (cleanup, sources, keep), progress, batch_size)
             if base is not self and store is not base:
                 base.close()
             versions.prune(self.root, keep=store.version_dir.name)
@@ -364,21 +383,26 @@ class Store:
     def _apply(
         self,
         passages: list[Document],
-        cleanup: Cleanup,
-        sources: Collection[str] | None,
+        how: tuple[Cleanup, Collection[str] | None, Collection[str]],
         progress: bool,
         batch_size: int,
     ) -> Store:
-        merged, result = plan_update(self.docs, passages, cleanup, sources)
+        """``passages`` indexed into this version; ``how``: clean-up, sources and sources
+        kept, as :func:`plan_update` takes them."""
+        cleanup, sources, keep = how
+        touched: set[str] = set()
+        merged, result = plan_update(self.docs, passages, cleanup, sources, keep, touched)
         if not (result["num_added"] or result["num_updated"] or result["num_deleted"]):
-            self.update = result
+            self.update, self.touched = result, frozenset()
             return self  # nothing changed: no new version
         if not merged:
             raise StoreError(
                 "this update would leave the store empty",
                 hint="nothing was changed; build a new store instead",
             )
-        return self._rewrite(merged, result, progress=progress, batch_size=batch_size)
+        store = self._rewrite(merged, result, progress=progress, batch_size=batch_size)
+        store.touched = frozenset(touched)
+        return store
 
     def _rewrite(
         self, docs: list[Document], result: IndexingResult, *, progress: bool, batch_size: int
@@ -430,69 +454,11 @@ class Store:
                     fh.write(json.dumps(d, ensure_ascii=False, default=str) + "\n")
             (tmp / versions.READERS).touch()
             t0 = time.perf_counter()
-            sparse = BM25Index.build([f"{d['title']} {d['text']}" for d in docs], bm25)
-            sparse.save(tmp / "bm25")
-            bm25_s = time.perf_counter() - t0
-            texts = [passage_text(d) for d in docs]
-            ids = [d["id"] for d in docs]
-            copy = reuse is not None and not chroma_url  # an embedded collection: copied, edited
-            if reuse is not None and copy:
-                before = {d["id"]: content_hash(d) for d in reuse.docs}
-                kept = {d["id"] for d in docs if before.get(d["id"]) == content_hash(d)}
-                stale = [i for i in before if i not in kept]
-                write = [n for n, i in enumerate(ids) if i not in kept]
-            else:
-                stale, write = [], list(range(len(docs)))
-            known: dict[str, Vectors] = {}
-            if reuse is not None:  # a text embedded before keeps its vector
-                wanted = {texts[n] for n in write}
-                same = [d["id"] for d in reuse.docs if passage_text(d) in wanted]
-                stored = reuse.vectors(same)
-                known = {passage_text(d): stored[d["id"]] for d in reuse.docs if d["id"] in stored}
-            todo = [n for n in write if texts[n] not in known]
-            if progress and not quiet():
-                what = (
-                    f"{len(todo)} new or changed of {len(docs)} passages"
-                    if reuse is not None
-                    else f"{len(docs)} passages"
-                )
-                print(
-                    f"gaprag: indexing {what} (BM25 + {embedder.name} vectors)...",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            t0 = time.perf_counter()
-            fresh = dict(
-                zip(
-                    todo,
-                    embedder.embed([texts[n] for n in todo], batch_size=batch_size,
-                                   progress=progress) if todo else [],
-                    strict=True,
-                )
-            )  # fmt: skip
-            embed_s = time.perf_counter() - t0
-            vectors = np.asarray(
-                [fresh[n] if n in fresh else known[texts[n]] for n in write], dtype=np.float32
-            )
-            t0 = time.perf_counter()
-            metadatas = [chroma_metadata(d.get("metadata")) for d in docs]
-            if reuse is not None and copy:
-                collection = reuse.manifest["chroma"]["collection"]
-                shutil.copytree(reuse.version_dir / "chroma", tmp / "chroma")
-                client = make_client(tmp / "chroma")
-                DenseIndex.open(client, collection).edit(
-                    stale, [ids[n] for n in write], vectors, [metadatas[n] for n in write]
-                )
-            else:
-                collection = f"gaprag-{version.removeprefix('v-')}"
-                client = (
-                    make_client(None, chroma_url) if chroma_url else make_client(tmp / "chroma")
-                )
-                DenseIndex.create(client, collection, ids, vectors, metadatas)
-            chroma_s = time.perf_counter() - t0
-            dim = (
-                int(vectors.shape[1]) if len(write) else int(reuse.manifest["dim"] if reuse else 0)
-            )
+            BM25Index.build([f"{d['title']} {d['text']}" for d in docs], bm25).save(tmp / "bm25")
+            timings = {"bm25": round(time.perf_counter() - t0, 3)}
+            dense = _DenseWrite(docs, embedder, reuse, copy=reuse is not None and not chroma_url)
+            dense.embed(progress, batch_size, timings)
+            collection = dense.save(tmp, version, chroma_url, timings)
             manifest: dict[str, Any] = {
                 "format": FORMAT_VERSION,
                 "count": len(docs),
@@ -501,20 +467,15 @@ class Store:
                 "bm25": bm25.as_dict(),
                 "embedder": embedder.name,
                 "embedder_spec": spec_of(embedder),
-                "dim": dim,
+                "dim": dense.dim(),
                 "chroma": {"url": chroma_url, "collection": collection},
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "embedded": len(todo),
-                "timings_s": {
-                    "bm25": round(bm25_s, 3),
-                    "embed": round(embed_s, 3),
-                    "chroma_add": round(chroma_s, 3),
-                },
+                "embedded": len(dense.todo),
+                "timings_s": timings,
             }
             if result is not None:
                 manifest["update"] = dict(result)
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
-            del client
             final = root / version
             os.replace(tmp, final)
         except BaseException:
@@ -615,6 +576,16 @@ class Store:
                 self._dense = DenseIndex.open(self._client, chroma["collection"])
             return self._dense
 
+    def metadata_keys(self) -> frozenset[str]:
+        """Every metadata key a passage of this store carries."""
+        if self._keys is None:
+            self._keys = frozenset(k for d in self.docs for k in d.get("metadata", {}))
+        return self._keys
+
+    def count_matching(self, where: Mapping[str, Any]) -> int:
+        """How many passages a metadata filter keeps (:func:`gaprag.stores.filters.matches`)."""
+        return sum(1 for d in self.docs if matches(d.get("metadata"), where))
+
     def embed_query(self, query: str) -> Vectors:
         return self.embedder.embed([query])
 
@@ -685,3 +656,81 @@ class Store:
         texts = [passage_text(d) for i in doc_ids if (d := self.get(i)) is not None]
         vecs = self.embedder.embed([query, *texts])
         return np.asarray(vecs[1:] @ vecs[0])
+
+
+class _DenseWrite:
+    """The dense side of a new version: which passages get a vector written (all, or with
+    ``copy`` the previous version's collection edited: only new and changed ones), which
+    texts are embedded (those no passage of the previous version had), and the collection."""
+
+    def __init__(
+        self, docs: Sequence[Document], embedder: Embedder, reuse: Store | None, *, copy: bool
+    ) -> None:
+        self.docs, self.embedder, self.reuse, self.copy = docs, embedder, reuse, copy
+        self.texts = [passage_text(d) for d in docs]
+        self.ids = [d["id"] for d in docs]
+        self.stale: list[str] = []
+        self.write = list(range(len(docs)))
+        if reuse is not None and copy:
+            before = {d["id"]: content_hash(d) for d in reuse.docs}
+            kept = {d["id"] for d in docs if before.get(d["id"]) == content_hash(d)}
+            self.stale = [i for i in before if i not in kept]
+            self.write = [n for n, i in enumerate(self.ids) if i not in kept]
+        self.known: dict[str, Vectors] = {}
+        if reuse is not None:  # a text embedded before keeps its vector
+            wanted = {self.texts[n] for n in self.write}
+            stored = reuse.vectors([d["id"] for d in reuse.docs if passage_text(d) in wanted])
+            self.known = {passage_text(d): stored[d["id"]] for d in reuse.docs if d["id"] in stored}
+        self.todo = [n for n in self.write if self.texts[n] not in self.known]
+        self.vectors = np.zeros((0, 0), dtype=np.float32)
+
+    def embed(self, progress: bool, batch_size: int, timings: dict[str, float]) -> None:
+        if progress and not quiet():
+            what = (
+                f"{len(self.todo)} new or changed of {len(self.docs)} passages"
+                if self.reuse is not None
+                else f"{len(self.docs)} passages"
+            )
+            print(
+                f"gaprag: indexing {what} (BM25 + {self.embedder.name} vectors)...",
+                file=sys.stderr,
+                flush=True,
+            )
+        t0 = time.perf_counter()
+        texts = [self.texts[n] for n in self.todo]
+        made: Any = (
+            self.embedder.embed(texts, batch_size=batch_size, progress=progress) if texts else []
+        )
+        fresh = dict(zip(self.todo, made, strict=True))
+        timings["embed"] = round(time.perf_counter() - t0, 3)
+        self.vectors = np.asarray(
+            [fresh[n] if n in fresh else self.known[self.texts[n]] for n in self.write],
+            dtype=np.float32,
+        )
+
+    def save(
+        self, tmp: Path, version: str, chroma_url: str | None, timings: dict[str, float]
+    ) -> str:
+        """Write the vectors to Chroma; the collection's name."""
+        t0 = time.perf_counter()
+        metadatas = [chroma_metadata(d.get("metadata")) for d in self.docs]
+        if self.reuse is not None and self.copy:
+            collection = str(self.reuse.manifest["chroma"]["collection"])
+            shutil.copytree(self.reuse.version_dir / "chroma", tmp / "chroma")
+            DenseIndex.open(make_client(tmp / "chroma"), collection).edit(
+                self.stale,
+                [self.ids[n] for n in self.write],
+                self.vectors,
+                [metadatas[n] for n in self.write],
+            )
+        else:
+            collection = f"gaprag-{version.removeprefix('v-')}"
+            client = make_client(None, chroma_url) if chroma_url else make_client(tmp / "chroma")
+            DenseIndex.create(client, collection, self.ids, self.vectors, metadatas)
+        timings["chroma_add"] = round(time.perf_counter() - t0, 3)
+        return collection
+
+    def dim(self) -> int:
+        if self.write:
+            return int(self.vectors.shape[1])
+        return int(self.reuse.manifest["dim"]) if self.reuse is not None else 0

@@ -140,7 +140,7 @@ def test_pdf_title_comes_from_the_pdf(tmp_path: Path, write_pdf: Callable[..., P
 
 def test_html_keeps_visible_text_and_the_page_title(wiki: Path) -> None:
     (doc,) = HTMLLoader(wiki / "hr" / "contacts.html", "hr/contacts.html").load()
-    assert doc.metadata == {"source": "hr/contacts.html", "title": "HR contacts"}
+    assert doc.metadata == {"source": "hr/contacts.html", "title": "Contacts"}
     assert "Ask Dana Reyes about payroll." in doc.page_content
     assert "var x" not in doc.page_content and "color" not in doc.page_content
 
@@ -185,10 +185,10 @@ def test_index_a_folder_of_four_types_and_report_skips(
     wiki: Path, tmp_path: Path, hashing_cli: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["index", str(wiki), "--store", str(tmp_path / "s"), "--quiet"]) == 0
-    err = capsys.readouterr().err
-    assert "skipped 2 file(s):" in err
-    assert "scan.pdf (no text layer" in err and "logo.png (unknown type .png)" in err
-    assert ".git" not in err  # hidden folders are not walked
+    out = capsys.readouterr().out
+    assert "scan.pdf: no text layer (a scanned PDF?) (hint: run OCR first" in out
+    assert "logo.png: unknown type .png (hint: gaprag reads" in out
+    assert ".git" not in out  # hidden folders are not walked
     store = Store.open(tmp_path / "s")
     sources = {d["metadata"]["source"] for d in store.docs}
     assert sources == {"handbook.md", "policy.pdf", "hr/contacts.html", "offices.csv"}
@@ -450,3 +450,134 @@ def test_cli_cleanup_full_drops_deleted_files_and_delete_needs_no_paths(
     assert Store.open(store).get("offices.csv#0") is None
     assert main(["index", str(wiki), "--store", store, "--delete", "handbook.md#0"]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+# -- every file reported, nothing let in silently, nothing lost --------------------------------
+def _lines(out: str) -> dict[str, str]:
+    """The report's lines by file name: ``{"empty.txt": "skipped   .../empty.txt: empty ..."}``."""
+    found = {}
+    for line in out.splitlines():
+        parts = line.removeprefix("gaprag: ").split(None, 1)
+        if len(parts) == 2 and parts[0] in ("indexed", "unchanged", "skipped"):
+            name = parts[1].split(":", 1)[0].rsplit("/", 1)[-1]
+            found[name] = line
+    return found
+
+
+def test_every_file_gets_one_report_line(
+    wiki: Path, tmp_path: Path, hashing_cli: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (wiki / "empty.txt").write_text("")
+    (wiki / "blank.md").write_text("  \n\n")
+    (wiki / "latin.txt").write_bytes(
+        "Le garçon a mangé une crème brûlée très sucrée.".encode("latin-1")
+    )
+    store = str(wiki / "store")  # a store inside the folder it indexes
+    assert main(["index", str(wiki), "--store", store]) == 0
+    assert main(["index", str(wiki), "--store", store]) == 0
+    out = capsys.readouterr().out.split("is up to date")[0].split("passages, ")[-1]
+    lines = _lines(out)
+    files = {"handbook.md", "policy.pdf", "scan.pdf", "contacts.html", "offices.csv",
+             "logo.png", "empty.txt", "blank.md", "latin.txt", "store"}  # fmt: skip
+    assert set(lines) == files
+    assert "skipped" in lines["empty.txt"] and "empty (hint:" in lines["empty.txt"]
+    assert "skipped" in lines["blank.md"]
+    assert "unchanged" in lines["latin.txt"] and "(read as cp1252)" in lines["latin.txt"]
+    assert "a gaprag store: never indexed" in lines["store"]
+    assert "unchanged" in lines["handbook.md"] and "3 passage(s)" in lines["handbook.md"]
+    texts = [d["text"] for d in Store.open(store).docs]
+    assert any("crème brûlée" in t for t in texts)
+    assert not any(
+        "manifest" in (d.get("metadata") or {}).get("source", "") for d in Store.open(store).docs
+    )
+
+
+def test_a_link_leading_outside_is_reported_not_followed(
+    wiki: Path, tmp_path: Path, hashing_cli: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outside = tmp_path / "private"
+    outside.mkdir()
+    (outside / "vault.txt").write_text("The vault code is 4417.")
+    (wiki / "vault.txt").symlink_to(outside / "vault.txt")
+    (wiki / "linked").symlink_to(outside, target_is_directory=True)
+    (wiki / "alias.md").symlink_to(wiki / "handbook.md")  # inside: the same file, once
+    store = str(tmp_path / "s")
+    assert main(["index", str(wiki), "--store", store]) == 0
+    lines = _lines(capsys.readouterr().out)
+    assert "symbolic link to a file outside" in lines["vault.txt"]
+    assert "--follow-symlinks" in lines["vault.txt"]
+    assert "symbolic link to a folder outside" in lines["linked"]
+    assert not any("4417" in d["text"] for d in Store.open(store).docs)
+    assert main(["index", str(wiki), "--store", store, "--follow-symlinks"]) == 0
+    assert any("4417" in d["text"] for d in Store.open(store).docs)
+
+
+def test_a_file_that_cannot_be_read_keeps_its_passages_under_every_cleanup(
+    wiki: Path, tmp_path: Path, hashing_cli: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(tmp_path / "s")
+    assert main(["index", str(wiki), "--store", store, "--quiet"]) == 0
+    before = {d["id"] for d in Store.open(store).docs if d["id"].startswith("policy.pdf")}
+    assert before
+    (wiki / "policy.pdf").write_bytes(b"%PDF-1.4\n garbage")  # there, but unreadable now
+    for cleanup in ("full", "incremental", "none"):
+        capsys.readouterr()
+        assert main(["index", str(wiki), "--store", store, "--cleanup", cleanup]) == 0
+        line = _lines(capsys.readouterr().out)["policy.pdf"]
+        assert "skipped" in line and f"its {len(before)} passage(s) in the store are kept" in line
+        assert before <= {d["id"] for d in Store.open(store).docs}
+    (wiki / "policy.pdf").unlink()  # gone: full clean-up removes it
+    assert main(["index", str(wiki), "--store", store, "--cleanup", "full"]) == 0
+    assert not before & {d["id"] for d in Store.open(store).docs}
+
+
+def test_an_unreadable_file_is_reported_with_a_hint(
+    wiki: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gaprag.stores.loaders import MarkdownLoader as Loader
+
+    def refuse(self: Loader) -> str:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Loader, "read_text", refuse)
+    corpus = load_corpus([wiki])
+    (report,) = [f for f in corpus.files if f.source == "handbook.md"]
+    assert report.failed and report.why().startswith("unreadable: Permission denied (hint: check")
+    assert corpus.failed == ["handbook.md"]
+
+
+def test_an_encrypted_docx_is_skipped_as_encrypted(tmp_path: Path) -> None:
+    (tmp_path / "locked.docx").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 600)
+    (report,) = load_corpus([tmp_path]).files
+    assert report.failed and report.reason.startswith("encrypted")
+
+
+def test_docx_title_comes_from_its_core_properties(tmp_path: Path) -> None:
+    from tests.docset import docx_bytes
+
+    (tmp_path / "h.docx").write_bytes(docx_bytes(["Call +1 555 0100."], title="On-call handbook"))
+    (doc,) = DocxLoader(tmp_path / "h.docx").load()
+    assert doc.metadata["title"] == "On-call handbook"
+
+
+def test_large_text_file_is_read_in_blocks_and_warned_about(
+    tmp_path: Path,
+    hashing_cli: None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gaprag.stores.loaders import corpus as corpus_module
+    from gaprag.stores.loaders import text as text_module
+
+    monkeypatch.setattr(text_module, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(corpus_module, "LARGE_BYTES", 50_000)
+    paragraph = "Gdańsk ferry timetable number {n} leaves pier seven at noon.\n\n"
+    (tmp_path / "big.txt").write_text("".join(paragraph.format(n=n) for n in range(1200)))
+    blocks = list(text_module.TextLoader(tmp_path / "big.txt").blocks())
+    assert len(blocks) > 10 and all(len(b.encode()) <= 2 * 4096 for b in blocks)
+    assert "".join(blocks) == (tmp_path / "big.txt").read_text().rstrip()
+    assert main(["index", str(tmp_path / "big.txt"), "--store", str(tmp_path / "s")]) == 0
+    err = capsys.readouterr().err
+    assert "big.txt is large" in err and "passages; embedding them with MiniLM takes about" in err
+    texts = " ".join(d["text"] for d in Store.open(tmp_path / "s").docs)
+    assert all(f"number {n} leaves" in texts for n in (0, 599, 1199))

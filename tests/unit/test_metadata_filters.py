@@ -10,7 +10,7 @@ import pytest
 
 from gaprag import build_graph
 from gaprag.errors import InputError
-from gaprag.graphs import ITERATIVE
+from gaprag.graphs import ITERATIVE, METHODS
 from gaprag.llm.client import LLM
 from gaprag.stores import HashingEmbedder, Store, load_documents
 from gaprag.stores.documents import Document, load_jsonl
@@ -311,3 +311,54 @@ def test_studios_form_shows_the_filter_and_its_build_time_value() -> None:
     assert plain is not None and plain["properties"]["filter"]["default"] == {}
     schema = built.get_context_jsonschema()
     assert schema is not None and schema["properties"]["filter"]["default"] == {"department": "hr"}
+
+
+# -- a filter that keeps nothing ---------------------------------------------------------------
+@pytest.mark.parametrize("method", sorted(METHODS))
+@pytest.mark.parametrize("where", [{"department": "legal"}, {"page": ""}])
+def test_a_filter_matching_no_passage_stops_without_a_model_call(
+    store: Store, method: str, where: dict[str, Any]
+) -> None:
+    model = ScriptedChatModel(default="25 days")
+    graph = build_graph(method, llm=LLM(model, supports_logprobs=False), retriever=store)
+    out = graph.invoke({"question": "How many days of leave?"}, context={"filter": where})
+    assert out["stop_reason"] == "no_matching_passages"
+    assert out["usage"]["llm_calls"] == 0 and not out.get("evidence")
+    assert not out.get("answer")
+
+
+def test_an_unknown_filter_key_is_refused_with_the_stores_keys(store: Store) -> None:
+    graph = build_graph("iterkey", llm=scripted(default="x"), retriever=store)
+    with pytest.raises(InputError, match=r"metadata key\(s\) color") as err:
+        graph.invoke({"question": "q?"}, context={"filter": {"color": "teal"}})
+    assert err.value.hint == "filter on the keys the store has: department, page, source"
+
+
+def test_a_served_caller_gets_no_match_without_the_stores_keys(store: Store) -> None:
+    from gaprag.operator import OperatorPolicy
+
+    graph = build_graph(
+        "standard_rag", llm=scripted(default="x"), retriever=store,
+        policy=OperatorPolicy(hide_paths=True),
+    )  # fmt: skip
+    out = graph.invoke({"question": "q?"}, context={"filter": {"color": "teal"}})
+    assert out["stop_reason"] == "no_matching_passages" and out["usage"]["llm_calls"] == 0
+
+
+def test_csv_columns_are_filterable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gaprag.cli import main
+    from gaprag.stores import store as store_module
+
+    monkeypatch.setattr(store_module, "default_embedder", lambda: HashingEmbedder())
+    (tmp_path / "staff.csv").write_text(
+        "name,department,floor\nAnna,Legal,3\nBen,Finance,4\nCleo,Legal,5\n"
+    )
+    assert main(["index", str(tmp_path / "staff.csv"), "--store", str(tmp_path / "s")]) == 0
+    st = Store.open(tmp_path / "s", embedder=HashingEmbedder())
+    hits = st.search("name department", 5, mode="bm25", filter={"department": "Legal"})
+    assert sorted(h["metadata"]["name"] for h in hits) == ["Anna", "Cleo"]
+    assert [h["metadata"]["name"] for h in st.search("name floor", 5, filter={"floor": 4})] == [
+        "Ben"
+    ]

@@ -226,27 +226,32 @@ def test_line_limit_is_configurable(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert len(list(read_jsonl(corpus))) == 2
 
 
-def test_binary_and_non_utf8_files_in_a_folder_are_skipped_and_reported(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_binary_files_are_skipped_and_other_encodings_read_and_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from gaprag.stores import HashingEmbedder
+    from gaprag.stores import store as store_module
+
+    monkeypatch.setattr(store_module, "default_embedder", lambda: HashingEmbedder())
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "good.txt").write_text("Paris is the capital of France. " * 5)
-    (folder / "latin1.txt").write_bytes("Café crème à Paris".encode("latin-1"))
+    (folder / "latin1.txt").write_bytes("Le café crème coûte deux euros à Paris.".encode("latin-1"))
     (folder / "image.md").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00binary")
     (folder / "other.bin").write_bytes(os.urandom(64))
     skipped: list[str] = []
     docs = load_documents([folder], skipped=skipped)
-    assert {d["title"] for d in docs} == {"good"}
+    assert {d["title"] for d in docs} == {"good", "latin1"}
+    assert "Le café crème coûte deux euros à Paris." in {d["text"] for d in docs}
     assert sorted(Path(s).name for s in skipped) == [
-        "image.md (binary or not UTF-8)",
-        "latin1.txt (binary or not UTF-8)",
+        "image.md (binary, not text)",
         "other.bin (unknown type .bin)",
     ]
-    # the CLI reports it, and the store holds the readable file
+    # the CLI reports each file, and the store holds the readable ones
     assert main(["index", str(folder), "--store", str(tmp_path / "s"), "--bm25", "bm25s"]) == 0
-    err = capsys.readouterr().err
-    assert "skipped 3 file(s)" in err and "latin1.txt" in err and "image.md" in err
+    out = capsys.readouterr().out
+    assert "latin1.txt: 1 passage(s) (read as cp1252)" in out
+    assert "image.md: binary, not text (hint:" in out and "other.bin: unknown type .bin" in out
 
 
 def test_cli_refuses_a_100kb_question(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,7 +11,9 @@ the word budget the methods' prompts expect; a passage's id is ``source#n``, num
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import functools
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from gaprag.errors import InputError
 from gaprag.stores.documents import Document, from_langchain
-from gaprag.stores.loaders.base import FileLoader, SkipFile
+from gaprag.stores.loaders.base import FileLoader, SkipFile, empty_file
 from gaprag.stores.loaders.docx import DocxLoader
 from gaprag.stores.loaders.html import HTMLLoader
 from gaprag.stores.loaders.jsonl import JSONLLoader
@@ -28,6 +30,7 @@ from gaprag.stores.loaders.markdown import MarkdownLoader
 from gaprag.stores.loaders.pdf import PDFLoader
 from gaprag.stores.loaders.table import CSVLoader
 from gaprag.stores.loaders.text import TextLoader
+from gaprag.stores.versions import RECORD
 
 #: suffix -> the loader that reads it
 LOADERS: dict[str, type[FileLoader]] = {
@@ -64,7 +67,7 @@ def split_documents(
     docs: Iterable[LCDocument], chunk_size: int = CHUNK_WORDS, overlap: int = OVERLAP_WORDS
 ) -> list[LCDocument]:
     """``docs`` (any loader's) cut into passages, each with its id ``source#n``."""
-    cut = splitter(chunk_size, overlap).split_documents(docs)
+    cut = _splitter(chunk_size, overlap).split_documents(docs)
     numbers: dict[str, int] = {}
     for doc in cut:
         source = str(doc.metadata.get("source", ""))
@@ -75,68 +78,237 @@ def split_documents(
     return cut
 
 
+#: a file this large gets a warning with its passages and estimated embedding time
+LARGE_BYTES = 20 << 20
+
+
+@functools.lru_cache(maxsize=8)
+def _splitter(chunk_size: int, overlap: int) -> RecursiveCharacterTextSplitter:
+    return splitter(chunk_size, overlap)
+
+
+@dataclass
+class FileReport:
+    """What became of one file: read (``passages``, perhaps none) or skipped (``reason``,
+    ``hint``). ``failed``: the file is there but could not be read this time, so a store keeps
+    the passages it holds of it."""
+
+    path: Path
+    source: str = ""
+    passages: int = 0
+    reason: str = ""
+    hint: str = ""
+    failed: bool = False
+    notes: list[str] = field(default_factory=list)
+    size: int = 0
+
+    @property
+    def skipped(self) -> bool:
+        return bool(self.reason)
+
+    def why(self) -> str:
+        """``reason (hint: ...)``, and what was noticed reading it (``read as cp1252``)."""
+        hint = f" (hint: {self.hint})" if self.hint else ""
+        notes = f" ({'; '.join(self.notes)})" if self.notes else ""
+        return f"{self.reason}{hint}{notes}"
+
+
 @dataclass
 class Corpus:
-    """What :func:`load_corpus` read: the passages, and what it left out and why."""
+    """What :func:`load_corpus` read: the passages, and a report line for every file."""
 
     documents: list[Document] = field(default_factory=list)
     #: every source read (a file that is now empty included), by the folder it was read from
     sources: dict[str, Path] = field(default_factory=dict)
-    #: ``"file (reason)"`` for each file not indexed
-    skipped: list[str] = field(default_factory=list)
+    #: one per file found (and per link or store folder left out), in order
+    files: list[FileReport] = field(default_factory=list)
     #: repeated ids (first kept) and relative paths found under two folders
     duplicates: list[str] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> list[str]:
+        """``"file (reason)"`` for each file not indexed."""
+        return [f"{f.path} ({f.reason})" for f in self.files if f.skipped]
+
+    @property
+    def failed(self) -> list[str]:
+        """The sources of the files that are there but could not be read this time: a store
+        keeps their passages, whatever its clean-up."""
+        return [f.source for f in self.files if f.failed and f.source]
+
+    @property
+    def large(self) -> list[FileReport]:
+        """The files read of at least :data:`LARGE_BYTES`."""
+        return [f for f in self.files if f.size >= LARGE_BYTES and not f.skipped]
 
 
 def supported() -> str:
     return ", ".join(sorted(LOADERS))
 
 
-def _files(paths: Sequence[str | Path], corpus: Corpus) -> list[tuple[Path, Path, str]]:
-    """(root, file, path relative to root) for every file to read, in order."""
-    found: list[tuple[Path, Path, str]] = []
+def is_store(folder: Path) -> bool:
+    """Whether ``folder`` is a gaprag store (its own files are never indexed): it has the
+    store's record, or a ``CURRENT`` naming a version with a manifest (an older store)."""
+    if (folder / RECORD).is_file():
+        return True
+    try:
+        version = (folder / "CURRENT").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return bool(version) and "/" not in version and (folder / version / "manifest.json").is_file()
+
+
+@dataclass
+class _Walk:
+    """The folders being indexed, and what a walk may enter."""
+
+    roots: list[Path]
+    exclude: list[Path]
+    follow: bool
+    corpus: Corpus
+
+    def inside(self, target: Path) -> bool:
+        return any(target.is_relative_to(r) for r in self.roots)
+
+    def left_out(self, path: Path, reason: str, hint: str = "") -> None:
+        self.corpus.files.append(FileReport(path, reason=reason, hint=hint))
+
+    def enter(self, folder: Path, seen: set[Path]) -> bool:
+        """Whether to walk into ``folder`` (reporting a store or a link left out)."""
+        real = folder.resolve()
+        if real in self.exclude or is_store(folder):
+            self.left_out(folder, "a gaprag store: never indexed")
+            return False
+        if folder.is_symlink() and not (self.follow or self.inside(real)):
+            self.left_out(folder, "symbolic link to a folder outside the indexed folders",
+                          "give --follow-symlinks to index what it points to")  # fmt: skip
+            return False
+        if (folder.is_symlink() and not self.follow) or real in seen:
+            return False  # inside: walked by its own path; or a loop
+        seen.add(real)
+        return True
+
+    def take(self, file: Path) -> bool:
+        """Whether ``file`` (in a folder being walked) is one to read."""
+        if file.is_symlink():
+            if not file.exists():
+                self.left_out(file, "broken symbolic link")
+                return False
+            if not (self.follow or self.inside(file.resolve())):
+                self.left_out(file, "symbolic link to a file outside the indexed folders",
+                              "give --follow-symlinks to index it")  # fmt: skip
+                return False
+        if not file.is_file():
+            return False
+        if file.suffix.lower() not in LOADERS:
+            self.left_out(file, f"unknown type {file.suffix or 'no suffix'}",
+                          f"gaprag reads {supported()}")  # fmt: skip
+            return False
+        return True
+
+    def files(self, root: Path) -> Iterator[Path]:
+        """The files to read under ``root``, in order (hidden files and folders left out)."""
+        seen = {root.resolve()}
+        for dirpath, dirnames, filenames in os.walk(root, followlinks=self.follow):
+            here = Path(dirpath)
+            dirnames[:] = [
+                d for d in sorted(dirnames) if not d.startswith(".") and self.enter(here / d, seen)
+            ]
+            for name in sorted(filenames):
+                if not name.startswith(".") and self.take(here / name):
+                    yield here / name
+
+
+def _files(
+    paths: Sequence[str | Path], corpus: Corpus, exclude: Sequence[str | Path], follow: bool
+) -> list[tuple[Path, Path, str, bool]]:
+    """(folder it was read from, resolved; file; path relative to it; named directly) for
+    every file to read, in order."""
+    folders = [Path(p) for p in paths if Path(p).is_dir()]
+    walk = _Walk([p.resolve() for p in folders], [Path(e).resolve() for e in exclude], follow,
+                 corpus)  # fmt: skip
+    found: list[tuple[Path, Path, str, bool]] = []
     seen: set[Path] = set()
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            for file in sorted(path.rglob("*")):
-                inside = file.relative_to(path)
-                if any(part.startswith(".") for part in inside.parts) or not file.is_file():
-                    continue
-                if file.suffix.lower() not in LOADERS:
-                    corpus.skipped.append(f"{file} (unknown type {file.suffix or 'no suffix'})")
-                    continue
-                if file.resolve() not in seen:
-                    seen.add(file.resolve())
-                    found.append((path, file, inside.as_posix()))
+            if not walk.enter(path, set()):
+                continue
+            files = [(f, f.relative_to(path).as_posix()) for f in walk.files(path)]
         elif path.is_file():
             if path.suffix.lower() not in LOADERS:
                 raise InputError(
                     f"{path}: unknown file type {path.suffix or '(no suffix)'}",
                     hint=f"gaprag index reads {supported()} files and folders of them",
                 )
-            if path.resolve() not in seen:
-                seen.add(path.resolve())
-                found.append((path.parent, path, path.name))
+            files = [(path, path.name)]
         else:
             raise InputError(
                 f"no such file or folder: {path}",
                 hint=f"give folders or files of these types: {supported()}",
             )
+        root = (path if path.is_dir() else path.parent).resolve()
+        for file, rel in files:
+            # a walked file's real path is its folder's and its own unless a link leads there
+            real = (
+                file.resolve() if follow or file.is_symlink() or not path.is_dir() else root / rel
+            )
+            if real not in seen:
+                seen.add(real)
+                found.append((root, file, rel, not path.is_dir()))
     # one relative path under two folders: both kept, each named with its folder
     roots: dict[str, set[Path]] = {}
-    for root, _, rel in found:
-        roots.setdefault(rel, set()).add(root.resolve())
-    out: list[tuple[Path, Path, str]] = []
-    for root, file, rel in found:
+    for root, _, rel, _ in found:
+        roots.setdefault(rel, set()).add(root)
+    out: list[tuple[Path, Path, str, bool]] = []
+    for root, file, rel, named in found:
         if len(roots[rel]) > 1:
-            named = f"{root.resolve().name}/{rel}"
+            renamed = f"{root.name}/{rel}"
             corpus.duplicates.append(
-                f"{rel} is in {len(roots[rel])} folders: {file} kept as {named}"
+                f"{rel} is in {len(roots[rel])} folders: {file} kept as {renamed}"
             )
-            rel = named
-        out.append((root, file, rel))
+            rel = renamed
+        out.append((root, file, rel, named))
     return out
+
+
+def _read(
+    file: Path,
+    rel: str,
+    report: FileReport,
+    corpus: Corpus,
+    explicit: bool,
+    chunks: tuple[int, int],
+) -> list[LCDocument] | None:
+    """``file``'s passages, or None when it was skipped (``report`` says why)."""
+    loader = LOADERS[file.suffix.lower()](file, rel)
+    chunk_size, overlap = chunks
+    try:
+        report.size = file.stat().st_size
+        if report.size == 0:
+            raise empty_file()
+        loaded = list(loader.lazy_load())
+    except SkipFile as why:
+        report.reason, report.hint, report.failed = why.reason, why.hint, why.failed
+        report.notes += loader.notes
+        return None
+    except InputError as err:
+        if explicit:
+            raise
+        report.reason, report.hint, report.failed = err.message, err.hint, True
+        return None
+    except OSError as exc:
+        report.reason = f"unreadable: {exc.strerror or exc}"
+        report.hint, report.failed = "check the file's permissions", True
+        return None
+    report.notes += loader.notes
+    if isinstance(loader, JSONLLoader):
+        corpus.duplicates.extend(f"{d} (repeated id: the first is kept)" for d in loader.duplicates)
+    else:
+        loaded = split_documents(loaded, chunk_size, overlap)
+    if not loaded:
+        report.reason, report.hint = "no text", "the file has no text to index"
+    return loaded
 
 
 def load_corpus(
@@ -145,41 +317,29 @@ def load_corpus(
     chunk_size: int = CHUNK_WORDS,
     overlap: int = OVERLAP_WORDS,
     explicit_errors: bool = True,
+    exclude: Sequence[str | Path] = (),
+    follow_symlinks: bool = False,
 ) -> Corpus:
     """Read, split and name every passage of ``paths`` (folders and files).
 
-    A file in a folder that cannot be read is listed in ``skipped`` with its reason; a file
-    named directly with an unknown type is an :class:`InputError`, and so is a malformed JSONL
-    named directly (``explicit_errors=False`` skips it too).
+    Every file found gets a :class:`FileReport` in ``files``: read, or skipped with its
+    reason and hint (empty, unreadable, encrypted, its encoding, a link leading outside the
+    folders named, which ``follow_symlinks`` follows). The folders in ``exclude`` (the store
+    being written) and every gaprag store are never read. A file named directly with an
+    unknown type is an :class:`InputError`, and so is a malformed JSONL named directly
+    (``explicit_errors=False`` skips it too).
     """
     corpus = Corpus()
     splitter(chunk_size, overlap)  # refuse bad settings before reading anything
-    explicit = {Path(p).resolve() for p in paths if Path(p).is_file()}
     merged: dict[str, Document] = {}
-    for root, file, rel in _files(paths, corpus):
-        loader = LOADERS[file.suffix.lower()](file, rel)
-        try:
-            loaded = list(loader.lazy_load())
-        except SkipFile as why:
-            corpus.skipped.append(f"{file} ({why})")
+    for root, file, rel, named in _files(paths, corpus, exclude, follow_symlinks):
+        report = FileReport(file, source=rel)
+        corpus.files.append(report)
+        loaded = _read(file, rel, report, corpus, explicit_errors and named, (chunk_size, overlap))
+        if report.failed:
             continue
-        except InputError as err:
-            if explicit_errors and file.resolve() in explicit:
-                raise
-            corpus.skipped.append(f"{file} ({err})")
-            continue
-        except OSError as exc:
-            raise InputError(
-                f"cannot read {file}: {exc.strerror}", hint="check the file's permissions"
-            ) from None
-        if isinstance(loader, JSONLLoader):
-            corpus.duplicates.extend(
-                f"{d} (repeated id: the first is kept)" for d in loader.duplicates
-            )
-        else:
-            loaded = split_documents(loaded, chunk_size, overlap)
-        corpus.sources[rel] = root.resolve()
-        for doc in loaded:
+        corpus.sources[rel] = root
+        for doc in loaded or []:
             passage = from_langchain(doc)
             if passage["id"] in merged:
                 corpus.duplicates.append(
@@ -187,6 +347,7 @@ def load_corpus(
                 )
                 continue
             merged[passage["id"]] = passage
+            report.passages += 1
     corpus.documents = list(merged.values())
     return corpus
 
