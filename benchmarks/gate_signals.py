@@ -243,16 +243,15 @@ def _run_rag(bench: Bench, example: Example, context: Mapping[str, Any]) -> dict
 
 
 def _closed_book(bench: Bench, example: Example) -> dict[str, Any]:
-    """The answer prompt of standard_rag with no passages; the short-answer rules (no call)."""
+    """Plain RAG's answer prompt with no passages; the short-answer rules (no call)."""
     from gaprag.accounting import metered
-    from gaprag.graphs.standard_rag.nodes import FORMATS, PROMPTS
     from gaprag.nodes import clean_answer, render_passages
+    from gaprag.nodes.gate import plain_rag
     from gaprag.nodes.short_answer import rule_answer
 
     bench.recorder.take()
-    prompt = PROMPTS["answer"].render(
-        question=example.prompt(), passages=render_passages([], FORMATS["passages"])
-    )
+    plain, fmt = plain_rag()
+    prompt = plain.render(question=example.prompt(), passages=render_passages([], fmt))
     start = time.perf_counter()
     with metered() as meter:
         raw = bench.llm.generate(prompt, max_tokens=int(bench.settings["answer_max_tokens"]))
