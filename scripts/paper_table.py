@@ -6,7 +6,7 @@ run has answered: one Markdown table, and with --readme README's section around 
 PAPER and SHIPPED are run folders with one sub-folder per set (`gaprag eval` output). Each
 method's `<method>_paper` rows of PAPER are paired per question with PAPER's plain RAG rows; the
 same method's rows of SHIPPED with SHIPPED's plain RAG rows, on the same questions. ΔF1 is the
-paired mean with its 95% bootstrap interval (gaprag.eval.stats.versus_before)."""
+paired mean with its 95% bootstrap interval (gaprag.eval.stats.paired_rows)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gaprag.eval.results import read_results
-from gaprag.eval.stats import versus_before
+from gaprag.eval.stats import paired_rows
 
 METHODS = {
     "missing_knowledge": "Missing-Knowledge",
@@ -48,23 +48,16 @@ def rows_of(run: Path) -> list[dict[str, Any]]:
     return out
 
 
-def as_method(
+def of_method(
     rows: Sequence[dict[str, Any]], method: str, ids: set[tuple[str, str]]
 ) -> list[dict[str, Any]]:
-    """``rows`` of one method, renamed ``x`` so that versus_before pairs them, on ``ids``."""
-    return [
-        {**r, "method": "x"}
-        for r in rows
-        if r["method"] == method and (r["dataset"], r["id"]) in ids
-    ]
+    """``method``'s rows on the questions ``ids``."""
+    return [r for r in rows if r["method"] == method and (r["dataset"], r["id"]) in ids]
 
 
 def paired(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> dict[str, Any] | None:
-    found = versus_before(base, other)["pooled"] if len({r["dataset"] for r in other}) > 1 else None
-    if found is None:
-        sets = versus_before(base, other)["datasets"]
-        found = next(iter(sets.values()), {})
-    return found.get("x")
+    """``other`` against ``base`` on the questions both answered; None without such rows."""
+    return paired_rows(base, other) if base and other else None
 
 
 def cell(entry: dict[str, Any] | None) -> tuple[str, str, str, str]:
@@ -92,9 +85,9 @@ def table(paper_run: Path, shipped_run: Path) -> str:
         if not ids:
             continue
         ours = paired(
-            as_method(paper, "standard_rag", ids), as_method(paper, f"{method}_paper", ids)
+            of_method(paper, "standard_rag", ids), of_method(paper, f"{method}_paper", ids)
         )
-        theirs = paired(as_method(shipped, "standard_rag", ids), as_method(shipped, method, ids))
+        theirs = paired(of_method(shipped, "standard_rag", ids), of_method(shipped, method, ids))
         f1, delta, calls, secs = cell(ours)
         s_f1, s_delta, s_calls, s_secs = cell(theirs)
         plain = f"{ours['before']['f1']:.3f}" if ours else "–"

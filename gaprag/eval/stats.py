@@ -461,12 +461,8 @@ def versus_before(
         for m in dict.fromkeys(str(r.get("method")) for r in a_rows):
             b = [r for r in b_rows if r.get("method") == m]
             a = [r for r in a_rows if r.get("method") == m]
-            if not b:
-                continue
-            entry = _paired(b, a, seed, n_boot)
-            means = entry.pop("means")
-            entry["before"], entry["after"] = means["base"], means["other"]
-            out[m] = entry
+            if b:
+                out[m] = _before_after(_paired(b, a, seed, n_boot))
         return out
 
     datasets = {
@@ -477,6 +473,27 @@ def versus_before(
     }
     pooled_table = table(_pooled_rows(old), _pooled_rows(new)) if len(datasets) > 1 else {}
     return {"datasets": datasets, "pooled": pooled_table}
+
+
+def paired_rows(
+    before: Sequence[Mapping[str, Any]],
+    after: Sequence[Mapping[str, Any]],
+    *,
+    seed: int = 0,
+    n_boot: int = N_BOOT,
+) -> dict[str, Any]:
+    """``after`` against ``before`` as one paired comparison, whatever methods the rows name
+    (a paper-mode variant against plain RAG, say): questions pair by (set, id) across every
+    set, F1-scored rows only; the entry :func:`versus_before` gives a method."""
+    old = _pooled_rows([normalize_row(r) for r in dedupe(before) if not r.get("error")])
+    new = _pooled_rows([normalize_row(r) for r in dedupe(after) if not r.get("error")])
+    return _before_after(_paired(old, new, seed, n_boot))
+
+
+def _before_after(entry: dict[str, Any]) -> dict[str, Any]:
+    means = entry.pop("means")
+    entry["before"], entry["after"] = means["base"], means["other"]
+    return entry
 
 
 def _paired(

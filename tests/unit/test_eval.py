@@ -905,6 +905,23 @@ def test_pooled_table_pairs_per_dataset_and_question(tmp_path: Path) -> None:
     assert "Pooled" not in (tmp_path / "o1" / "summary.md").read_text()
 
 
+def test_paired_rows_pairs_any_two_methods_by_set_and_question() -> None:
+    from gaprag.eval.stats import paired_rows
+
+    plain = [_row("standard_rag", "q1", 0.0, llm_calls=1), _row("standard_rag", "q2", 1.0),
+             _row("standard_rag", "q1", 1.0, dataset="e")]  # fmt: skip
+    paper = [_row("iterkey_paper", "q1", 1.0, llm_calls=5), _row("iterkey_paper", "q2", 1.0),
+             _row("iterkey_paper", "q1", 0.0, dataset="e"),
+             _row("iterkey_paper", "q9", 1.0)]  # fmt: skip
+    entry = paired_rows(plain, paper)
+    # d/q1 won, d/q2 tied, e/q1 lost; q9 has no plain RAG row
+    assert entry["n"] == 3 and entry["f1"]["mean"] == pytest.approx(0.0)
+    assert (entry["f1"]["wins"], entry["f1"]["losses"], entry["f1"]["ties"]) == (1, 1, 1)
+    assert entry["before"]["f1"] == pytest.approx(2 / 3)
+    assert entry["after"]["f1"] == pytest.approx(2 / 3)
+    assert entry["after"]["llm_calls"] > entry["before"]["llm_calls"]
+
+
 def test_report_against_a_before_run(tmp_path: Path) -> None:
     before = _write_rows(tmp_path / "before", [
         _row("iterkey", "q1", 0.0, llm_calls=3), _row("iterkey", "q2", 1.0, llm_calls=3),
