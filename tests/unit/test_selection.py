@@ -258,3 +258,40 @@ async def test_a_reply_that_repeats_the_prefix_is_read_after_it() -> None:
     assert scored is not None and scored.text == " Dracula"
     assert [(t.token, t.logprob) for t in scored.tokens or []] == [(" Dracula", -0.25)]
     assert await llm.ascore_continuation([("user", "q")], "So the answer is:", " Pistacia") is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "module", "function", "said"),
+    [
+        (["select", "--score", "--methods", "iterkey"], "scoring", "score_runs", "scored 3 row(s)"),
+        (["reread", "--send", "--methods", "iterkey"], "reread", "reread_runs", "sent 3 reread(s)"),
+    ],
+)
+def test_replay_sends_its_calls_with_the_repeatable_model_before_replaying(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    module: str,
+    function: str,
+    said: str,
+) -> None:
+    import importlib
+
+    from gaprag.eval.offline import cli as offline_cli
+
+    seen: dict[str, Any] = {}
+
+    def calls(dirs: list[Path], model: Any, **kw: Any) -> int:
+        seen.update(dirs=dirs, model=model, **kw)
+        return 3
+
+    monkeypatch.setattr(offline_cli, "_model", lambda: "the repeatable model")
+    monkeypatch.setattr(importlib.import_module(f"gaprag.eval.offline.{module}"), function, calls)
+    run = tmp_path / "run"
+    run.mkdir()
+    main(["replay", argv[0], str(run), *argv[1:], "--limit", "7"])
+    assert seen["model"] == "the repeatable model"
+    assert seen["methods"] == ["iterkey"] and seen["limit"] == 7
+    assert [Path(d) for d in seen["dirs"]] == [run]
+    assert said in capsys.readouterr().err

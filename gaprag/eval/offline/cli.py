@@ -50,6 +50,15 @@ def _model() -> Any:
     return default_llm(repeatable=True)
 
 
+def _send(
+    calls: Callable[..., int], args: argparse.Namespace, methods: list[str], done: str
+) -> None:
+    """Run ``calls`` (the LLM calls a replay needs) over ``args.dirs`` with the repeatable
+    local model, and say how many were made (``done``: ``"scored {} row(s)"``)."""
+    made = calls(args.dirs, _model(), methods=methods, limit=args.limit, progress=_progress)
+    print(done.format(made), file=sys.stderr)
+
+
 def cmd_select(args: argparse.Namespace) -> int:
     from gaprag.eval.offline.candidates import pairs
     from gaprag.eval.offline.scoring import score_runs
@@ -57,10 +66,7 @@ def cmd_select(args: argparse.Namespace) -> int:
 
     methods = _names(args.methods)
     if args.score:
-        done = score_runs(
-            args.dirs, _model(), methods=methods, limit=args.limit, progress=_progress
-        )
-        print(f"scored {done} row(s)", file=sys.stderr)
+        _send(score_runs, args, methods, "scored {} row(s)")
     found = pairs(args.dirs, methods)
     result: dict[str, Any] = replay(found)
     print(render(result))
@@ -85,10 +91,7 @@ def cmd_reread(args: argparse.Namespace) -> int:
 
     methods = _names(args.methods)
     if args.send:
-        done = reread_runs(
-            args.dirs, _model(), methods=methods, limit=args.limit, progress=_progress
-        )
-        print(f"sent {done} reread(s)", file=sys.stderr)
+        _send(reread_runs, args, methods, "sent {} reread(s)")
     print(replay(args.dirs, methods))
     return 0
 
