@@ -1,6 +1,4 @@
-"""Blockbuster as ``langgraph dev`` configures it: a blocking call on the event loop raises,
-except the ones ``langgraph dev`` allows. Tests that use it skip where blockbuster is not
-installed."""
+"""Blockbuster as ``langgraph dev`` configures it; a test using it skips without it."""
 
 from __future__ import annotations
 

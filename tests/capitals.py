@@ -1,5 +1,4 @@
-"""A small evaluation set (five questions over six paragraphs, capitals and Hamlet), an oracle
-model that answers it (Milan for Italy: one wrong answer), and an evaluation run over it."""
+"""A five-question evaluation set (capitals, Hamlet), its oracle model and runs over it."""
 
 from __future__ import annotations
 

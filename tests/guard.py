@@ -1,5 +1,4 @@
-"""A stand-in for LangGraph's server behind gaprag's ``StateGuard``, a client of the guarded
-app, and the caller identity (credentials, user) a test adds to a request's scope."""
+"""A stand-in server behind gaprag's StateGuard, a client of it, and a caller's identity."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A fake method whose graph reports the output contract's fields (shown_ids, retrieved_ids,
-decisions, usage); tests register it as ``contract`` in ``gaprag.graphs.METHODS``."""
+"""A fake method whose graph reports the output contract's fields; tests register it."""
 
 from __future__ import annotations
 

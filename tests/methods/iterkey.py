@@ -1,5 +1,4 @@
-"""IterKey's test corpus and its role fake: a scripted model that answers by prompt type
-(keywords, answer, validate, regenerate and their variants) and records every prompt."""
+"""IterKey's test corpus and its role fake: a scripted model that replies by prompt type."""
 
 from __future__ import annotations
 

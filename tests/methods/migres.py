@@ -1,6 +1,4 @@
-"""MIGRES's test corpus (the Levity films) and its scripted model: replies routed by prompt
-content, the sufficiency choice answered with first-token logprobs, and a fake scorer for the
-knowledge filter."""
+"""MIGRES's test corpus (the Levity films), its prompt-routed scripted model and a fake scorer."""
 
 from __future__ import annotations
 

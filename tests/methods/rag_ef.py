@@ -1,5 +1,4 @@
-"""RAG-EF's scripted model (a judge reply and a generator that copies the answer of a matching
-Q&A line) and the six topics a pair store is filled with."""
+"""RAG-EF's scripted model (a judge, a copying generator) and topics to fill a pair store."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""RFM-RAG's test corpus (the paper's Polish-Russian War case) and its scripted model: replies
-by prompt kind, an evidence extractor that finds the two facts, and a judge that replays
-scripted verdicts."""
+"""RFM-RAG's test corpus (the Polish-Russian War case), its scripted model and judge."""
 
 from __future__ import annotations
 
