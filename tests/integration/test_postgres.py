@@ -26,7 +26,7 @@ from gaprag.persistence import checkpointer_from_url, postgres_checkpointer, thr
 from gaprag.stores import Store
 from gaprag.testing import ScriptedChatModel
 from tests.integration.conftest import free_port
-from tests.unit.test_persistence import CountingRetriever
+from tests.retrievers import CountingRetriever
 
 pytestmark = pytest.mark.integration
 

@@ -127,10 +127,10 @@ def test_open_a_question_and_filter(browser: Any, tmp_path: Path, monkeypatch: A
     from selenium.webdriver.common.by import By
 
     from gaprag.graphs import METHODS
-    from tests.unit import test_eval as te
-    from tests.unit.test_report_html import sample_run
+    from tests.capitals import sample_run
+    from tests.methods import contract as contract_method
 
-    monkeypatch.setitem(METHODS, "contract", te.__name__)
+    monkeypatch.setitem(METHODS, "contract", contract_method.__name__)
     out = sample_run(tmp_path)
     _open(browser, out / "report.html")
     assert browser.get_log("browser") == []  # no script errors

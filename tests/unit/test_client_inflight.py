@@ -14,8 +14,7 @@ from langgraph_sdk import Auth
 
 from gaprag import auth
 from gaprag.errors import GapragError
-from tests.unit.test_guard_clients import Credentials, User, guarded
-from tests.unit.test_server_app import Recorder
+from tests.guard import Credentials, Recorder, User, guarded
 
 
 @dataclass

@@ -5,22 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.messages import BaseMessage
 
-from gaprag.context import BaseContext
 from gaprag.datasets import bundled
 from gaprag.errors import GapragError, InputError
-from gaprag.eval import evaluate, load_dataset, read_results, write_report
+from gaprag.eval import load_dataset, read_results, write_report
 from gaprag.eval.planning import parse_variant
 from gaprag.eval.results import RESULT_FIELDS, ResultsWriter
 from gaprag.eval.runner import TooManyErrors
@@ -28,126 +24,22 @@ from gaprag.graphs import METHODS
 from gaprag.llm.client import LLM
 from gaprag.llm.memo import SharedReplies, shared_scope
 from gaprag.stores import HashingEmbedder
-from gaprag.stores.store import RetrievalMode
 from gaprag.testing import ScriptedChatModel
 from gaprag.traces import method_traces
-
-PARAS = {
-    "fr": ("France", "Paris is the capital and largest city of France."),
-    "de": ("Germany", "Berlin is the capital of Germany and its largest city."),
-    "it": ("Italy", "Rome is the capital city of Italy."),
-    "es": ("Spain", "Madrid is the capital of Spain."),
-    "pt": ("Portugal", "Lisbon is the capital of Portugal."),
-    "hamlet": ("Hamlet", "Hamlet is a tragedy written by William Shakespeare."),
-}
-QUESTIONS = [
-    ("q1", "What is the capital of France?", ["Paris"], ["fr"]),
-    ("q2", "What is the capital of Germany?", ["Berlin"], ["de"]),
-    ("q3", "What is the capital of Italy?", ["Rome"], ["it"]),
-    ("q4", "What is the capital of Spain?", ["Madrid"], ["es"]),
-    ("q5", "Who wrote Hamlet?", ["William Shakespeare", "Shakespeare"], ["hamlet", "pt"]),
-]
-ANSWERS = {
-    "France": "Paris",
-    "Germany": "Berlin",
-    "Italy": "Milan",
-    "Spain": "Madrid",
-    "Hamlet": "Shakespeare",
-}
-
-
-def _record(qid: str, question: str, answers: list[str], supporting: list[str]) -> dict[str, Any]:
-    return {
-        "id": qid,
-        "question": question,
-        "answers": answers,
-        "supporting": supporting,
-        "type": "test",
-        "paragraphs": [{"id": p, "title": PARAS[p][0], "text": PARAS[p][1]} for p in PARAS],
-    }
+from tests.capitals import PARAS, QUESTIONS, oracle, oracle_reply, record_of, run
+from tests.methods import contract as contract_method
 
 
 @pytest.fixture
 def dataset(tmp_path: Path) -> Path:
     path = tmp_path / "capitals.jsonl"
-    path.write_text("\n".join(json.dumps(_record(*q)) for q in QUESTIONS) + "\n")
+    path.write_text("\n".join(json.dumps(record_of(*q)) for q in QUESTIONS) + "\n")
     return path
-
-
-def _reply(messages: list[BaseMessage]) -> str:
-    last = str(messages[-1].content)
-    question = last.rsplit("Question:", 1)[-1]
-    for key, answer in ANSWERS.items():
-        if key in question:
-            return answer
-    return "unknown"
-
-
-def oracle() -> ScriptedChatModel:
-    return ScriptedChatModel(default=_reply)
-
-
-# -- a graph with the output contract's fields (shown_ids, retrieved_ids, decisions, usage) --
-@dataclass(kw_only=True)
-class Context(BaseContext):
-    """Settings of the fake ``contract`` method (registered under that name by a fixture)."""
-
-    top_k: int = 6  # passages retrieved (all six): retrieval recall is 1 for every question
-    shown: int = 1  # passages rendered into the prompt: support recall counts these only
-    retrieval_mode: RetrievalMode = "dense"
-
-
-class ContractGraph:
-    """Retrieves ``top_k``, shows the first ``shown`` passages to one LLM call, and reports the
-    contract's fields, as the restructured graphs do."""
-
-    def __init__(self, llm: Callable[[], LLM], retriever: Callable[[], Any], ctx: Context) -> None:
-        self.llm, self.retriever, self.ctx = llm, retriever, ctx
-
-    async def ainvoke(self, state: dict[str, Any], config: Any = None) -> dict[str, Any]:
-        question = state["question"]
-        hits = self.retriever().search(question, self.ctx.top_k, mode=self.ctx.retrieval_mode)
-        shown = hits[: self.ctx.shown]
-        passages = "\n".join(h["text"] for h in shown)
-        prompt = f"Answer briefly.\n{passages}\nQuestion: {question}\nAnswer:"
-        chat = self.llm().chat
-        reply = await chat.ainvoke([HumanMessage(prompt)], config=config)
-        answer = str(reply.content)
-        prompt_tokens = (getattr(reply, "usage_metadata", None) or {}).get("input_tokens", 0)
-        decisions = [
-            {"node": "validate_answer", "round": 1, "decision": "reject", "p": 0.2,
-             "path": "logprobs", "threshold": 0.5},
-            {"node": "validate_answer", "round": 2, "decision": "accept", "p": 0.9,
-             "path": "logprobs", "threshold": 0.5},
-            {"node": "judge", "round": 1, "decision": "sufficient", "p": None,
-             "path": "default", "threshold": None},
-        ]  # fmt: skip
-        usage = {
-            "llm_calls": 1, "prompt_tokens": prompt_tokens, "completion_tokens": 1,
-            "retrieval_calls": 1, "cached_tokens": 3, "instruction_tokens": 2,
-            "passage_tokens": max(0, prompt_tokens - 12),
-        }  # fmt: skip
-        return {
-            "answer": answer,
-            "stop_reason": "validated",
-            "iterations": 2,
-            "queries": [question, f"{question} again"],
-            "evidence": shown,
-            "retrieved_ids": [h["id"] for h in hits],
-            "shown_ids": [h["id"] for h in shown],
-            "decisions": decisions,
-            "usage": usage,
-        }
-
-
-def build(deps: Any, context: type[Context], checkpointer: Any = None) -> ContractGraph:
-    ctx = context()
-    return ContractGraph(lambda: deps.chat(ctx), lambda: deps.search(ctx), ctx)
 
 
 @pytest.fixture
 def contract(monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setitem(METHODS, "contract", lambda: sys.modules[__name__])
+    monkeypatch.setitem(METHODS, "contract", lambda: contract_method)
     return "contract"
 
 
@@ -156,12 +48,6 @@ def two_methods(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A second registered method name (the baseline's module) so runs compare two methods."""
     monkeypatch.setitem(METHODS, "standard_rag_k1", METHODS["standard_rag"])
     return ["standard_rag", "standard_rag_k1"]
-
-
-def run(dataset: Path, out: Path, **kwargs: Any) -> dict[str, Any]:
-    kwargs.setdefault("methods", ["standard_rag"])
-    kwargs.setdefault("llm", oracle())
-    return evaluate(dataset=dataset, out=out, embedder=HashingEmbedder(), progress=False, **kwargs)
 
 
 # -- datasets ------------------------------------------------------------------------------
@@ -521,7 +407,7 @@ def _big_dataset(tmp_path: Path, n: int) -> Path:
     lines = []
     for i in range(n):
         qid, question, answers, supporting = QUESTIONS[i % len(QUESTIONS)]
-        lines.append(json.dumps(_record(f"{qid}-{i}", question, answers, supporting)))
+        lines.append(json.dumps(record_of(f"{qid}-{i}", question, answers, supporting)))
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -655,7 +541,7 @@ def _failing(bad: set[str]) -> ScriptedChatModel:
         text = str(messages[-1].content)
         if any(b in text.rsplit("Question:", 1)[-1] for b in bad):
             raise RuntimeError("model exploded")
-        return _reply(messages)
+        return oracle_reply(messages)
 
     return ScriptedChatModel(default=reply)
 
@@ -1127,7 +1013,7 @@ def _costs(out: Path) -> dict[tuple[str, str], tuple[Any, ...]]:
 
 
 def _run(dataset: Path, out: Path, reuse: bool, **kwargs: Any) -> ScriptedChatModel:
-    fake = ScriptedChatModel(default=_reply, latency=kwargs.pop("latency", 0.0))
+    fake = ScriptedChatModel(default=oracle_reply, latency=kwargs.pop("latency", 0.0))
     run(dataset, out, llm=fake, reuse=reuse, **kwargs)
     return fake
 
@@ -1188,7 +1074,7 @@ def test_a_second_identical_request_waits_for_the_first_and_reports_its_time(
 def test_reuse_is_off_by_default_for_a_model_gaprag_does_not_serve(
     dataset: Path, tmp_path: Path
 ) -> None:
-    fake = ScriptedChatModel(default=_reply)
+    fake = ScriptedChatModel(default=oracle_reply)
     run(dataset, tmp_path, llm=fake, methods=[], variants=["a=standard_rag", "b=standard_rag"])
     assert len(fake.calls) == 10
     assert json.loads((tmp_path / "run.json").read_text())["reuse"]["on"] is False

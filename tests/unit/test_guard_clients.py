@@ -19,9 +19,8 @@ from gaprag.server_app import (
     MAX_BODY_BYTES,
     NAMESPACE_GRAPH,
     SYSTEM_ASSISTANT,
-    StateGuard,
 )
-from tests.unit.test_server_app import Recorder
+from tests.guard import Credentials, Recorder, User, guarded
 
 GRAPHS = {"standard_rag": "x.py:a", "ircot": "x.py:b"}
 SYSTEM_ID = str(uuid.uuid5(NAMESPACE_GRAPH, "standard_rag"))
@@ -33,15 +32,6 @@ def _graphs(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setenv("LANGSERVE_GRAPHS", json.dumps(GRAPHS))
     server_app.graph_ids.cache_clear()
-
-
-def guarded(inner: Recorder, scope_extra: dict[str, Any] | None = None) -> httpx.AsyncClient:
-    guard = StateGuard(inner)
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        await guard({**scope, **(scope_extra or {})}, receive, send)
-
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
 
 
 def detail(reply: httpx.Response) -> str:
@@ -76,15 +66,6 @@ async def test_an_assistant_named_like_a_graph_is_refused_and_others_pass() -> N
     assert other.status_code == edit.status_code == 200
     assert [r[:2] for r in inner.requests] == [("POST", "/assistants"),
                                                ("PATCH", f"/assistants/{mine}")]  # fmt: skip
-
-
-class Credentials:
-    def __init__(self, scopes: list[str]) -> None:
-        self.scopes = scopes
-
-
-class User:
-    identity = "alice"
 
 
 async def test_cancel_by_status_needs_clients_told_apart() -> None:

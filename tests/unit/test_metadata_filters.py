@@ -254,7 +254,7 @@ def test_the_tool_result_cites_source_and_page(store: Store) -> None:
 
 
 def test_migres_facts_keep_the_metadata_of_their_passages(tmp_path: Path) -> None:
-    from tests.unit import test_migres as tm
+    from tests.methods import migres as tm
 
     docs = [{**d, "metadata": {"source": f"films/{d['id']}.md"}} for d in tm.LEVITY]
     st = Store.build(tmp_path / "s", docs, embedder=HashingEmbedder(), progress=False)  # type: ignore[arg-type]

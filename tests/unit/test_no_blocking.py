@@ -36,6 +36,7 @@ from gaprag.deps import Deps
 from gaprag.llm import factory, server
 from gaprag.profiles import profile_for
 from gaprag.stores import HashingEmbedder, Store, demo
+from tests.blocking import langgraph_dev_blockbuster
 from tests.fake_openai import FakeOpenAI
 
 blockbuster = pytest.importorskip("blockbuster")
@@ -67,29 +68,6 @@ def fake_embedded_server() -> Iterator[dict[Any, server.EmbeddedServer]]:
         finally:
             for started in servers.values():
                 started.stop()
-
-
-@contextmanager
-def langgraph_dev_blockbuster() -> Iterator[Any]:
-    """``blockbuster_ctx()`` with the exceptions ``langgraph dev`` makes (langgraph-api 0.16)."""
-    with blockbuster.blockbuster_ctx() as bb:
-        bb.functions["os.path.abspath"].can_block_in("inspect.py", "getmodule")
-        allowed = [
-            "os.stat",
-            "os.listdir",
-            "os.remove",
-            "io.BufferedReader.read",
-            "io.BufferedWriter.write",
-            "io.TextIOWrapper.read",
-            "io.TextIOWrapper.write",
-            "threading.Lock.acquire",
-            *(name for name in bb.functions if name.startswith("os.path.")),
-        ]
-        for name in allowed:
-            fn = bb.functions.pop(name, None)
-            if fn is not None:
-                fn.deactivate()
-        yield bb
 
 
 @pytest.fixture(scope="module")

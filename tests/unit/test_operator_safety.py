@@ -260,7 +260,7 @@ def test_symlinked_stores_inside_the_root_are_served_off_the_event_loop(
 ) -> None:
     """Resolving a run's paths reads symbolic links: in nodes and routers it runs in a worker
     thread (``langgraph dev`` refuses ``os.readlink`` on its event loop)."""
-    from tests.unit.test_no_blocking import langgraph_dev_blockbuster
+    from tests.blocking import langgraph_dev_blockbuster
 
     (root / "alias").symlink_to(store_in_root.root, target_is_directory=True)
     pairs = PairStore.open(root / "pairs.sqlite", embedder=HashingEmbedder())

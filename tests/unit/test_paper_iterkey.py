@@ -1,5 +1,5 @@
 """IterKey in its paper configuration, step by step, with a scripted model (the role fake of
-test_iterkey: replies by prompt type).
+tests/methods/iterkey.py: replies by prompt type).
 
 Paper steps: P1 writes keywords for the question; BM25 retrieves with the question and the
 keywords, the top 3 chunks; P2 answers from them; P3 validates the answer True/False; True ends
@@ -15,7 +15,7 @@ import pytest
 from gaprag import build_graph
 from gaprag.llm.client import LLM
 from gaprag.stores import HashingEmbedder, Store
-from tests.unit.test_iterkey import CORPUS, Q, RoleFake, kinds, prompts_of, role_fake
+from tests.methods.iterkey import CORPUS, Q, RoleFake, kinds, prompts_of, role_fake
 
 
 @pytest.fixture(scope="module")

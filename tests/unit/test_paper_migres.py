@@ -15,7 +15,7 @@ from typing import Any
 from gaprag import build_graph
 from gaprag.llm.client import LLM
 from gaprag.stores import Store
-from tests.unit.test_migres import (
+from tests.methods.migres import (
     FINAL,
     FINAL_REPLY,
     LEAF,
@@ -26,8 +26,8 @@ from tests.unit.test_migres import (
     VERIFY,
     ChoiceChat,
     FakeScorer,
-    _store,
     counter_reply,
+    hashing_store,
     leaf_json,
     main_json,
 )
@@ -50,7 +50,7 @@ def films(tmp_path: Path) -> Store:
         {"id": f"p{i}", "title": f"Film {i}", "text": f"Film number {i} is a drama. {LONG}"}
         for i in range(40)
     ]
-    return _store(tmp_path / "films", docs)
+    return hashing_store(tmp_path / "films", docs)
 
 
 def test_paper_settings() -> None:

@@ -1,5 +1,5 @@
 """RAG-EF in its paper configuration, step by step, with a scripted model over a small pair
-store (the helpers of test_rag_ef).
+store (the helpers of tests/methods/rag_ef.py).
 
 Paper steps: the feedback store holds (question, answer, chunk) triples; Eq. 2 scores each
 pair by sim(q, q_i)^gamma * sim(q, c_i)^(1 - gamma) with gamma = 0.5; the top K = 5 pairs give
@@ -14,7 +14,7 @@ from pathlib import Path
 from gaprag import build_graph
 from gaprag.stores import HashingEmbedder
 from gaprag.stores.pairs import PairStore
-from tests.unit.test_rag_ef import fake, fill
+from tests.methods.rag_ef import fake, fill
 
 LONG = " ".join(f"word{i}" for i in range(300))
 

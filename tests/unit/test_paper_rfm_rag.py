@@ -1,5 +1,5 @@
 """RFM-RAG in its paper configuration, step by step, with a scripted model over the
-Polish-Russian War store of test_rfm_rag.
+Polish-Russian War store of tests/methods/rfm_rag.py.
 
 Paper steps: once per question the LLM writes the question's entities and relational triples
 with placeholders; each round retrieves unseen passages (the question first), Prompt 1
@@ -19,7 +19,7 @@ from gaprag.graphs.rfm_rag.feedback_model.model import MLPJudge
 from gaprag.graphs.rfm_rag.judges import choose_judge
 from gaprag.stores.documents import Document
 from gaprag.stores.store import Store
-from tests.unit.test_rfm_rag import (
+from tests.methods.rfm_rag import (
     DOCS,
     FACT_FILM,
     FACT_MOTHER,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -21,32 +20,12 @@ from gaprag.persistence import (
     sqlite_checkpointer,
     thread_config,
 )
-from gaprag.state.base import Evidence
 from gaprag.stores import Store
-from gaprag.stores.store import RetrievalMode
 from gaprag.testing import ScriptedChatModel
+from tests.retrievers import CountingRetriever
 
 # the LLM layer passes the error through or maps it to EndpointError; either stops the run
 MID_RUN_FAILURE = (ConnectionError, EndpointError)
-
-
-class CountingRetriever:
-    """A store that counts how often it was searched."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.queries: list[str] = []
-
-    def search(
-        self,
-        query: str,
-        k: int = 5,
-        *,
-        mode: RetrievalMode | None = None,
-        exclude: Collection[str] = (),
-    ) -> list[Evidence]:
-        self.queries.append(query)
-        return self.store.search(query, k, mode=mode, exclude=exclude)
 
 
 class FlakyReply:

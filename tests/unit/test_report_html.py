@@ -12,46 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import BaseMessage
 
 from gaprag.eval import read_results, write_report
 from gaprag.graphs import METHODS
-from gaprag.testing import ScriptedChatModel
 from gaprag.traces import method_traces
-from tests.unit import test_eval as te
+from tests.capitals import sample_run
+from tests.methods import contract as contract_method
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _reply(messages: list[BaseMessage]) -> str:
-    """standard_rag answers as the oracle (Milan for Italy); the contract graph, whose prompt
-    starts "Answer briefly.", gets Italy right and Germany wrong: one win, one loss."""
-    text = str(messages[-1].content)
-    question = text.rsplit("Question:", 1)[-1]
-    if text.startswith("Answer briefly."):
-        if "Italy" in question:
-            return "Rome"
-        if "Germany" in question:
-            return "Munich </script><script>alert(1)</script>"
-    return te._reply(messages)
-
-
-def sample_run(tmp_path: Path) -> Path:
-    """A run of standard_rag, the fake ``contract`` graph and a variant of it, 5 questions."""
-    METHODS["contract"] = lambda: te
-    data = tmp_path / "capitals.jsonl"
-    data.write_text("\n".join(json.dumps(te._record(*q)) for q in te.QUESTIONS) + "\n")
-    out = tmp_path / "run"
-    te.run(
-        data, out, methods=["standard_rag", "contract"], variants=["shown3=contract:shown=3"],
-        llm=ScriptedChatModel(default=_reply),
-    )  # fmt: skip
-    return out
-
-
 @pytest.fixture
 def contract(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(METHODS, "contract", te.__name__)
+    monkeypatch.setitem(METHODS, "contract", contract_method.__name__)
 
 
 def embedded(html: str, name: str) -> Any:

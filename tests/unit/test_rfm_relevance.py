@@ -23,7 +23,7 @@ from gaprag.graphs.rfm_rag.feedback_model.pool_audit import (
 )
 from gaprag.stores.embeddings import HashingEmbedder
 from gaprag.stores.store import Store
-from tests.unit.test_rfm_rag import QUESTION, fake_llm, make_graph
+from tests.methods.rfm_rag import QUESTION, fake_llm, make_graph
 
 
 @pytest.fixture

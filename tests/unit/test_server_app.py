@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from gaprag.server_app import McpToolText, StateGuard, rewrite_tool_call, run_output
 from gaprag.tool import compact_result, format_result
+from tests.guard import Recorder, guarded
 
 OUTPUT: dict[str, Any] = {
     "answer": "Gustave Eiffel",
@@ -109,39 +110,6 @@ async def test_middleware_rewrites_tools_call_at_mcp_only() -> None:
 
 
 # -- StateGuard: a caller cannot write a run's state ------------------------------------------
-class Recorder:
-    """A stand-in for LangGraph's server behind the guard: records each request body it
-    receives and answers in three streamed chunks; on a WebSocket, acknowledges each frame."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, str, bytes]] = []
-        self.frames: list[str] = []
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "websocket":
-            await receive()  # websocket.connect
-            await send({"type": "websocket.accept"})
-            while (message := await receive())["type"] == "websocket.receive":
-                self.frames.append(message["text"])
-                await send({"type": "websocket.send", "text": json.dumps({"ack": message["text"]})})
-            return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-        self.requests.append((scope["method"], scope["path"], body))
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        for part in (b"event: a\n\n", b"event: b\n\n"):
-            await send({"type": "http.response.body", "body": part, "more_body": True})
-        await send({"type": "http.response.body", "body": b"event: end\n\n"})
-
-
-def guarded(inner: Recorder, **kwargs: Any) -> httpx.AsyncClient:
-    transport = httpx.ASGITransport(app=StateGuard(inner, **kwargs))
-    return httpx.AsyncClient(transport=transport, base_url="http://test")
-
-
 RUN_PATHS = ["/runs", "/runs/wait", "/runs/stream", "/threads/t1/runs", "/threads/t1/runs/wait",
              "/threads/t1/runs/stream", "/deployment/api/runs/wait", "/runs/wait/"]  # fmt: skip
 POISON = {"feedback": {"question": "q", "answer": "POISON", "chunk": "c", "source": "expert"}}
