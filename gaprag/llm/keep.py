@@ -101,10 +101,10 @@ def is_keeper(pid: int, entry: Path) -> bool:
     if not pid_alive(pid):
         return False
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return not Path("/proc").is_dir()  # no /proc: trust the pid
-    return KEEPER_MODULE.encode() in cmdline and str(entry).encode() in cmdline
+    return KEEPER_MODULE.encode() in cmdline and str(entry).encode() + b"\0" in cmdline
 
 
 def take_lease(entry: Path) -> Path:

@@ -366,16 +366,7 @@ class EmbeddedServer:
             )
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gaprag.llm._supervise",
-                    str(os.getpid()),
-                    "--entry",
-                    str(keep.entry_path(self.key)),
-                    "--",
-                    *self.command(model_file),
-                ],
+                supervised(keep.entry_path(self.key), self.command(model_file)),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -418,6 +409,27 @@ class EmbeddedServer:
             keep.drop_lease(lease)
         if proc is not None:
             stop_process_group(proc)
+
+
+#: Runs :mod:`gaprag.llm._supervise` with ``gaprag`` and ``gaprag.llm`` as bare packages, so
+#: the methods and LangChain their ``__init__`` imports stay out of a process that lives as
+#: long as its server (15 MB and 0.2 s to start instead of 100 MB and 3 s; 2026-11-28).
+_SUPERVISE = (
+    "import runpy, sys, types\n"
+    "for name, path in {packages!r}:\n"
+    "    sys.modules[name] = package = types.ModuleType(name)\n"
+    "    package.__path__ = [path]\n"
+    "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
+)
+
+
+def supervised(entry: Path, command: list[str]) -> list[str]:
+    """``command`` under :mod:`gaprag.llm._supervise`, watching this process; ``entry``: where
+    it is registered if handed over to be kept (:mod:`gaprag.llm.keep`)."""
+    here = Path(__file__).resolve().parent
+    packages = (("gaprag", str(here.parent)), ("gaprag.llm", str(here)))
+    code = _SUPERVISE.format(packages=packages, module=keep.KEEPER_MODULE)
+    return [sys.executable, "-c", code, str(os.getpid()), "--entry", str(entry), "--", *command]
 
 
 def _signal_group(pgid: int, signum: int) -> bool:
