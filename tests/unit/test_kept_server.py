@@ -256,3 +256,24 @@ def test_settings_show_the_kept_server_as_the_embedded_endpoint(
     done = gaprag(env, "settings", "standard_rag", "--json")
     base_url = json.loads(done.stdout)["base_url"]
     assert (base_url["value"], base_url["source"]) == (the_entry()["base_url"], "embedded server")
+
+
+@pytest.mark.parametrize("value", ["ten", "-1", "inf", "nan"])
+def test_a_bad_keep_time_is_refused_with_a_hint(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    from gaprag.config import local_keep_s
+    from gaprag.errors import GapragError
+
+    monkeypatch.setenv("GAPRAG_LOCAL_KEEP_S", value)
+    with pytest.raises(GapragError, match="GAPRAG_LOCAL_KEEP_S") as err:
+        local_keep_s()
+    assert "GAPRAG_LOCAL_KEEP_S=600" in str(err.value.hint)
+
+
+def test_the_keep_time_defaults_to_10_minutes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gaprag.config import local_keep_s
+
+    monkeypatch.delenv("GAPRAG_LOCAL_KEEP_S")
+    assert local_keep_s() == 600 and keep.keep_label(local_keep_s()) == "10 min"
+    assert keep.keep_label(2) == "2 s"
