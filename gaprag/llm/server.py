@@ -10,7 +10,9 @@ Three engines serve the same API on 127.0.0.1, preferred in this order when inst
 * ``llama-cpp-python`` (``GAPRAG_FAST=1``: ``llama-cpp-python[server]``, compiled on install).
 * ``xllamacpp`` (``gaprag[local]``): the same C++ server as a prebuilt wheel; the default install.
 
-Started on demand on a free port, health-checked, reused within the process, stopped at exit.
+Started on demand on a free port, health-checked, reused within the process, stopped at exit;
+a ``gaprag`` command that finished normally hands it to a keeper instead, and later processes
+with the same settings use it (:func:`keep_started`, :func:`use_kept`, :mod:`gaprag.llm.keep`).
 The server runs under a small supervisor (:mod:`gaprag.llm._supervise`) in a process group of
 its own; stopping it (:meth:`EmbeddedServer.stop`, at exit, or on SIGTERM/SIGINT of a
 ``gaprag`` command: :func:`stop_on_signals`) signals the whole group and escalates to SIGKILL
