@@ -38,7 +38,8 @@ def servers_dir() -> Path:
 
 
 def entry_path(key: str) -> Path:
-    return servers_dir() / f"{key}.json"
+    """Where the server kept under ``key`` is recorded (absolute: its keeper is known by it)."""
+    return (servers_dir() / f"{key}.json").absolute()
 
 
 def leases_dir(entry: Path) -> Path:
