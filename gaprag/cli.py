@@ -485,6 +485,24 @@ def cmd_llm_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_llm_status(args: argparse.Namespace) -> int:
+    from gaprag.llm.keep import keep_label
+    from gaprag.llm.server import kept_servers
+
+    servers = kept_servers()
+    for entry in servers:
+        clients = len(entry["clients"])
+        print(
+            f"{entry['base_url'].removesuffix('/v1')}  {entry['model']}  {entry['engine']}  "
+            f"ctx {entry['n_ctx']}, {entry['slots']} slot(s), {entry['threads']} threads"
+            f"{', repeatable' if entry['repeatable'] else ''}; kept since {entry['kept_at']}, "
+            f"{clients} client(s), idle stop after {keep_label(float(entry['keep_s']))}"
+        )
+    if not servers:
+        print("no local LLM server is kept")
+    return 0
+
+
 def cmd_llm_serve(args: argparse.Namespace) -> int:
     from gaprag.config import local_model
     from gaprag.llm.server import EmbeddedServer, free_port, pick_engine
@@ -647,6 +665,8 @@ GROUPS: dict[str, tuple[str, str, dict[str, Command]]] = {
         ),
         "serve": ({"help": "run the embedded OpenAI-compatible server in the foreground"},
                   SERVE_ARGS, cmd_llm_serve),
+        "status": ({"help": "list the embedded servers kept for the next command"}, [],
+                   cmd_llm_status),
         "stop": ({"help": "stop the embedded servers kept for the next command "
                           "(GAPRAG_LOCAL_KEEP_S)"}, [], cmd_llm_stop),
     }),

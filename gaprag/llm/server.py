@@ -651,6 +651,16 @@ def keep_started() -> list[EmbeddedServer]:
     return handed
 
 
+def kept_servers() -> list[dict[str, Any]]:
+    """The entries of the kept servers of this ``GAPRAG_HOME`` that are up, each with
+    ``clients``: the pids holding a lease on it."""
+    return [
+        {**entry, "clients": keep.live_leases(path)}
+        for path, entry in keep.kept_entries()
+        if keep.is_keeper(entry["pid"], path)
+    ]
+
+
 def stop_kept() -> list[dict[str, Any]]:
     """Stop every kept server of this ``GAPRAG_HOME`` (each one's process group) and remove
     the entries; the entries of the servers stopped."""

@@ -232,11 +232,15 @@ def test_a_command_stopped_while_using_a_kept_server_leaves_it_kept(
 def test_gaprag_llm_stop_stops_every_kept_server(env: dict[str, str], store: str) -> None:
     ask(env, store)
     entry = the_entry()
+    status = gaprag(env, "llm", "status").stdout
+    assert status.startswith(f"http://127.0.0.1:{entry['port']}  smollm2-135m  llama-server")
+    assert "0 client(s), idle stop after 10 min" in status
     done = gaprag(env, "llm", "stop")
     assert f"stopped the local LLM server kept at http://127.0.0.1:{entry['port']}" in done.stdout
     assert not group_alive(entry["pid"]) and not port_open(entry["port"])
     assert keep.kept_entries() == []
     assert gaprag(env, "llm", "stop").stdout.strip() == "no local LLM server is kept"
+    assert gaprag(env, "llm", "status").stdout.strip() == "no local LLM server is kept"
 
 
 def test_a_stale_entry_is_replaced_by_a_started_server(env: dict[str, str], store: str) -> None:
