@@ -46,17 +46,21 @@ def leases_dir(entry: Path) -> Path:
     return entry.with_suffix(".leases")
 
 
-def write_entry(path: Path, entry: dict[str, Any]) -> None:
-    """Write ``entry`` to ``path`` atomically (a reader sees the old file or the new one)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (owner-only) so that a reader sees the old file or the new one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as out:
-            json.dump(entry, out, indent=1)
+            out.write(text)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def write_entry(path: Path, entry: dict[str, Any]) -> None:
+    write_atomic(path, json.dumps(entry, indent=1))
 
 
 def read_entry(path: Path) -> dict[str, Any] | None:
@@ -108,10 +112,20 @@ def is_keeper(pid: int, entry: Path) -> bool:
     return KEEPER_MODULE.encode() in cmdline and str(entry).encode() + b"\0" in cmdline
 
 
+def started_at(pid: int) -> str:
+    """When ``pid`` started (clock ticks since boot; empty without ``/proc``): a lease of a
+    process that died and whose pid was reused is no lease."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
 def take_lease(entry: Path) -> Path:
-    """This process's lease on the server of ``entry``."""
+    """This process's lease on the server of ``entry``: ``KEY.leases/PID``, holding when the
+    process started."""
     lease = private_dir(leases_dir(entry)) / str(os.getpid())
-    lease.touch()
+    write_atomic(lease, started_at(os.getpid()))
     return lease
 
 
@@ -129,8 +143,15 @@ def live_leases(entry: Path) -> list[int]:
         return []
     live = []
     for lease in leases:
-        if lease.name.isdigit() and pid_alive(int(lease.name)):
-            live.append(int(lease.name))
+        if lease.name.startswith("."):  # a lease being written
+            continue
+        pid = int(lease.name) if lease.name.isdigit() else 0
+        try:
+            held = pid > 0 and pid_alive(pid) and lease.read_text() == started_at(pid)
+        except OSError:
+            held = False
+        if held:
+            live.append(pid)
         else:
             drop_lease(lease)
     return live

@@ -369,6 +369,7 @@ class EmbeddedServer:
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 supervised(keep.entry_path(self.key), self.command(model_file)),
+                stdin=subprocess.DEVNULL,  # it may outlive the terminal (kept)
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,

@@ -281,3 +281,16 @@ def test_the_keep_time_defaults_to_10_minutes(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("GAPRAG_LOCAL_KEEP_S")
     assert local_keep_s() == 600 and keep.keep_label(local_keep_s()) == "10 min"
     assert keep.keep_label(2) == "2 s"
+
+
+def test_only_a_live_process_that_took_the_lease_holds_it() -> None:
+    entry = keep.entry_path("k")
+    lease = keep.take_lease(entry)
+    assert keep.live_leases(entry) == [os.getpid()]
+    lease.write_text("0")  # the same pid, another process (started at another time)
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    dead = keep.leases_dir(entry) / done.stdout.strip()
+    dead.write_text(keep.started_at(os.getpid()))
+    assert keep.live_leases(entry) == []
+    assert not lease.exists() and not dead.exists()  # pruned
