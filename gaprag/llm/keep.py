@@ -5,7 +5,7 @@ A ``gaprag`` command that started the embedded server and finished normally leav
 recorded in ``GAPRAG_HOME/servers/KEY.json`` (written atomically, owner-only), where ``KEY``
 is a hash of everything that must match to reuse it: the server's command line (engine, model
 file, context, slots, threads, seed, prompt cache, flash attention) and the engine's build and
-model's sha256 (:meth:`gaprag.llm.server.EmbeddedServer.reuse_key`). The entry holds its
+model file's size and time (:meth:`gaprag.llm.server.EmbeddedServer.reuse_key`). The entry holds its
 keeper's pid (the leader of the server's process group), the port and base URL, the model and
 the serving settings.
 

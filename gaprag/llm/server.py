@@ -189,6 +189,15 @@ def engine_version(engine: Engine) -> str:
         return "not installed"
 
 
+def _file_identity(path: Path) -> str:
+    """``size:mtime`` of a file (empty when missing): a rebuilt file is another one."""
+    try:
+        info = path.stat()
+    except OSError:
+        return ""
+    return f"{info.st_size}:{info.st_mtime_ns}"
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -305,14 +314,12 @@ class EmbeddedServer:
     def reuse_key(self, model_file: Path) -> str:
         """A hash of what a kept server must match to serve for this one: its command line
         (port aside), the engine's build (the binary's size and time, or the package's
-        version) and the model file's sha256."""
+        version) and the model file's size and time."""
         command = dataclasses.replace(self, port=0, process=None).command(model_file)
-        if self.engine == "llama-server":
-            info = Path(command[0]).stat()
-            build = f"{info.st_size}:{info.st_mtime_ns}"
-        else:
+        build = _file_identity(Path(command[0]))
+        if self.engine != "llama-server":
             build = engine_version(self.engine)
-        material = json.dumps([command, build, get_model(self.model).sha256])
+        material = json.dumps([command, build, _file_identity(model_file)])
         return hashlib.sha256(material.encode()).hexdigest()[:20]
 
     def kept_entry(self, keep_s: float) -> dict[str, Any]:
