@@ -11,6 +11,14 @@ with the export.
 
     python benchmarks/warm_ask.py [--files 200] [--asks 5] [--out FILE]
 
+``--embedded`` measures the embedded local model instead (``GAPRAG_LOCAL_MODEL``, e.g.
+``smollm2-135m``; no endpoint): ``--asks`` asks with ``GAPRAG_LOCAL_KEEP_S=0`` (each starts its
+own server), then ``--asks`` asks with the server kept (the first starts it, the next ones use
+it), each ask ``--method standard_rag``; ``started_s`` and ``kept_s`` are the medians of the
+asks that started a server and of those that used the kept one.
+
+    python benchmarks/warm_ask.py --embedded [--files 200] [--asks 3] [--out FILE]
+
 The last line printed is one JSON object.
 """
 
@@ -52,14 +60,68 @@ def commit() -> str:
         return ""
 
 
+def machine() -> dict[str, Any]:
+    import platform
+
+    return {"cores": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
+            "load_average_before": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
+
+
+def embedded(args: argparse.Namespace) -> dict[str, Any]:
+    """First and later asks on the embedded model, with and without the kept server."""
+    from index_vs_langchain import write_folder
+
+    measured, host = commit(), machine()
+    work = Path(tempfile.mkdtemp(prefix="gaprag-warm-ask-embedded-"))
+    env = {**os.environ, "GAPRAG_HOME": str(work / "home"), "GAPRAG_QUIET": "1",
+           "PYTHONPATH": str(ROOT)}  # fmt: skip
+    for name in ("GAPRAG_BASE_URL", "OPENAI_BASE_URL", "GAPRAG_MODEL"):
+        env.pop(name, None)
+    model = env.setdefault("GAPRAG_LOCAL_MODEL", "smollm2-135m")
+    gaprag = [sys.executable, "-m", "gaprag.cli"]
+    try:
+        subprocess.run([*gaprag, "llm", "install", model], env=env, check=True,
+                       capture_output=True)  # fmt: skip
+        write_folder(work / "corpus", args.files)
+        timed([*gaprag, "index", str(work / "corpus"), "--store", str(work / "s")], env)
+        ask = [*gaprag, "ask", QUESTION, "--store", str(work / "s"), "--method", "standard_rag"]
+        started = [timed(ask, {**env, "GAPRAG_LOCAL_KEEP_S": "0"}) for _ in range(args.asks)]
+        kept = [timed(ask, {**env, "GAPRAG_LOCAL_KEEP_S": "600"}) for _ in range(args.asks)]
+    finally:
+        subprocess.run([*gaprag, "llm", "stop"], env=env, check=False, capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+    return {
+        "command": f"python benchmarks/warm_ask.py --embedded --files {args.files} "
+        f"--asks {args.asks}",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": measured,
+        "model": model,
+        "machine": host,
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "started_s": statistics.median(r["wall_s"] for r in [*started, kept[0]]),
+        "kept_s": statistics.median(r["wall_s"] for r in kept[1:]),
+        "keep_0": started,
+        "keep_600": kept,
+    }
+
+
 def main() -> None:
     from index_vs_langchain import write_folder
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=200)
     parser.add_argument("--asks", type=int, default=5)
+    parser.add_argument("--embedded", action="store_true",
+                        help="the embedded local model: asks that start a server and asks that "
+                        "use the kept one")  # fmt: skip
     parser.add_argument("--out", help="also write the result JSON here")
     args = parser.parse_args()
+    if args.embedded:
+        result = embedded(args)
+        if args.out:
+            Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        print(json.dumps(result))
+        return
     measured = commit()  # the code the asks run
     work = Path(tempfile.mkdtemp(prefix="gaprag-warm-ask-"))
     env = {**os.environ, "GAPRAG_HOME": str(work / "home"), "GAPRAG_QUIET": "1",

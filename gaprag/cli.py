@@ -245,9 +245,9 @@ def settings_in_use(
         if not out["model"]["value"] and config.model_name():
             out["model"] = {"value": config.model_name(), "source": "environment"}
     elif not url:
-        from gaprag.llm.server import running_local_server
+        from gaprag.llm.server import kept_local_server, running_local_server
 
-        server = running_local_server()
+        server = running_local_server() or kept_local_server()
         out["base_url"] = {"value": server.base_url if server else "", "source": "embedded server"}
         if not out["model"]["value"]:
             local = "GAPRAG_LOCAL_MODEL" in os.environ
@@ -471,6 +471,38 @@ def cmd_llm_install(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_llm_stop(args: argparse.Namespace) -> int:
+    from gaprag.llm.server import stop_kept
+
+    stopped = stop_kept()
+    for entry in stopped:
+        print(
+            f"stopped the local LLM server kept at {entry['base_url'].removesuffix('/v1')} "
+            f"({entry['model']}, {entry['engine']}; pid {entry['pid']})"
+        )
+    if not stopped:
+        print("no local LLM server is kept")
+    return 0
+
+
+def cmd_llm_status(args: argparse.Namespace) -> int:
+    from gaprag.llm.keep import keep_label
+    from gaprag.llm.server import kept_servers
+
+    servers = kept_servers()
+    for entry in servers:
+        clients = len(entry["clients"])
+        print(
+            f"{entry['base_url'].removesuffix('/v1')}  {entry['model']}  {entry['engine']}  "
+            f"ctx {entry['n_ctx']}, {entry['slots']} slot(s), {entry['threads']} threads"
+            f"{', repeatable' if entry['repeatable'] else ''}; kept since {entry['kept_at']}, "
+            f"{clients} client(s), idle stop after {keep_label(float(entry['keep_s']))}"
+        )
+    if not servers:
+        print("no local LLM server is kept")
+    return 0
+
+
 def cmd_llm_serve(args: argparse.Namespace) -> int:
     from gaprag.config import local_model
     from gaprag.llm.server import EmbeddedServer, free_port, pick_engine
@@ -633,6 +665,10 @@ GROUPS: dict[str, tuple[str, str, dict[str, Command]]] = {
         ),
         "serve": ({"help": "run the embedded OpenAI-compatible server in the foreground"},
                   SERVE_ARGS, cmd_llm_serve),
+        "status": ({"help": "list the embedded servers kept for the next command"}, [],
+                   cmd_llm_status),
+        "stop": ({"help": "stop the embedded servers kept for the next command "
+                          "(GAPRAG_LOCAL_KEEP_S)"}, [], cmd_llm_stop),
     }),
     "graph": ("inspect a method graph", "graph_command", {
         "draw": (
@@ -682,6 +718,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _keep_servers(*, quiet: bool) -> None:
+    """After a command that finished normally: the embedded server it started stays up for
+    the next command (``GAPRAG_LOCAL_KEEP_S``, see :func:`gaprag.llm.server.keep_started`)."""
+    from gaprag.config import local_keep_s
+    from gaprag.llm.keep import keep_label
+    from gaprag.llm.server import keep_started
+
+    for server in keep_started():
+        if not quiet:
+            print(
+                f"gaprag: the local LLM server at {server.base_url.removesuffix('/v1')} stays up "
+                f"for the next command (idle stop after {keep_label(local_keep_s())}; "
+                "gaprag llm stop stops it)",
+                file=sys.stderr,
+            )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from gaprag.config import environ, manage_torch_threads, offline_env, quiet, quiet_libraries
 
@@ -699,10 +752,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # make every subcommand quiet, whatever its own flag says
         args.quiet = args.quiet_all or getattr(args, "quiet", False) or quiet()
         if not args.quiet:
-            return int(args.func(args))
-        # every tqdm bar, gaprag's and its dependencies'
-        with environ(GAPRAG_QUIET="1", TQDM_DISABLE="1"):
-            return int(args.func(args))
+            status = int(args.func(args))
+        else:  # every tqdm bar, gaprag's and its dependencies'
+            with environ(GAPRAG_QUIET="1", TQDM_DISABLE="1"):
+                status = int(args.func(args))
+        if status == 0:
+            _keep_servers(quiet=args.quiet)
+        return status
     except GapragError as err:
         return _fail(err)
     except KeyboardInterrupt:

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from gaprag.errors import GapragError
+
 DEFAULT_LOCAL_MODEL = "qwen2.5-coder-1.5b"
 PLACEHOLDER_API_KEY = "sk-local-placeholder"
 #: Longest question accepted (characters); longer ones are refused before any LLM call.
@@ -96,6 +98,28 @@ def local_slots() -> int:
     """``GAPRAG_LOCAL_SLOTS``: requests the embedded server serves at once (default 1; repeatable
     serving always uses 1)."""
     return max(1, _int_env("GAPRAG_LOCAL_SLOTS", 1))
+
+
+#: Seconds a kept embedded server waits for its next client (``GAPRAG_LOCAL_KEEP_S``).
+DEFAULT_LOCAL_KEEP_S = 600.0
+
+
+def local_keep_s() -> float:
+    """``GAPRAG_LOCAL_KEEP_S``: seconds the embedded server a ``gaprag`` command started stays up
+    with no client after the command finished normally (default 600; 0: stopped at exit)."""
+    text = (os.environ.get("GAPRAG_LOCAL_KEEP_S") or "").strip()
+    if not text:
+        return DEFAULT_LOCAL_KEEP_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise GapragError(
+            f"GAPRAG_LOCAL_KEEP_S={text!r} is not a number of seconds",
+            hint="e.g. GAPRAG_LOCAL_KEEP_S=600 (0: stop the embedded server when the command ends)",
+        )
+    return value
 
 
 def cpu_cores() -> int:

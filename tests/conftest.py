@@ -44,9 +44,11 @@ OPERATOR_VARS = (
 def _isolated_home(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Path]:
-    """Each test gets its own GAPRAG_HOME and no configured endpoint, unless it sets one."""
+    """Each test gets its own GAPRAG_HOME and no configured endpoint, unless it sets one; an
+    embedded server a test's command starts is stopped at its exit, not kept."""
     home = tmp_path_factory.mktemp("gaprag-home")
     monkeypatch.setenv("GAPRAG_HOME", str(home))
+    monkeypatch.setenv("GAPRAG_LOCAL_KEEP_S", "0")
     if not os.environ.get("GAPRAG_TEST_KEEP_ENDPOINT"):
         monkeypatch.delenv("GAPRAG_BASE_URL", raising=False)
         monkeypatch.delenv("OPENAI_BASE_URL", raising=False)

@@ -1,6 +1,7 @@
-"""Run a server command and stop it when the process that asked for it goes away.
+"""Run a server command and stop it when the process that asked for it goes away, unless that
+process handed it over; then keep it until it has been idle long enough.
 
-Usage: python -m gaprag.llm._supervise PARENT_PID -- CMD...
+Usage: python -m gaprag.llm._supervise PARENT_PID [--entry PATH] -- CMD...
 
 The embedded server must not outlive gaprag, even when gaprag is killed without a chance to
 run its exit hooks (SIGKILL, a crashed notebook kernel). This wrapper polls its parent every
@@ -9,6 +10,12 @@ it too. Stopping sends the server SIGTERM and, if it is still alive :data:`GRACE
 later (a request in flight), SIGKILL. The wrapper leads the server's process group, so
 gaprag's own stop (:func:`gaprag.llm.server.stop_process_group`) reaches both at once and
 escalates to SIGKILL itself, whichever of the two dies first.
+
+A ``gaprag`` command that finished normally hands its server over by writing the registry
+entry ``PATH`` naming this wrapper's pid (:mod:`gaprag.llm.keep`) before it exits. When the
+parent is gone and that entry names this wrapper, it becomes the server's keeper: it stops
+the server once no live process has held a lease on it for the entry's ``keep_s`` seconds,
+or at once when idle and the entry is gone or names another keeper.
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+from gaprag.llm import keep
 
 #: Seconds between two looks at the parent.
 POLL_S = 0.5
@@ -38,21 +48,63 @@ def stop_child(child: subprocess.Popen[bytes]) -> None:
         child.wait()
 
 
+def handed_over(entry: Path | None) -> float | None:
+    """The entry's ``keep_s`` when ``entry`` names this wrapper as its keeper, else None."""
+    record = keep.read_entry(entry) if entry is not None else None
+    if record is None or record["pid"] != os.getpid():
+        return None
+    return float(record.get("keep_s", 0))
+
+
+def release(entry: Path) -> bool:
+    """Unregister ``entry`` if no client holds a lease; False (entry kept) when one does."""
+    record = keep.read_entry(entry)
+    if record is None or record["pid"] != os.getpid():
+        return True  # no longer findable: nobody new can come
+    keep.remove_entry(entry, os.getpid())
+    if keep.live_leases(entry):  # a client took its lease before the entry went: put it back
+        keep.write_entry(entry, record)
+        return False
+    return True
+
+
+def keep_until_idle(child: subprocess.Popen[bytes], entry: Path, keep_s: float) -> None:
+    """Return when the server died or was idle (no live lease) for ``keep_s`` seconds."""
+    idle_since = time.monotonic()
+    while child.poll() is None:
+        if keep.live_leases(entry):
+            idle_since = time.monotonic()
+        elif handed_over(entry) is None or time.monotonic() - idle_since >= keep_s:
+            if release(entry):
+                return
+            idle_since = time.monotonic()
+        time.sleep(POLL_S)
+
+
 def main() -> int:
     parent = int(sys.argv[1])
+    head = sys.argv[2 : sys.argv.index("--")]
+    entry = Path(head[head.index("--entry") + 1]) if "--entry" in head else None
     cmd = sys.argv[sys.argv.index("--") + 1 :]
     child = subprocess.Popen(cmd)
 
     def stop(*_: object) -> None:
         stop_child(child)
+        if entry is not None:
+            keep.remove_entry(entry, os.getpid())
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     while child.poll() is None:
-        if os.getppid() != parent:  # re-parented: the caller died
+        if os.getppid() != parent:  # re-parented: the caller is gone
+            keep_s = handed_over(entry)
+            if entry is not None and keep_s is not None:
+                keep_until_idle(child, entry, keep_s)
             stop()
         time.sleep(POLL_S)
+    if entry is not None:
+        keep.remove_entry(entry, os.getpid())
     return child.returncode
 
 

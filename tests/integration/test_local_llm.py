@@ -20,11 +20,12 @@ needs_smol = pytest.mark.skipif(
 )
 
 
-def gaprag(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+def gaprag(*args: str, home: Path, keep_s: float = 0) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "GAPRAG_HOME": str(home),
         "GAPRAG_LOCAL_MODEL": "smollm2-135m",
+        "GAPRAG_LOCAL_KEEP_S": str(keep_s),
         "HF_HUB_OFFLINE": "1",
     }
     env.pop("GAPRAG_BASE_URL", None)
@@ -76,6 +77,27 @@ def test_index_then_ask_end_to_end(tmp_path: Path) -> None:
     assert out["evidence"][0]["id"] == "p2"  # hybrid retrieval with real MiniLM vectors
     assert "paris" in out["answer"].lower()
     assert "starting the local LLM server" in proc.stderr
+
+
+@needs_smol
+def test_a_second_ask_uses_the_real_server_the_first_one_kept(
+    tmp_path: Path, tiny_docs: list[dict[str, str]]
+) -> None:
+    from gaprag.stores import HashingEmbedder, Store
+
+    store = str(tmp_path / "store")
+    Store.build(store, tiny_docs, embedder=HashingEmbedder(), progress=False)  # type: ignore[arg-type]
+    ask = ("ask", "What is the capital of France?", "--store", store, "--method", "standard_rag")
+    try:
+        first = gaprag(*ask, home=tmp_path, keep_s=600)
+        assert first.returncode == 0 and "starting the local LLM server" in first.stderr
+        second = gaprag(*ask, home=tmp_path, keep_s=600)
+        assert second.returncode == 0, second.stderr
+        assert "starting" not in second.stderr
+        assert "using the local LLM server kept at http://127.0.0.1:" in second.stderr
+    finally:
+        stopped = gaprag("llm", "stop", home=tmp_path)
+    assert stopped.stdout.startswith("stopped the local LLM server kept at http://127.0.0.1:")
 
 
 @needs_smol

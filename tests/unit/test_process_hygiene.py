@@ -1,10 +1,11 @@
-"""No process a gaprag command started for its own use outlives it.
+"""No process a gaprag command started for its own use outlives it when the command is stopped.
 
 A gaprag command (``gaprag ask``, ``gaprag llm serve``) starts its embedded LLM server (here
 a stand-in, ``tests/stub_llama_server.py``, that holds a request open and ignores SIGTERM,
 the worst case: only SIGKILL stops it). While the server holds a request, the command gets
 SIGTERM, SIGINT or SIGKILL (a crashed parent); 15 s later neither the server nor its
-supervisor is in the process table, and the command itself has exited.
+supervisor is in the process table, the command itself has exited, and no server is kept
+for a next command (``GAPRAG_LOCAL_KEEP_S`` is on).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def stub_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         "GAPRAG_LOCAL_MODEL": "smollm2-135m",
         "STUB_INFLIGHT": str(tmp_path / "inflight"),
         "GAPRAG_QUIET": "1",
+        "GAPRAG_LOCAL_KEEP_S": "600",  # only a command that finished normally keeps its server
     }
     for name in ("GAPRAG_BASE_URL", "OPENAI_BASE_URL", "GAPRAG_MODEL"):
         env.pop(name, None)
@@ -117,6 +119,7 @@ def run_and_signal(args: list[str], env: dict[str, str], tmp: Path, signum: int,
         os.kill(proc.pid, signum)
         assert wait_gone(pids, AFTER_S) == [], f"alive {AFTER_S:.0f} s after {signum!r}"
         proc.wait(timeout=5)  # and the command itself has exited
+        assert not list((Path(env["GAPRAG_HOME"]) / "servers").glob("*.json"))  # none kept
     finally:
         for pid in [*pids, proc.pid]:
             if alive(pid):

@@ -1,0 +1,296 @@
+"""A ``gaprag`` command that started the embedded server and finished normally keeps it for the
+next command with the same settings (``GAPRAG_LOCAL_KEEP_S``); an idle kept server stops.
+
+The embedded server here is ``tests/fake_openai.py`` behind a ``llama-server`` script (it
+answers at once), each command a fresh process, as in ``test_process_hygiene.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gaprag.llm import keep
+from gaprag.stores import HashingEmbedder, Store
+
+ROOT = Path(__file__).resolve().parents[2]
+QUESTION = "What is the capital of France?"
+# the command, with the model file's lookup skipped (the fake server reads no model)
+PATCH = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    import gaprag.llm.server as server
+    server.ensure_model = lambda name, quiet=False: Path("/dev/null")
+    """
+)
+COMMAND = PATCH + "from gaprag.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+# a process that uses the embedded server, then waits to be stopped
+USER = PATCH + textwrap.dedent(
+    """
+    import time
+    server.stop_on_signals()
+    print(server.ensure_local_server().base_url, flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return any(
+        p.name.isdigit() and _pgid_of(p) == pgid and keep.pid_alive(int(p.name))
+        for p in Path("/proc").iterdir()
+    )
+
+
+def _pgid_of(proc: Path) -> int | None:
+    try:
+        return int((proc / "stat").read_text().rpartition(")")[2].split()[2])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def wait_for(condition: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return bool(condition())
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A command's environment: the fake server as ``llama-server``, servers kept 600 s. Every
+    process group a test's commands leave is killed afterwards."""
+    binary = tmp_path / "llama-server"
+    binary.write_text(
+        "#!/bin/sh\n"
+        'case " $* " in *" --version "*) echo "version: fake"; exit 0;; esac\n'
+        'while [ $# -gt 0 ]; do [ "$1" = --port ] && port="$2"; shift; done\n'
+        f'exec "{sys.executable}" -m tests.fake_openai --port "$port" --reply Paris\n'
+    )
+    binary.chmod(0o755)
+    environ = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "GAPRAG_LOCAL_ENGINE": "llama-server",
+        "GAPRAG_LLAMA_SERVER": str(binary),
+        "GAPRAG_LOCAL_MODEL": "smollm2-135m",
+        "GAPRAG_LOCAL_KEEP_S": "600",
+    }
+    for name in ("GAPRAG_BASE_URL", "OPENAI_BASE_URL", "GAPRAG_MODEL", "GAPRAG_QUIET"):
+        environ.pop(name, None)
+    yield environ
+    _kept_groups.update(entry["pid"] for _, entry in keep.kept_entries())
+    for pgid in _kept_groups:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+    _kept_groups.clear()
+
+
+#: the process groups of the servers kept during a test (each its keeper's pid)
+_kept_groups: set[int] = set()
+
+
+@pytest.fixture
+def store(tmp_path: Path, tiny_docs: list[dict[str, str]]) -> str:
+    path = tmp_path / "store"
+    Store.build(path, tiny_docs, embedder=HashingEmbedder(), progress=False)  # type: ignore[arg-type]
+    return str(path)
+
+
+def gaprag(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", COMMAND, *args], env=env, cwd=ROOT,
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    _kept_groups.update(entry["pid"] for _, entry in keep.kept_entries())
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def ask(env: dict[str, str], store: str) -> subprocess.CompletedProcess[str]:
+    done = gaprag(env, "ask", "--store", store, "--method", "standard_rag", "--json", QUESTION)
+    assert json.loads(done.stdout)["answer"] == "Paris"
+    return done
+
+
+def started_port(stderr: str) -> int | None:
+    found = re.search(r"starting the local LLM server .* on 127\.0\.0\.1:(\d+)", stderr)
+    return int(found.group(1)) if found else None
+
+
+def the_entry() -> dict[str, Any]:
+    entries = keep.kept_entries()
+    assert len(entries) == 1, entries
+    return entries[0][1]
+
+
+def test_a_second_ask_uses_the_server_the_first_one_kept(env: dict[str, str], store: str) -> None:
+    first = ask(env, store)
+    port = started_port(first.stderr)
+    assert port is not None
+    assert "stays up for the next command (idle stop after 10 min" in first.stderr
+    entry = the_entry()
+    assert entry["port"] == port and entry["base_url"] == f"http://127.0.0.1:{port}/v1"
+    assert entry["model"] == "smollm2-135m" and entry["engine"] == "llama-server"
+    assert group_alive(entry["pid"])  # the first command has exited; its server has not
+
+    second = ask(env, store)
+    assert started_port(second.stderr) is None  # no start
+    assert (
+        f"gaprag: using the local LLM server kept at http://127.0.0.1:{port} "
+        "(idle stop after 10 min)" in second.stderr
+    )
+    assert "stays up" not in second.stderr  # it was not its own to hand over
+    assert the_entry()["pid"] == entry["pid"]
+
+
+def test_other_settings_start_another_server(env: dict[str, str], store: str) -> None:
+    first = ask(env, store)
+    second = ask({**env, "GAPRAG_LOCAL_CTX": "2048"}, store)
+    ports = [started_port(first.stderr), started_port(second.stderr)]
+    assert None not in ports and ports[0] != ports[1]
+    assert len(keep.kept_entries()) == 2  # each kept under its own settings
+
+
+def test_an_idle_kept_server_stops_after_the_keep_time(env: dict[str, str], store: str) -> None:
+    ask({**env, "GAPRAG_LOCAL_KEEP_S": "2"}, store)
+    entry = the_entry()
+    assert wait_for(lambda: not group_alive(entry["pid"]), 15)
+    assert not port_open(entry["port"]) and keep.kept_entries() == []
+
+
+def test_a_lease_holds_a_kept_server_and_the_idle_time_restarts_when_it_ends(
+    env: dict[str, str], store: str
+) -> None:
+    ask({**env, "GAPRAG_LOCAL_KEEP_S": "2"}, store)
+    path, entry = keep.kept_entries()[0]
+    lease = keep.take_lease(path)  # this test's process uses the server
+    time.sleep(4)
+    assert group_alive(entry["pid"])
+    keep.drop_lease(lease)
+    dropped = time.monotonic()
+    assert wait_for(lambda: not group_alive(entry["pid"]), 15)
+    assert time.monotonic() - dropped >= 1.5  # a full idle time after the lease ended
+
+
+def test_keep_0_stops_the_server_when_the_command_ends(env: dict[str, str], store: str) -> None:
+    done = ask({**env, "GAPRAG_LOCAL_KEEP_S": "0"}, store)
+    port = started_port(done.stderr)
+    assert port is not None and "stays up" not in done.stderr
+    assert keep.kept_entries() == [] and not port_open(port)
+
+
+def test_a_command_stopped_while_using_a_kept_server_leaves_it_kept(
+    env: dict[str, str], store: str
+) -> None:
+    ask(env, store)
+    entry = the_entry()
+    user = subprocess.Popen(
+        [sys.executable, "-c", USER], env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert user.stdout is not None
+        assert user.stdout.readline().strip() == entry["base_url"]
+        path = keep.kept_entries()[0][0]
+        assert keep.live_leases(path) == [user.pid]
+        user.send_signal(signal.SIGTERM)
+        assert user.wait(timeout=15) == 143
+    finally:
+        if user.poll() is None:
+            user.kill()
+            user.wait()
+    assert keep.live_leases(path) == []
+    assert group_alive(entry["pid"]) and port_open(entry["port"])
+    assert the_entry()["pid"] == entry["pid"]
+
+
+def test_gaprag_llm_stop_stops_every_kept_server(env: dict[str, str], store: str) -> None:
+    ask(env, store)
+    entry = the_entry()
+    status = gaprag(env, "llm", "status").stdout
+    assert status.startswith(f"http://127.0.0.1:{entry['port']}  smollm2-135m  llama-server")
+    assert "0 client(s), idle stop after 10 min" in status
+    done = gaprag(env, "llm", "stop")
+    assert f"stopped the local LLM server kept at http://127.0.0.1:{entry['port']}" in done.stdout
+    assert not group_alive(entry["pid"]) and not port_open(entry["port"])
+    assert keep.kept_entries() == []
+    assert gaprag(env, "llm", "stop").stdout.strip() == "no local LLM server is kept"
+    assert gaprag(env, "llm", "status").stdout.strip() == "no local LLM server is kept"
+
+
+def test_a_stale_entry_is_replaced_by_a_started_server(env: dict[str, str], store: str) -> None:
+    ask(env, store)
+    stale = the_entry()
+    os.killpg(stale["pid"], signal.SIGKILL)  # keeper and server gone, entry left behind
+    assert wait_for(lambda: not group_alive(stale["pid"]), 10)
+    done = ask(env, store)
+    assert started_port(done.stderr) is not None
+    assert the_entry()["pid"] != stale["pid"]
+
+
+def test_settings_show_the_kept_server_as_the_embedded_endpoint(
+    env: dict[str, str], store: str
+) -> None:
+    ask(env, store)
+    done = gaprag(env, "settings", "standard_rag", "--json")
+    base_url = json.loads(done.stdout)["base_url"]
+    assert (base_url["value"], base_url["source"]) == (the_entry()["base_url"], "embedded server")
+
+
+@pytest.mark.parametrize("value", ["ten", "-1", "inf", "nan"])
+def test_a_bad_keep_time_is_refused_with_a_hint(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    from gaprag.config import local_keep_s
+    from gaprag.errors import GapragError
+
+    monkeypatch.setenv("GAPRAG_LOCAL_KEEP_S", value)
+    with pytest.raises(GapragError, match="GAPRAG_LOCAL_KEEP_S") as err:
+        local_keep_s()
+    assert "GAPRAG_LOCAL_KEEP_S=600" in str(err.value.hint)
+
+
+def test_the_keep_time_defaults_to_10_minutes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gaprag.config import local_keep_s
+
+    monkeypatch.delenv("GAPRAG_LOCAL_KEEP_S")
+    assert local_keep_s() == 600 and keep.keep_label(local_keep_s()) == "10 min"
+    assert keep.keep_label(2) == "2 s"
+
+
+def test_only_a_live_process_that_took_the_lease_holds_it() -> None:
+    entry = keep.entry_path("k")
+    lease = keep.take_lease(entry)
+    assert keep.live_leases(entry) == [os.getpid()]
+    lease.write_text("0")  # the same pid, another process (started at another time)
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    dead = keep.leases_dir(entry) / done.stdout.strip()
+    dead.write_text(keep.started_at(os.getpid()))
+    assert keep.live_leases(entry) == []
+    assert not lease.exists() and not dead.exists()  # pruned
