@@ -20,7 +20,14 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from gaprag.config import apply_torch_threads, offline_env, quiet, quiet_model_loading
+from gaprag.config import (
+    apply_torch_threads,
+    cpu_cores,
+    offline_env,
+    quiet,
+    quiet_model_loading,
+    torch_threads,
+)
 from gaprag.errors import GapragError
 
 Vectors = npt.NDArray[np.float32]
@@ -378,10 +385,14 @@ MINILM_PER_THREAD = 3.6
 
 
 def minilm_rate() -> float:
-    """Passages per second MiniLM embeds here, roughly: per thread times torch's threads."""
-    import torch
-
-    return MINILM_PER_THREAD * max(1, torch.get_num_threads())
+    """Passages per second MiniLM embeds here, roughly: per thread times the threads it gets
+    (:func:`gaprag.config.torch_threads`, else torch's own count, which is the cores this
+    process may use when torch is not loaded yet: the estimate never loads torch)."""
+    threads = torch_threads()
+    if threads is None:
+        torch = sys.modules.get("torch")
+        threads = int(torch.get_num_threads()) if torch is not None else cpu_cores()
+    return MINILM_PER_THREAD * max(1, threads)
 
 
 def default_embedder() -> MiniLMEmbedder:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, overload
 
 import numpy as np
 from langchain_core.documents import Document as LCDocument
@@ -42,6 +42,7 @@ from gaprag.stores.bm25 import BM25Index, BM25Settings, Engine
 from gaprag.stores.dense import BATCH, DenseIndex, make_client
 from gaprag.stores.documents import Document, as_document, corpus_hash, passage_text
 from gaprag.stores.embeddings import (
+    ENCODE_CHUNK,
     Embedder,
     Vectors,
     as_embedder,
@@ -454,7 +455,7 @@ class Store:
                     fh.write(json.dumps(d, ensure_ascii=False, default=str) + "\n")
             (tmp / versions.READERS).touch()
             t0 = time.perf_counter()
-            BM25Index.build([f"{d['title']} {d['text']}" for d in docs], bm25).save(tmp / "bm25")
+            BM25Index.build((f"{d['title']} {d['text']}" for d in docs), bm25).save(tmp / "bm25")
             timings = {"bm25": round(time.perf_counter() - t0, 3)}
             dense = _DenseWrite(docs, embedder, reuse, copy=reuse is not None and not chroma_url)
             dense.embed(progress, batch_size, timings)
@@ -658,19 +659,42 @@ class Store:
         return np.asarray(vecs[1:] @ vecs[0])
 
 
+class _Metadatas(Sequence[dict[str, Any] | None]):
+    """The Chroma metadata of ``docs``' passages, made as Chroma asks for each batch."""
+
+    def __init__(self, docs: Sequence[Document], rows: Sequence[int] | None = None) -> None:
+        self.docs, self.rows = docs, rows
+
+    def __len__(self) -> int:
+        return len(self.docs) if self.rows is None else len(self.rows)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any] | None: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any] | None]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        row = index if self.rows is None else self.rows[index]
+        return chroma_metadata(self.docs[row].get("metadata"))
+
+
 class _DenseWrite:
     """The dense side of a new version: which passages get a vector written (all, or with
     ``copy`` the previous version's collection edited: only new and changed ones), which
-    texts are embedded (those no passage of the previous version had), and the collection."""
+    texts are embedded (those no passage of the previous version had), and the collection.
+
+    Texts are made from the passages as they are embedded, :data:`ENCODE_CHUNK` at a time,
+    and their vectors go into one float32 array; Chroma gets its metadata batch by batch. No
+    list of every text, vector or metadata is held."""
 
     def __init__(
         self, docs: Sequence[Document], embedder: Embedder, reuse: Store | None, *, copy: bool
     ) -> None:
         self.docs, self.embedder, self.reuse, self.copy = docs, embedder, reuse, copy
-        self.texts = [passage_text(d) for d in docs]
         self.ids = [d["id"] for d in docs]
         self.stale: list[str] = []
-        self.write = list(range(len(docs)))
+        self.write: Sequence[int] = range(len(docs))
         if reuse is not None and copy:
             before = {d["id"]: content_hash(d) for d in reuse.docs}
             kept = {d["id"] for d in docs if before.get(d["id"]) == content_hash(d)}
@@ -678,13 +702,21 @@ class _DenseWrite:
             self.write = [n for n, i in enumerate(self.ids) if i not in kept]
         self.known: dict[str, Vectors] = {}
         if reuse is not None:  # a text embedded before keeps its vector
-            wanted = {self.texts[n] for n in self.write}
+            wanted = {passage_text(docs[n]) for n in self.write}
             stored = reuse.vectors([d["id"] for d in reuse.docs if passage_text(d) in wanted])
             self.known = {passage_text(d): stored[d["id"]] for d in reuse.docs if d["id"] in stored}
-        self.todo = [n for n in self.write if self.texts[n] not in self.known]
+        #: positions in ``write`` of the passages whose text is embedded
+        self.todo = (
+            [p for p, n in enumerate(self.write) if passage_text(docs[n]) not in self.known]
+            if self.known
+            else list(range(len(self.write)))
+        )
         self.vectors = np.zeros((0, 0), dtype=np.float32)
 
     def embed(self, progress: bool, batch_size: int, timings: dict[str, float]) -> None:
+        """Embed the passages to embed, :data:`ENCODE_CHUNK` at a time, under one bar."""
+        from tqdm.std import tqdm
+
         if progress and not quiet():
             what = (
                 f"{len(self.todo)} new or changed of {len(self.docs)} passages"
@@ -697,23 +729,32 @@ class _DenseWrite:
                 flush=True,
             )
         t0 = time.perf_counter()
-        texts = [self.texts[n] for n in self.todo]
-        made: Any = (
-            self.embedder.embed(texts, batch_size=batch_size, progress=progress) if texts else []
-        )
-        fresh = dict(zip(self.todo, made, strict=True))
+        for pos, n in enumerate(self.write if self.known else ()):
+            vector = self.known.get(passage_text(self.docs[n]))
+            if vector is not None:
+                self._put([pos], vector[np.newaxis, :])
+        with tqdm(
+            total=len(self.todo), desc="gaprag: embedding", unit=" passages",
+            disable=not progress or quiet() or not self.todo, file=sys.stderr, mininterval=1.0,
+        ) as bar:  # fmt: skip
+            for start in range(0, len(self.todo), ENCODE_CHUNK):
+                chunk = self.todo[start : start + ENCODE_CHUNK]
+                texts = [passage_text(self.docs[self.write[pos]]) for pos in chunk]
+                self._put(chunk, self.embedder.embed(texts, batch_size=batch_size))
+                bar.update(len(chunk))
         timings["embed"] = round(time.perf_counter() - t0, 3)
-        self.vectors = np.asarray(
-            [fresh[n] if n in fresh else self.known[self.texts[n]] for n in self.write],
-            dtype=np.float32,
-        )
+
+    def _put(self, positions: Sequence[int], rows: Vectors) -> None:
+        """These rows of the vectors written (the array is made at the first rows)."""
+        if self.vectors.shape[0] != len(self.write):
+            self.vectors = np.empty((len(self.write), rows.shape[1]), dtype=np.float32)
+        self.vectors[list(positions)] = rows
 
     def save(
         self, tmp: Path, version: str, chroma_url: str | None, timings: dict[str, float]
     ) -> str:
         """Write the vectors to Chroma; the collection's name."""
         t0 = time.perf_counter()
-        metadatas = [chroma_metadata(d.get("metadata")) for d in self.docs]
         if self.reuse is not None and self.copy:
             collection = str(self.reuse.manifest["chroma"]["collection"])
             shutil.copytree(self.reuse.version_dir / "chroma", tmp / "chroma")
@@ -721,12 +762,12 @@ class _DenseWrite:
                 self.stale,
                 [self.ids[n] for n in self.write],
                 self.vectors,
-                [metadatas[n] for n in self.write],
+                _Metadatas(self.docs, self.write),
             )
         else:
             collection = f"gaprag-{version.removeprefix('v-')}"
             client = make_client(None, chroma_url) if chroma_url else make_client(tmp / "chroma")
-            DenseIndex.create(client, collection, self.ids, self.vectors, metadatas)
+            DenseIndex.create(client, collection, self.ids, self.vectors, _Metadatas(self.docs))
         timings["chroma_add"] = round(time.perf_counter() - t0, 3)
         return collection
 

@@ -241,3 +241,46 @@ def test_demo_corpus_store_uses_the_shipped_vectors(monkeypatch: pytest.MonkeyPa
     store = demo.store_for(docs, "demo-test", progress=False)
     assert counting.texts == 0  # every passage vector came from the shipped file
     assert len(store) == 40 and store.manifest["dim"] == 384  # MiniLM-sized shipped vectors
+
+
+def test_store_embeds_a_few_texts_at_a_time_into_the_same_vectors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write path hands the embedder :data:`ENCODE_CHUNK` texts at a time (no list of
+    every text), and Chroma gets the vectors of embedding them all at once, in order."""
+    from gaprag.stores import store as store_module
+    from gaprag.stores.dense import DenseIndex
+
+    docs = [
+        Document(id=f"p{i}", title=f"T{i % 3}", text=f"passage {i} about topic {i % 5}")
+        for i in range(23)
+    ]
+    monkeypatch.setattr(store_module, "ENCODE_CHUNK", 5)
+    sizes: list[int] = []
+    written: list[tuple[list[str], Vectors]] = []
+
+    class Spy(CountingEmbedder):
+        def embed(
+            self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
+        ) -> Vectors:
+            sizes.append(len(texts))
+            return super().embed(texts)
+
+    def add(self: DenseIndex, ids: Sequence[str], vectors: Vectors, metadatas: object) -> None:
+        written.append((list(ids), vectors.copy()))
+        original(self, ids, vectors, metadatas)  # type: ignore[arg-type]
+
+    original = DenseIndex._add
+    monkeypatch.setattr(DenseIndex, "_add", add)
+    built = Store.build(tmp_path / "s", docs, embedder=Spy(), progress=False)
+    assert sizes == [5, 5, 5, 5, 3]
+    whole = HashingEmbedder(256).embed([f"{d['title']}: {d['text']}" for d in docs])
+    assert written[0][0] == [d["id"] for d in docs]
+    assert np.array_equal(written[0][1], whole)
+    # an update embeds only the changed text, and writes only its vector
+    sizes.clear()
+    changed = [*docs[:7], Document(id="p7", title="T1", text="a new text"), *docs[8:]]
+    built.add(changed, progress=False)
+    assert sizes == [1]
+    assert written[1][0] == ["p7"]
+    assert np.array_equal(written[1][1], HashingEmbedder(256).embed(["T1: a new text"]))
