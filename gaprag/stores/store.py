@@ -474,6 +474,7 @@ class Store:
                 "embedded": len(dense.todo),
                 "timings_s": timings,
             }
+            del dense  # its vectors are in Chroma now: not held while the version is opened
             if result is not None:
                 manifest["update"] = dict(result)
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
