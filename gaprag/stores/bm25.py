@@ -21,11 +21,11 @@ import itertools
 import json
 import threading
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, get_args, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -141,13 +141,40 @@ def _stemmer(language: str | None) -> Any:
 TOKENIZE_CHUNK = 2048
 
 
+class TokenIds(Sequence[memoryview]):
+    """The token ids of many texts in one ``array("i")`` (4 bytes a token) with each text's
+    end; each text's ids are a ``memoryview`` of it, which bm25s reads as it reads a list."""
+
+    def __init__(self) -> None:
+        self.tokens: array[int] = array("i")
+        self.ends: array[int] = array("q")
+
+    def extend(self, docs: Iterable[Iterable[int]]) -> None:
+        for doc in docs:
+            self.tokens.extend(doc)
+            self.ends.append(len(self.tokens))
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    @overload
+    def __getitem__(self, index: int) -> memoryview: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[memoryview]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        index = range(len(self))[index]
+        start = self.ends[index - 1] if index else 0
+        return memoryview(self.tokens)[start : self.ends[index]]
+
+
 def tokenize_many(texts: Iterable[str], settings: BM25Settings | None = None) -> Any:
     """``bm25s.Tokenized`` (ids + vocabulary) for ``texts``, ready for ``bm25s.BM25.index``.
 
     ``texts`` may be a stream: bm25s's ``Tokenizer`` reads it :data:`TOKENIZE_CHUNK` texts at
-    a time into one shared vocabulary, so only the token ids of every text are kept (4 bytes
-    a token, as ``array("i")``, which bm25s reads as it reads lists). The
-    terms are those of ``bm25s.tokenize`` (lower case, :data:`TOKEN_PATTERN`, stop words
+    a time into one shared vocabulary, and only the token ids are kept (:class:`TokenIds`).
+    The terms are those of ``bm25s.tokenize`` (lower case, :data:`TOKEN_PATTERN`, stop words
     dropped before stemming; a text with no terms has none, no empty token)."""
     import bm25s
 
@@ -158,13 +185,12 @@ def tokenize_many(texts: Iterable[str], settings: BM25Settings | None = None) ->
         stopwords=s.stopwords,  # None: no stop words
         stemmer=_stemmer(s.stemmer_language),
     )
-    ids: list[array[int]] = []
+    ids = TokenIds()
     stream = iter(texts)
     while chunk := list(itertools.islice(stream, TOKENIZE_CHUNK)):
-        tokens = tokenizer.tokenize(
-            chunk, update_vocab=True, show_progress=False, allow_empty=False
+        ids.extend(
+            tokenizer.tokenize(chunk, update_vocab=True, show_progress=False, allow_empty=False)
         )
-        ids.extend(array("i", doc) for doc in tokens)
     return tokenizer.to_tokenized_tuple(ids)
 
 

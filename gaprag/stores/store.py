@@ -17,6 +17,7 @@ embedded (the others' vectors are copied from the previous version).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -450,9 +451,12 @@ class Store:
         tmp = root / building
         tmp.mkdir()
         try:
+            exact = True  # every passage reads back from docs.jsonl as it is
             with (tmp / "docs.jsonl").open("w", encoding="utf-8") as fh:
                 for d in docs:
-                    fh.write(json.dumps(d, ensure_ascii=False, default=str) + "\n")
+                    line = json.dumps(d, ensure_ascii=False, default=str)
+                    exact = exact and json.loads(line) == d
+                    fh.write(line + "\n")
             (tmp / versions.READERS).touch()
             t0 = time.perf_counter()
             BM25Index.build((f"{d['title']} {d['text']}" for d in docs), bm25).save(tmp / "bm25")
@@ -485,7 +489,7 @@ class Store:
             raise
         versions.fsync_tree(final)  # the new version is on disk before anything points at it
         versions.switch(root, final.name)  # the atomic switch
-        return cls.open(root, embedder=embedder)
+        return cls._open(root, embedder, (final.name, docs) if exact else None)
 
     # -- opening --------------------------------------------------------------------------
     @classmethod
@@ -507,6 +511,15 @@ class Store:
     def open(cls, root: str | Path, *, embedder: Embedder | Any = None) -> Store:
         """The store's live version; ``embedder`` (a gaprag Embedder or LangChain Embeddings)
         replaces the one its manifest records."""
+        return cls._open(root, embedder, None)
+
+    @classmethod
+    def _open(
+        cls, root: str | Path, embedder: Any, written: tuple[str, Sequence[Document]] | None
+    ) -> Store:
+        """:meth:`open`; ``written``: the version just written and its passages, which read
+        back from its docs.jsonl as they are, so they are copied (their strings shared)
+        rather than read again."""
         root = Path(root)
         current = root / versions.CURRENT
         for _ in range(5):  # a version removed between reading CURRENT and leasing it: again
@@ -527,8 +540,11 @@ class Store:
             lease.close()
         try:
             manifest = json.loads((version_dir / "manifest.json").read_text())
-            with (version_dir / "docs.jsonl").open(encoding="utf-8") as fh:
-                docs: list[Document] = [json.loads(line) for line in fh if line.strip()]
+            if written is not None and version_dir.name == written[0]:
+                docs: list[Document] = copy.deepcopy(list(written[1]))
+            else:
+                with (version_dir / "docs.jsonl").open(encoding="utf-8") as fh:
+                    docs = [json.loads(line) for line in fh if line.strip()]
         except (OSError, ValueError) as exc:
             lease.close()
             raise StoreError(

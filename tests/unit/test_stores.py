@@ -284,3 +284,25 @@ def test_store_embeds_a_few_texts_at_a_time_into_the_same_vectors(
     assert sizes == [1]
     assert written[1][0] == ["p7"]
     assert np.array_equal(written[1][1], HashingEmbedder(256).embed(["T1: a new text"]))
+
+
+def test_built_store_holds_its_passages_as_read_back_and_apart_from_the_input(
+    tmp_path: Path,
+) -> None:
+    """The new version's passages are the given ones (not read again when they read back
+    from docs.jsonl as they are) but their own: changing the input later changes nothing;
+    metadata JSON changes (a tuple) is as a reopened store has it."""
+    docs = [
+        Document(id="a", title="A", text="alpha text", metadata={"source": "a.txt", "page": 1}),
+        Document(id="b", title="B", text="beta text", metadata={"tags": ("x", "y")}),
+    ]
+    built = Store.build(tmp_path / "s", docs[:1], embedder=HashingEmbedder(), progress=False)
+    docs[0]["metadata"]["page"] = 2
+    docs[0]["text"] = "changed"
+    assert built.docs == Store.open(tmp_path / "s").docs
+    assert built.get("a") == {
+        "id": "a", "title": "A", "text": "alpha text", "metadata": {"source": "a.txt", "page": 1}
+    }  # fmt: skip
+    again = Store.build(tmp_path / "s", docs, embedder=HashingEmbedder(), progress=False)
+    assert again.docs == Store.open(tmp_path / "s").docs
+    assert again.get("b")["metadata"]["tags"] == ["x", "y"]  # type: ignore[index]
