@@ -4,7 +4,8 @@ For each size (default 10, 30 and 60 MB) it writes a deterministic text file: th
 of the bundled evaluation sets (``gaprag/data/eval``), blank-line separated, repeated in a
 shuffled order (seeded by the repetition) with each paragraph opened by ``Part N.``, until the
 file has that many bytes. It then runs ``gaprag index FILE --store TMP --embedder hashing``
-in a child process and reads the child's peak resident memory from ``wait4``. The hashing
+in a child process (from this checkout's folder, so it runs this checkout's gaprag) and reads
+the child's peak resident memory from ``wait4``. The hashing
 embedder has no model, so the figure is gaprag's own memory (Python, its libraries, the
 passages, BM25 and Chroma), not an embedding model's.
 
@@ -78,7 +79,9 @@ def write_file(path: Path, megabytes: int, paras: list[str]) -> int:
 def run_child(cmd: list[str]) -> dict[str, Any]:
     """Run ``cmd``; its wall time, peak RSS (from wait4) and output."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     assert proc.stdout is not None
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)

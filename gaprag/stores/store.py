@@ -17,7 +17,8 @@ embedded (the others' vectors are copied from the previous version).
 
 from __future__ import annotations
 
-import copy
+import bisect
+import contextlib
 import hashlib
 import json
 import os
@@ -25,7 +26,8 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from copy import deepcopy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, overload
@@ -462,8 +464,7 @@ class Store:
             BM25Index.build((f"{d['title']} {d['text']}" for d in docs), bm25).save(tmp / "bm25")
             timings = {"bm25": round(time.perf_counter() - t0, 3)}
             dense = _DenseWrite(docs, embedder, reuse, copy=reuse is not None and not chroma_url)
-            dense.embed(progress, batch_size, timings)
-            collection = dense.save(tmp, version, chroma_url, timings)
+            collection = dense.save(tmp, version, chroma_url, (progress, batch_size), timings)
             manifest: dict[str, Any] = {
                 "format": FORMAT_VERSION,
                 "count": len(docs),
@@ -478,7 +479,6 @@ class Store:
                 "embedded": len(dense.todo),
                 "timings_s": timings,
             }
-            del dense  # its vectors are in Chroma now: not held while the version is opened
             if result is not None:
                 manifest["update"] = dict(result)
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
@@ -541,7 +541,7 @@ class Store:
         try:
             manifest = json.loads((version_dir / "manifest.json").read_text())
             if written is not None and version_dir.name == written[0]:
-                docs: list[Document] = copy.deepcopy(list(written[1]))
+                docs: list[Document] = deepcopy(list(written[1]))
             else:
                 with (version_dir / "docs.jsonl").open(encoding="utf-8") as fh:
                     docs = [json.loads(line) for line in fh if line.strip()]
@@ -701,9 +701,9 @@ class _DenseWrite:
     ``copy`` the previous version's collection edited: only new and changed ones), which
     texts are embedded (those no passage of the previous version had), and the collection.
 
-    Texts are made from the passages as they are embedded, :data:`ENCODE_CHUNK` at a time,
-    and their vectors go into one float32 array; Chroma gets its metadata batch by batch. No
-    list of every text, vector or metadata is held."""
+    Vectors go to Chroma as they are made, in order, :data:`~gaprag.stores.dense.BATCH` at a
+    time with their metadata; texts are made from the passages as they are embedded,
+    :data:`ENCODE_CHUNK` at a time. No list of every text, vector or metadata is held."""
 
     def __init__(
         self, docs: Sequence[Document], embedder: Embedder, reuse: Store | None, *, copy: bool
@@ -728,12 +728,86 @@ class _DenseWrite:
             if self.known
             else list(range(len(self.write)))
         )
-        self.vectors = np.zeros((0, 0), dtype=np.float32)
+        self.width = 0  # the vectors' dimension, once one is made
+        self.embed_s = 0.0
 
-    def embed(self, progress: bool, batch_size: int, timings: dict[str, float]) -> None:
-        """Embed the passages to embed, :data:`ENCODE_CHUNK` at a time, under one bar."""
+    def save(
+        self,
+        tmp: Path,
+        version: str,
+        chroma_url: str | None,
+        run: tuple[bool, int],
+        timings: dict[str, float],
+    ) -> str:
+        """Embed what is to be embedded and write the vectors to Chroma (``run``: progress,
+        the embedder's batch size); the collection's name."""
+        t0 = time.perf_counter()
+        if self.reuse is not None and self.copy:
+            collection = str(self.reuse.manifest["chroma"]["collection"])
+            shutil.copytree(self.reuse.version_dir / "chroma", tmp / "chroma")
+            client = make_client(tmp / "chroma")
+            index = DenseIndex.open(client, collection)
+            index.edit(self.stale, [], np.zeros((0, 0), dtype=np.float32))
+            metadatas = _Metadatas(self.docs, self.write)
+        else:
+            collection = f"gaprag-{version.removeprefix('v-')}"
+            client = make_client(None, chroma_url) if chroma_url else make_client(tmp / "chroma")
+            index = DenseIndex.create(client, collection, [], np.zeros((0, 0), dtype=np.float32))
+            metadatas = _Metadatas(self.docs)
+        try:
+            for start, vectors in self._batches(*run):
+                end = start + len(vectors)
+                ids = [self.ids[n] for n in self.write[start:end]]
+                index.add(ids, vectors, metadatas[start:end])
+        except BaseException:
+            if chroma_url:  # a server keeps no half-written collection
+                with contextlib.suppress(Exception):
+                    client.delete_collection(collection)
+            raise
+        timings["embed"] = round(self.embed_s, 3)
+        timings["chroma_add"] = round(time.perf_counter() - t0 - self.embed_s, 3)
+        return collection
+
+    def _batches(self, progress: bool, batch_size: int) -> Iterator[tuple[int, Vectors]]:
+        """(first position in ``write``, vectors) of the rows written, in order,
+        :data:`~gaprag.stores.dense.BATCH` at a time: a kept text's vector, or its vector
+        embedded with the next :data:`ENCODE_CHUNK` texts to embed, under one bar."""
         from tqdm.std import tqdm
 
+        self._announce(progress)
+        made: dict[int, Vectors] = {}
+        rows: list[Vectors] = []
+        with tqdm(
+            total=len(self.todo), desc="gaprag: embedding", unit=" passages",
+            disable=not progress or quiet() or not self.todo, file=sys.stderr, mininterval=1.0,
+        ) as bar:  # fmt: skip
+            for pos, n in enumerate(self.write):
+                if (
+                    self.known
+                    and (vector := self.known.get(passage_text(self.docs[n]))) is not None
+                ):
+                    rows.append(vector)
+                else:
+                    if pos not in made:
+                        made = self._embed(pos, batch_size)
+                        bar.update(len(made))
+                    rows.append(made.pop(pos))
+                if len(rows) == BATCH or pos == len(self.write) - 1:
+                    yield pos + 1 - len(rows), np.asarray(rows, dtype=np.float32)
+                    rows = []
+
+    def _embed(self, pos: int, batch_size: int) -> dict[int, Vectors]:
+        """The vectors of the next :data:`ENCODE_CHUNK` texts to embed from ``pos`` on."""
+        t0 = time.perf_counter()
+        first = bisect.bisect_left(self.todo, pos)
+        chunk = self.todo[first : first + ENCODE_CHUNK]
+        texts = [passage_text(self.docs[self.write[p]]) for p in chunk]
+        vectors = self.embedder.embed(texts, batch_size=batch_size)
+        self.width = int(vectors.shape[1])
+        self.embed_s += time.perf_counter() - t0
+        return dict(zip(chunk, vectors, strict=True))
+
+    def _announce(self, progress: bool) -> None:
         if progress and not quiet():
             what = (
                 f"{len(self.todo)} new or changed of {len(self.docs)} passages"
@@ -745,50 +819,10 @@ class _DenseWrite:
                 file=sys.stderr,
                 flush=True,
             )
-        t0 = time.perf_counter()
-        for pos, n in enumerate(self.write if self.known else ()):
-            vector = self.known.get(passage_text(self.docs[n]))
-            if vector is not None:
-                self._put([pos], vector[np.newaxis, :])
-        with tqdm(
-            total=len(self.todo), desc="gaprag: embedding", unit=" passages",
-            disable=not progress or quiet() or not self.todo, file=sys.stderr, mininterval=1.0,
-        ) as bar:  # fmt: skip
-            for start in range(0, len(self.todo), ENCODE_CHUNK):
-                chunk = self.todo[start : start + ENCODE_CHUNK]
-                texts = [passage_text(self.docs[self.write[pos]]) for pos in chunk]
-                self._put(chunk, self.embedder.embed(texts, batch_size=batch_size))
-                bar.update(len(chunk))
-        timings["embed"] = round(time.perf_counter() - t0, 3)
-
-    def _put(self, positions: Sequence[int], rows: Vectors) -> None:
-        """These rows of the vectors written (the array is made at the first rows)."""
-        if self.vectors.shape[0] != len(self.write):
-            self.vectors = np.empty((len(self.write), rows.shape[1]), dtype=np.float32)
-        self.vectors[list(positions)] = rows
-
-    def save(
-        self, tmp: Path, version: str, chroma_url: str | None, timings: dict[str, float]
-    ) -> str:
-        """Write the vectors to Chroma; the collection's name."""
-        t0 = time.perf_counter()
-        if self.reuse is not None and self.copy:
-            collection = str(self.reuse.manifest["chroma"]["collection"])
-            shutil.copytree(self.reuse.version_dir / "chroma", tmp / "chroma")
-            DenseIndex.open(make_client(tmp / "chroma"), collection).edit(
-                self.stale,
-                [self.ids[n] for n in self.write],
-                self.vectors,
-                _Metadatas(self.docs, self.write),
-            )
-        else:
-            collection = f"gaprag-{version.removeprefix('v-')}"
-            client = make_client(None, chroma_url) if chroma_url else make_client(tmp / "chroma")
-            DenseIndex.create(client, collection, self.ids, self.vectors, _Metadatas(self.docs))
-        timings["chroma_add"] = round(time.perf_counter() - t0, 3)
-        return collection
 
     def dim(self) -> int:
-        if self.write:
-            return int(self.vectors.shape[1])
+        if self.width:
+            return self.width
+        if self.known:
+            return len(next(iter(self.known.values())))
         return int(self.reuse.manifest["dim"]) if self.reuse is not None else 0

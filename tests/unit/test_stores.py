@@ -247,7 +247,8 @@ def test_store_embeds_a_few_texts_at_a_time_into_the_same_vectors(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The write path hands the embedder :data:`ENCODE_CHUNK` texts at a time (no list of
-    every text), and Chroma gets the vectors of embedding them all at once, in order."""
+    every text), and Chroma gets the vectors of embedding them all at once, in order and in
+    its batches."""
     from gaprag.stores import store as store_module
     from gaprag.stores.dense import DenseIndex
 
@@ -256,6 +257,7 @@ def test_store_embeds_a_few_texts_at_a_time_into_the_same_vectors(
         for i in range(23)
     ]
     monkeypatch.setattr(store_module, "ENCODE_CHUNK", 5)
+    monkeypatch.setattr(store_module, "BATCH", 7)
     sizes: list[int] = []
     written: list[tuple[list[str], Vectors]] = []
 
@@ -267,23 +269,33 @@ def test_store_embeds_a_few_texts_at_a_time_into_the_same_vectors(
             return super().embed(texts)
 
     def add(self: DenseIndex, ids: Sequence[str], vectors: Vectors, metadatas: object) -> None:
-        written.append((list(ids), vectors.copy()))
+        if ids:
+            written.append((list(ids), vectors.copy()))
         original(self, ids, vectors, metadatas)  # type: ignore[arg-type]
 
-    original = DenseIndex._add
-    monkeypatch.setattr(DenseIndex, "_add", add)
+    original = DenseIndex.add
+    monkeypatch.setattr(DenseIndex, "add", add)
     built = Store.build(tmp_path / "s", docs, embedder=Spy(), progress=False)
     assert sizes == [5, 5, 5, 5, 3]
     whole = HashingEmbedder(256).embed([f"{d['title']}: {d['text']}" for d in docs])
-    assert written[0][0] == [d["id"] for d in docs]
-    assert np.array_equal(written[0][1], whole)
+    assert [len(ids) for ids, _ in written] == [7, 7, 7, 2]
+    assert [i for ids, _ in written for i in ids] == [d["id"] for d in docs]
+    assert np.array_equal(np.concatenate([v for _, v in written]), whole)
+    written.clear()
     # an update embeds only the changed text, and writes only its vector
     sizes.clear()
     changed = [*docs[:7], Document(id="p7", title="T1", text="a new text"), *docs[8:]]
     built.add(changed, progress=False)
     assert sizes == [1]
-    assert written[1][0] == ["p7"]
-    assert np.array_equal(written[1][1], HashingEmbedder(256).embed(["T1: a new text"]))
+    assert [ids for ids, _ in written] == [["p7"]]
+    assert np.array_equal(written[0][1], HashingEmbedder(256).embed(["T1: a new text"]))
+    # a new passage with a text the store has keeps that text's stored vector, unembedded
+    sizes.clear()
+    written.clear()
+    twin = Document(id="p99", title=docs[3]["title"], text=docs[3]["text"])
+    after = built.add([twin], progress=False)
+    assert sizes == [] and [ids for ids, _ in written] == [["p99"]]
+    assert np.array_equal(written[0][1][0], after.vectors(["p3"])["p3"])
 
 
 def test_built_store_holds_its_passages_as_read_back_and_apart_from_the_input(
