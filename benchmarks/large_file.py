@@ -9,6 +9,8 @@ the child's peak resident memory from ``wait4``. The hashing
 embedder has no model, so the figure is gaprag's own memory (Python, its libraries, the
 passages, BM25 and Chroma), not an embedding model's.
 
+Each store is then opened in another child, which runs one hybrid search: its peak
+(``open_and_search_peak_rss_mb``) is what a reader of the store holds, for comparison.
 ``--baseline`` also reports a child that only imports what ``gaprag index`` imports, so the
 part of the peak that is the process itself can be subtracted.
 
@@ -35,6 +37,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "gaprag" / "data" / "eval"
+#: what a reader of the store holds: the store opened and one hybrid search (BM25 and Chroma)
+OPEN_AND_SEARCH = (
+    "import sys; from gaprag.stores.store import Store; "
+    "Store.open(sys.argv[1]).search('film director born in', 5, mode='hybrid')"
+)
 IMPORTS = (
     "import gaprag.cli, gaprag.stores.store, gaprag.stores.loaders, chromadb, bm25s, "
     "langchain_text_splitters"
@@ -122,6 +129,7 @@ def main() -> None:
                    "--embedder", args.embedder, "--quiet"]  # fmt: skip
             log(f"{mb} MB: indexing")
             got = run_child(cmd)
+            opened = run_child([env_python, "-c", OPEN_AND_SEARCH, str(store)])
             manifest = json.loads(
                 (store / (store / "CURRENT").read_text().strip() / "manifest.json").read_text()
             )
@@ -133,6 +141,7 @@ def main() -> None:
                 "cpu_s": got["cpu_s"],
                 "peak_rss_mb": got["peak_rss_mb"],
                 "timings_s": manifest["timings_s"],
+                "open_and_search_peak_rss_mb": opened["peak_rss_mb"],
             }
             log(json.dumps(row))
             rows.append(row)
