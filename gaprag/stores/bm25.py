@@ -17,13 +17,15 @@ A store with an older ``rank_bm25.pkl`` is refused with the command that rebuild
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import threading
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, get_args, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -135,19 +137,61 @@ def _stemmer(language: str | None) -> Any:
     return Stemmer.Stemmer(language)
 
 
-def tokenize_many(texts: Sequence[str], settings: BM25Settings | None = None) -> Any:
-    """``bm25s.Tokenized`` (ids + vocabulary) for ``texts``, ready for ``bm25s.BM25.index``."""
+#: texts tokenised at a time by :func:`tokenize_many` (a stream is never held whole)
+TOKENIZE_CHUNK = 2048
+
+
+class TokenIds(Sequence[memoryview]):
+    """The token ids of many texts in one ``array("i")`` (4 bytes a token) with each text's
+    end; each text's ids are a ``memoryview`` of it, which bm25s reads as it reads a list."""
+
+    def __init__(self) -> None:
+        self.tokens: array[int] = array("i")
+        self.ends: array[int] = array("q")
+
+    def extend(self, docs: Iterable[Iterable[int]]) -> None:
+        for doc in docs:
+            self.tokens.extend(doc)
+            self.ends.append(len(self.tokens))
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    @overload
+    def __getitem__(self, index: int) -> memoryview: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[memoryview]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        index = range(len(self))[index]
+        start = self.ends[index - 1] if index else 0
+        return memoryview(self.tokens)[start : self.ends[index]]
+
+
+def tokenize_many(texts: Iterable[str], settings: BM25Settings | None = None) -> Any:
+    """``bm25s.Tokenized`` (ids + vocabulary) for ``texts``, ready for ``bm25s.BM25.index``.
+
+    ``texts`` may be a stream: bm25s's ``Tokenizer`` reads it :data:`TOKENIZE_CHUNK` texts at
+    a time into one shared vocabulary, and only the token ids are kept (:class:`TokenIds`).
+    The terms are those of ``bm25s.tokenize`` (lower case, :data:`TOKEN_PATTERN`, stop words
+    dropped before stemming; a text with no terms has none, no empty token)."""
     import bm25s
 
     s = settings or BM25Settings()
-    return bm25s.tokenize(
-        list(texts),
-        token_pattern=TOKEN_PATTERN,
-        stopwords=s.stopwords,
+    tokenizer = bm25s.tokenization.Tokenizer(
+        lower=True,
+        splitter=TOKEN_PATTERN,
+        stopwords=s.stopwords,  # None: no stop words
         stemmer=_stemmer(s.stemmer_language),
-        return_ids=True,
-        show_progress=False,
     )
+    ids = TokenIds()
+    stream = iter(texts)
+    while chunk := list(itertools.islice(stream, TOKENIZE_CHUNK)):
+        ids.extend(
+            tokenizer.tokenize(chunk, update_vocab=True, show_progress=False, allow_empty=False)
+        )
+    return tokenizer.to_tokenized_tuple(ids)
 
 
 def tokenize(text: str, settings: BM25Settings | None = None) -> list[str]:
@@ -223,12 +267,12 @@ class BM25Index:
 
     @classmethod
     def build(
-        cls, texts: Sequence[str], settings: BM25Settings | Engine | None = None
+        cls, texts: Iterable[str], settings: BM25Settings | Engine | None = None
     ) -> BM25Index:
         s = BM25Settings(engine=settings) if isinstance(settings, str) else settings
         s = s or BM25Settings()
         tokens = tokenize_many(texts, s)
-        if texts and not tokens.vocab:
+        if tokens.ids and not tokens.vocab:
             raise StoreError(
                 "the corpus has no searchable words for BM25 (every word is a stop word or "
                 "too short)",
@@ -253,7 +297,7 @@ class BM25Index:
             corpus = [[vocab[i] for i in doc] or [""] for doc in tokens.ids]
             kind = {"bm25l": BM25L, "bm25+": BM25Plus}.get(s.method, BM25Okapi)
             model = kind(corpus, k1=s.k1, b=s.b)
-        return cls(s, model, len(texts))
+        return cls(s, model, len(tokens.ids))
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)

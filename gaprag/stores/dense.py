@@ -66,7 +66,7 @@ class DenseIndex:
             name, embedding_function=None, metadata={"hnsw:space": "cosine"}
         )
         index = cls(col)
-        index._add(ids, vectors, metadatas)
+        index.add(ids, vectors, metadatas)
         return index
 
     def edit(
@@ -80,14 +80,15 @@ class DenseIndex:
         copy)."""
         for start in range(0, len(remove), BATCH):
             self.collection.delete(ids=list(remove[start : start + BATCH]))
-        self._add(ids, vectors, metadatas)
+        self.add(ids, vectors, metadatas)
 
-    def _add(
+    def add(
         self,
         ids: Sequence[str],
         vectors: Vectors,
-        metadatas: Sequence[dict[str, Any] | None] | None,
+        metadatas: Sequence[dict[str, Any] | None] | None = None,
     ) -> None:
+        """Add ``ids`` with their vectors and metadata, :data:`BATCH` at a time."""
         for start in range(0, len(ids), BATCH):
             batch = list(metadatas[start : start + BATCH]) if metadatas else None
             self.collection.add(

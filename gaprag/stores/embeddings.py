@@ -20,7 +20,14 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from gaprag.config import apply_torch_threads, offline_env, quiet, quiet_model_loading
+from gaprag.config import (
+    apply_torch_threads,
+    cpu_cores,
+    offline_env,
+    quiet,
+    quiet_model_loading,
+    torch_threads,
+)
 from gaprag.errors import GapragError
 
 Vectors = npt.NDArray[np.float32]
@@ -378,10 +385,35 @@ MINILM_PER_THREAD = 3.6
 
 
 def minilm_rate() -> float:
-    """Passages per second MiniLM embeds here, roughly: per thread times torch's threads."""
-    import torch
+    """Passages per second MiniLM embeds here, roughly: per thread times the threads it gets
+    (:func:`gaprag.config.torch_threads`, else torch's own count). The estimate never loads
+    torch: before it is loaded, torch's default is read as torch makes it."""
+    threads = torch_threads()
+    if threads is None:
+        torch = sys.modules.get("torch")
+        threads = int(torch.get_num_threads()) if torch is not None else _torch_default_threads()
+    return MINILM_PER_THREAD * max(1, threads)
 
-    return MINILM_PER_THREAD * max(1, torch.get_num_threads())
+
+def _torch_default_threads() -> int:
+    """torch's default intra-op threads: ``OMP_NUM_THREADS`` (else ``MKL_NUM_THREADS``), else
+    the physical cores among those this process may use (Linux's CPU topology; elsewhere, or
+    unreadable, the cores :func:`gaprag.config.cpu_cores` counts)."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    try:
+        cores = {
+            tuple(
+                (Path(f"/sys/devices/system/cpu/cpu{cpu}/topology") / part).read_text().strip()
+                for part in ("physical_package_id", "core_id")
+            )
+            for cpu in os.sched_getaffinity(0)
+        }
+    except (AttributeError, OSError):
+        return cpu_cores()
+    return len(cores) or cpu_cores()
 
 
 def default_embedder() -> MiniLMEmbedder:

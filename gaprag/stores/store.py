@@ -17,6 +17,8 @@ embedded (the others' vectors are copied from the previous version).
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import hashlib
 import json
 import os
@@ -24,10 +26,11 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from copy import deepcopy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, overload
 
 import numpy as np
 from langchain_core.documents import Document as LCDocument
@@ -42,6 +45,7 @@ from gaprag.stores.bm25 import BM25Index, BM25Settings, Engine
 from gaprag.stores.dense import BATCH, DenseIndex, make_client
 from gaprag.stores.documents import Document, as_document, corpus_hash, passage_text
 from gaprag.stores.embeddings import (
+    ENCODE_CHUNK,
     Embedder,
     Vectors,
     as_embedder,
@@ -449,16 +453,18 @@ class Store:
         tmp = root / building
         tmp.mkdir()
         try:
+            exact = True  # every passage reads back from docs.jsonl as it is
             with (tmp / "docs.jsonl").open("w", encoding="utf-8") as fh:
                 for d in docs:
-                    fh.write(json.dumps(d, ensure_ascii=False, default=str) + "\n")
+                    line = json.dumps(d, ensure_ascii=False, default=str)
+                    exact = exact and json.loads(line) == d
+                    fh.write(line + "\n")
             (tmp / versions.READERS).touch()
             t0 = time.perf_counter()
-            BM25Index.build([f"{d['title']} {d['text']}" for d in docs], bm25).save(tmp / "bm25")
+            BM25Index.build((f"{d['title']} {d['text']}" for d in docs), bm25).save(tmp / "bm25")
             timings = {"bm25": round(time.perf_counter() - t0, 3)}
             dense = _DenseWrite(docs, embedder, reuse, copy=reuse is not None and not chroma_url)
-            dense.embed(progress, batch_size, timings)
-            collection = dense.save(tmp, version, chroma_url, timings)
+            collection = dense.save(tmp, version, chroma_url, (progress, batch_size), timings)
             manifest: dict[str, Any] = {
                 "format": FORMAT_VERSION,
                 "count": len(docs),
@@ -483,7 +489,7 @@ class Store:
             raise
         versions.fsync_tree(final)  # the new version is on disk before anything points at it
         versions.switch(root, final.name)  # the atomic switch
-        return cls.open(root, embedder=embedder)
+        return cls._open(root, embedder, (final.name, docs) if exact else None)
 
     # -- opening --------------------------------------------------------------------------
     @classmethod
@@ -505,6 +511,15 @@ class Store:
     def open(cls, root: str | Path, *, embedder: Embedder | Any = None) -> Store:
         """The store's live version; ``embedder`` (a gaprag Embedder or LangChain Embeddings)
         replaces the one its manifest records."""
+        return cls._open(root, embedder, None)
+
+    @classmethod
+    def _open(
+        cls, root: str | Path, embedder: Any, written: tuple[str, Sequence[Document]] | None
+    ) -> Store:
+        """:meth:`open`; ``written``: the version just written and its passages, which read
+        back from its docs.jsonl as they are, so they are copied (their strings shared)
+        rather than read again."""
         root = Path(root)
         current = root / versions.CURRENT
         for _ in range(5):  # a version removed between reading CURRENT and leasing it: again
@@ -525,8 +540,11 @@ class Store:
             lease.close()
         try:
             manifest = json.loads((version_dir / "manifest.json").read_text())
-            with (version_dir / "docs.jsonl").open(encoding="utf-8") as fh:
-                docs: list[Document] = [json.loads(line) for line in fh if line.strip()]
+            if written is not None and version_dir.name == written[0]:
+                docs: list[Document] = deepcopy(list(written[1]))
+            else:
+                with (version_dir / "docs.jsonl").open(encoding="utf-8") as fh:
+                    docs = [json.loads(line) for line in fh if line.strip()]
         except (OSError, ValueError) as exc:
             lease.close()
             raise StoreError(
@@ -658,19 +676,42 @@ class Store:
         return np.asarray(vecs[1:] @ vecs[0])
 
 
+class _Metadatas(Sequence[dict[str, Any] | None]):
+    """The Chroma metadata of ``docs``' passages, made as Chroma asks for each batch."""
+
+    def __init__(self, docs: Sequence[Document], rows: Sequence[int] | None = None) -> None:
+        self.docs, self.rows = docs, rows
+
+    def __len__(self) -> int:
+        return len(self.docs) if self.rows is None else len(self.rows)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any] | None: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any] | None]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        row = index if self.rows is None else self.rows[index]
+        return chroma_metadata(self.docs[row].get("metadata"))
+
+
 class _DenseWrite:
     """The dense side of a new version: which passages get a vector written (all, or with
     ``copy`` the previous version's collection edited: only new and changed ones), which
-    texts are embedded (those no passage of the previous version had), and the collection."""
+    texts are embedded (those no passage of the previous version had), and the collection.
+
+    Vectors go to Chroma as they are made, in order, :data:`~gaprag.stores.dense.BATCH` at a
+    time with their metadata; texts are made from the passages as they are embedded,
+    :data:`ENCODE_CHUNK` at a time. No list of every text, vector or metadata is held."""
 
     def __init__(
         self, docs: Sequence[Document], embedder: Embedder, reuse: Store | None, *, copy: bool
     ) -> None:
         self.docs, self.embedder, self.reuse, self.copy = docs, embedder, reuse, copy
-        self.texts = [passage_text(d) for d in docs]
         self.ids = [d["id"] for d in docs]
         self.stale: list[str] = []
-        self.write = list(range(len(docs)))
+        self.write: Sequence[int] = range(len(docs))
         if reuse is not None and copy:
             before = {d["id"]: content_hash(d) for d in reuse.docs}
             kept = {d["id"] for d in docs if before.get(d["id"]) == content_hash(d)}
@@ -678,13 +719,95 @@ class _DenseWrite:
             self.write = [n for n, i in enumerate(self.ids) if i not in kept]
         self.known: dict[str, Vectors] = {}
         if reuse is not None:  # a text embedded before keeps its vector
-            wanted = {self.texts[n] for n in self.write}
+            wanted = {passage_text(docs[n]) for n in self.write}
             stored = reuse.vectors([d["id"] for d in reuse.docs if passage_text(d) in wanted])
             self.known = {passage_text(d): stored[d["id"]] for d in reuse.docs if d["id"] in stored}
-        self.todo = [n for n in self.write if self.texts[n] not in self.known]
-        self.vectors = np.zeros((0, 0), dtype=np.float32)
+        #: positions in ``write`` of the passages whose text is embedded
+        self.todo = (
+            [p for p, n in enumerate(self.write) if passage_text(docs[n]) not in self.known]
+            if self.known
+            else list(range(len(self.write)))
+        )
+        self.width = 0  # the vectors' dimension, once one is made
+        self.embed_s = 0.0
 
-    def embed(self, progress: bool, batch_size: int, timings: dict[str, float]) -> None:
+    def save(
+        self,
+        tmp: Path,
+        version: str,
+        chroma_url: str | None,
+        run: tuple[bool, int],
+        timings: dict[str, float],
+    ) -> str:
+        """Embed what is to be embedded and write the vectors to Chroma (``run``: progress,
+        the embedder's batch size); the collection's name."""
+        t0 = time.perf_counter()
+        if self.reuse is not None and self.copy:
+            collection = str(self.reuse.manifest["chroma"]["collection"])
+            shutil.copytree(self.reuse.version_dir / "chroma", tmp / "chroma")
+            client = make_client(tmp / "chroma")
+            index = DenseIndex.open(client, collection)
+            index.edit(self.stale, [], np.zeros((0, 0), dtype=np.float32))
+            metadatas = _Metadatas(self.docs, self.write)
+        else:
+            collection = f"gaprag-{version.removeprefix('v-')}"
+            client = make_client(None, chroma_url) if chroma_url else make_client(tmp / "chroma")
+            index = DenseIndex.create(client, collection, [], np.zeros((0, 0), dtype=np.float32))
+            metadatas = _Metadatas(self.docs)
+        try:
+            for start, vectors in self._batches(*run):
+                end = start + len(vectors)
+                ids = [self.ids[n] for n in self.write[start:end]]
+                index.add(ids, vectors, metadatas[start:end])
+        except BaseException:
+            if chroma_url:  # a server keeps no half-written collection
+                with contextlib.suppress(Exception):
+                    client.delete_collection(collection)
+            raise
+        timings["embed"] = round(self.embed_s, 3)
+        timings["chroma_add"] = round(time.perf_counter() - t0 - self.embed_s, 3)
+        return collection
+
+    def _batches(self, progress: bool, batch_size: int) -> Iterator[tuple[int, Vectors]]:
+        """(first position in ``write``, vectors) of the rows written, in order,
+        :data:`~gaprag.stores.dense.BATCH` at a time: a kept text's vector, or its vector
+        embedded with the next :data:`ENCODE_CHUNK` texts to embed, under one bar."""
+        from tqdm.std import tqdm
+
+        self._announce(progress)
+        made: dict[int, Vectors] = {}
+        rows: list[Vectors] = []
+        with tqdm(
+            total=len(self.todo), desc="gaprag: embedding", unit=" passages",
+            disable=not progress or quiet() or not self.todo, file=sys.stderr, mininterval=1.0,
+        ) as bar:  # fmt: skip
+            for pos, n in enumerate(self.write):
+                if (
+                    self.known
+                    and (vector := self.known.get(passage_text(self.docs[n]))) is not None
+                ):
+                    rows.append(vector)
+                else:
+                    if pos not in made:
+                        made = self._embed(pos, batch_size)
+                        bar.update(len(made))
+                    rows.append(made.pop(pos))
+                if len(rows) == BATCH or pos == len(self.write) - 1:
+                    yield pos + 1 - len(rows), np.asarray(rows, dtype=np.float32)
+                    rows = []
+
+    def _embed(self, pos: int, batch_size: int) -> dict[int, Vectors]:
+        """The vectors of the next :data:`ENCODE_CHUNK` texts to embed from ``pos`` on."""
+        t0 = time.perf_counter()
+        first = bisect.bisect_left(self.todo, pos)
+        chunk = self.todo[first : first + ENCODE_CHUNK]
+        texts = [passage_text(self.docs[self.write[p]]) for p in chunk]
+        vectors = self.embedder.embed(texts, batch_size=batch_size)
+        self.width = int(vectors.shape[1])
+        self.embed_s += time.perf_counter() - t0
+        return dict(zip(chunk, vectors, strict=True))
+
+    def _announce(self, progress: bool) -> None:
         if progress and not quiet():
             what = (
                 f"{len(self.todo)} new or changed of {len(self.docs)} passages"
@@ -696,41 +819,10 @@ class _DenseWrite:
                 file=sys.stderr,
                 flush=True,
             )
-        t0 = time.perf_counter()
-        texts = [self.texts[n] for n in self.todo]
-        made: Any = (
-            self.embedder.embed(texts, batch_size=batch_size, progress=progress) if texts else []
-        )
-        fresh = dict(zip(self.todo, made, strict=True))
-        timings["embed"] = round(time.perf_counter() - t0, 3)
-        self.vectors = np.asarray(
-            [fresh[n] if n in fresh else self.known[self.texts[n]] for n in self.write],
-            dtype=np.float32,
-        )
-
-    def save(
-        self, tmp: Path, version: str, chroma_url: str | None, timings: dict[str, float]
-    ) -> str:
-        """Write the vectors to Chroma; the collection's name."""
-        t0 = time.perf_counter()
-        metadatas = [chroma_metadata(d.get("metadata")) for d in self.docs]
-        if self.reuse is not None and self.copy:
-            collection = str(self.reuse.manifest["chroma"]["collection"])
-            shutil.copytree(self.reuse.version_dir / "chroma", tmp / "chroma")
-            DenseIndex.open(make_client(tmp / "chroma"), collection).edit(
-                self.stale,
-                [self.ids[n] for n in self.write],
-                self.vectors,
-                [metadatas[n] for n in self.write],
-            )
-        else:
-            collection = f"gaprag-{version.removeprefix('v-')}"
-            client = make_client(None, chroma_url) if chroma_url else make_client(tmp / "chroma")
-            DenseIndex.create(client, collection, self.ids, self.vectors, metadatas)
-        timings["chroma_add"] = round(time.perf_counter() - t0, 3)
-        return collection
 
     def dim(self) -> int:
-        if self.write:
-            return int(self.vectors.shape[1])
+        if self.width:
+            return self.width
+        if self.known:
+            return len(next(iter(self.known.values())))
         return int(self.reuse.manifest["dim"]) if self.reuse is not None else 0

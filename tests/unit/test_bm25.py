@@ -131,3 +131,59 @@ def test_numba_unavailable_falls_back_to_numpy(monkeypatch: pytest.MonkeyPatch) 
     index = BM25Index.build(TEXTS)
     assert index._model.backend == "numpy"
     assert index.search("Shakespeare poem", 1)[0][0] == 2
+
+
+def _eval_texts(n: int) -> list[str]:
+    """``n`` "title text" strings of the bundled evaluation paragraphs, plus texts with no term."""
+    root = Path(__file__).resolve().parents[2] / "gaprag" / "data" / "eval"
+    texts: list[str] = []
+    for line in (root / "hotpotqa.dev.jsonl").open(encoding="utf-8"):
+        texts += [f"{p['title']} {p['text']}" for p in json.loads(line)["paragraphs"]]
+        if len(texts) >= n:
+            break
+    return [*texts[:n], "", "the of a", "多囊卵巢 women"]
+
+
+@pytest.mark.parametrize(
+    "settings", [BM25Settings(), BM25Settings(language="none"), BM25Settings(method="bm25+")]
+)
+def test_streamed_tokens_score_as_bm25s_tokenize(
+    monkeypatch: pytest.MonkeyPatch, settings: BM25Settings
+) -> None:
+    """Tokenised a few texts at a time from a stream, one shared vocabulary: every passage's
+    score for every query equals that of bm25s's one-shot ``bm25s.tokenize`` of all texts."""
+    import bm25s
+
+    texts = _eval_texts(300)
+    monkeypatch.setattr(bm25_module, "TOKENIZE_CHUNK", 7)  # many chunks
+    calls: list[int] = []
+    tokenizer_cls = bm25s.tokenization.Tokenizer
+    original = tokenizer_cls.tokenize
+
+    def spy(self: object, chunk: list[str], *args: object, **kwargs: object) -> object:
+        calls.append(len(chunk))
+        return original(self, chunk, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tokenizer_cls, "tokenize", spy)
+    streamed = BM25Index.build(iter(texts), settings)
+    assert max(calls) == 7 and sum(calls) == len(texts) and streamed.size == len(texts)
+    reference = bm25s.BM25(k1=settings.k1, b=settings.b, method=settings.method)
+    reference.index(
+        bm25s.tokenize(
+            texts,
+            token_pattern=bm25_module.TOKEN_PATTERN,
+            stopwords=settings.stopwords,  # type: ignore[arg-type]
+            stemmer=bm25_module._stemmer(settings.stemmer_language),
+            show_progress=False,
+        ),
+        show_progress=False,
+    )
+    model = streamed._model
+    assert set(model.vocab_dict) == set(reference.vocab_dict)
+    for query in ("Which genus has more species", "film director born", "多囊", "the"):
+        terms = tokenize(query, settings)
+        if not terms:  # "the" is an English stop word
+            continue
+        mine = model.get_scores([model.vocab_dict[t] for t in terms if t in model.vocab_dict])
+        theirs = reference.get_scores([t for t in terms if t in reference.vocab_dict])
+        assert np.array_equal(mine, theirs), query

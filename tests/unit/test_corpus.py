@@ -581,3 +581,34 @@ def test_large_text_file_is_read_in_blocks_and_warned_about(
     assert "big.txt is large" in err and "passages; embedding them with MiniLM takes about" in err
     texts = " ".join(d["text"] for d in Store.open(tmp_path / "s").docs)
     assert all(f"number {n} leaves" in texts for n in (0, 599, 1199))
+
+
+def test_a_file_split_block_by_block_gives_the_passages_of_splitting_it_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each block is split as it is read, the numbering carried on: the same passages and ids
+    as splitting every block of the file at once."""
+    from gaprag.stores.documents import from_langchain
+    from gaprag.stores.loaders import corpus as corpus_module
+    from gaprag.stores.loaders import text as text_module
+
+    monkeypatch.setattr(text_module, "BLOCK_BYTES", 4096)
+    words = " ".join(f"w{n}" for n in range(90))
+    (tmp_path / "big.txt").write_text("".join(f"Part {n}. {words}\n\n" for n in range(300)))
+    blocks = list(text_module.TextLoader(tmp_path / "big.txt", "big.txt").lazy_load())
+    whole = [from_langchain(d) for d in corpus_module.split_documents(blocks)]
+    got = load_corpus([tmp_path / "big.txt"]).documents
+    assert len(blocks) > 5 and got == whole
+    assert [d["id"] for d in got] == [f"big.txt#{n}" for n in range(len(got))]
+
+
+def test_the_large_file_estimate_does_not_load_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from gaprag.stores.embeddings import minilm_rate; "
+        "assert minilm_rate() > 0; assert 'torch' not in sys.modules, 'torch loaded'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-500:]

@@ -241,3 +241,80 @@ def test_demo_corpus_store_uses_the_shipped_vectors(monkeypatch: pytest.MonkeyPa
     store = demo.store_for(docs, "demo-test", progress=False)
     assert counting.texts == 0  # every passage vector came from the shipped file
     assert len(store) == 40 and store.manifest["dim"] == 384  # MiniLM-sized shipped vectors
+
+
+def test_store_embeds_a_few_texts_at_a_time_into_the_same_vectors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write path hands the embedder :data:`ENCODE_CHUNK` texts at a time (no list of
+    every text), and Chroma gets the vectors of embedding them all at once, in order and in
+    its batches."""
+    from gaprag.stores import store as store_module
+    from gaprag.stores.dense import DenseIndex
+
+    docs = [
+        Document(id=f"p{i}", title=f"T{i % 3}", text=f"passage {i} about topic {i % 5}")
+        for i in range(23)
+    ]
+    monkeypatch.setattr(store_module, "ENCODE_CHUNK", 5)
+    monkeypatch.setattr(store_module, "BATCH", 7)
+    sizes: list[int] = []
+    written: list[tuple[list[str], Vectors]] = []
+
+    class Spy(CountingEmbedder):
+        def embed(
+            self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
+        ) -> Vectors:
+            sizes.append(len(texts))
+            return super().embed(texts)
+
+    def add(self: DenseIndex, ids: Sequence[str], vectors: Vectors, metadatas: object) -> None:
+        if ids:
+            written.append((list(ids), vectors.copy()))
+        original(self, ids, vectors, metadatas)  # type: ignore[arg-type]
+
+    original = DenseIndex.add
+    monkeypatch.setattr(DenseIndex, "add", add)
+    built = Store.build(tmp_path / "s", docs, embedder=Spy(), progress=False)
+    assert sizes == [5, 5, 5, 5, 3]
+    whole = HashingEmbedder(256).embed([f"{d['title']}: {d['text']}" for d in docs])
+    assert [len(ids) for ids, _ in written] == [7, 7, 7, 2]
+    assert [i for ids, _ in written for i in ids] == [d["id"] for d in docs]
+    assert np.array_equal(np.concatenate([v for _, v in written]), whole)
+    written.clear()
+    # an update embeds only the changed text, and writes only its vector
+    sizes.clear()
+    changed = [*docs[:7], Document(id="p7", title="T1", text="a new text"), *docs[8:]]
+    built.add(changed, progress=False)
+    assert sizes == [1]
+    assert [ids for ids, _ in written] == [["p7"]]
+    assert np.array_equal(written[0][1], HashingEmbedder(256).embed(["T1: a new text"]))
+    # a new passage with a text the store has keeps that text's stored vector, unembedded
+    sizes.clear()
+    written.clear()
+    twin = Document(id="p99", title=docs[3]["title"], text=docs[3]["text"])
+    after = built.add([twin], progress=False)
+    assert sizes == [] and [ids for ids, _ in written] == [["p99"]]
+    assert np.array_equal(written[0][1][0], after.vectors(["p3"])["p3"])
+
+
+def test_built_store_holds_its_passages_as_read_back_and_apart_from_the_input(
+    tmp_path: Path,
+) -> None:
+    """The new version's passages are the given ones (not read again when they read back
+    from docs.jsonl as they are) but their own: changing the input later changes nothing;
+    metadata JSON changes (a tuple) is as a reopened store has it."""
+    docs = [
+        Document(id="a", title="A", text="alpha text", metadata={"source": "a.txt", "page": 1}),
+        Document(id="b", title="B", text="beta text", metadata={"tags": ("x", "y")}),
+    ]
+    built = Store.build(tmp_path / "s", docs[:1], embedder=HashingEmbedder(), progress=False)
+    docs[0]["metadata"]["page"] = 2
+    docs[0]["text"] = "changed"
+    assert built.docs == Store.open(tmp_path / "s").docs
+    assert built.get("a") == {
+        "id": "a", "title": "A", "text": "alpha text", "metadata": {"source": "a.txt", "page": 1}
+    }  # fmt: skip
+    again = Store.build(tmp_path / "s", docs, embedder=HashingEmbedder(), progress=False)
+    assert again.docs == Store.open(tmp_path / "s").docs
+    assert again.get("b")["metadata"]["tags"] == ["x", "y"]  # type: ignore[index]

@@ -64,11 +64,16 @@ def splitter(
 
 
 def split_documents(
-    docs: Iterable[LCDocument], chunk_size: int = CHUNK_WORDS, overlap: int = OVERLAP_WORDS
+    docs: Iterable[LCDocument],
+    chunk_size: int = CHUNK_WORDS,
+    overlap: int = OVERLAP_WORDS,
+    *,
+    numbers: dict[str, int] | None = None,
 ) -> list[LCDocument]:
-    """``docs`` (any loader's) cut into passages, each with its id ``source#n``."""
+    """``docs`` (any loader's) cut into passages, each with its id ``source#n``; ``numbers``
+    (source -> passages numbered so far) carries the numbering on from an earlier call."""
     cut = _splitter(chunk_size, overlap).split_documents(docs)
-    numbers: dict[str, int] = {}
+    numbers = {} if numbers is None else numbers
     for doc in cut:
         source = str(doc.metadata.get("source", ""))
         n = numbers.get(source, 0)
@@ -279,15 +284,23 @@ def _read(
     corpus: Corpus,
     explicit: bool,
     chunks: tuple[int, int],
-) -> list[LCDocument] | None:
-    """``file``'s passages, or None when it was skipped (``report`` says why)."""
+) -> list[Document] | None:
+    """``file``'s passages, or None when it was skipped (``report`` says why). A loader's
+    documents (a text file's blocks of about 1 MB) are split and made passages one at a time,
+    so a large file's text is held once, as its passages."""
     loader = LOADERS[file.suffix.lower()](file, rel)
     chunk_size, overlap = chunks
+    numbers: dict[str, int] = {}
+    passages: list[Document] = []
     try:
         report.size = file.stat().st_size
         if report.size == 0:
             raise empty_file()
-        loaded = list(loader.lazy_load())
+        for loaded in loader.lazy_load():
+            cut = [loaded] if loader.passages else split_documents(
+                [loaded], chunk_size, overlap, numbers=numbers
+            )  # fmt: skip
+            passages.extend(from_langchain(doc) for doc in cut)
     except SkipFile as why:
         report.reason, report.hint, report.failed = why.reason, why.hint, why.failed
         report.notes += loader.notes
@@ -304,11 +317,9 @@ def _read(
     report.notes += loader.notes
     if isinstance(loader, JSONLLoader):
         corpus.duplicates.extend(f"{d} (repeated id: the first is kept)" for d in loader.duplicates)
-    else:
-        loaded = split_documents(loaded, chunk_size, overlap)
-    if not loaded:
+    if not passages:
         report.reason, report.hint = "no text", "the file has no text to index"
-    return loaded
+    return passages
 
 
 def load_corpus(
@@ -339,8 +350,7 @@ def load_corpus(
         if report.failed:
             continue
         corpus.sources[rel] = root
-        for doc in loaded or []:
-            passage = from_langchain(doc)
+        for passage in loaded or []:
             if passage["id"] in merged:
                 corpus.duplicates.append(
                     f"{file}: {passage['id']} (repeated id: the first is kept)"
