@@ -26,6 +26,9 @@ rewritten after every ``--batch`` paragraphs, and a missing store is rebuilt fro
 continues on another machine from the committed files.
 
     python benchmarks/rag_ef_n50.py --dataset hotpotqa --out docs/results/n50/rag_ef/hotpotqa
+
+``--synth-prompt paper --profile paper`` is the ladder as the paper gives it: S written with
+the Appendix A instruction alone, and every rag_ef variant in paper mode.
 """
 
 from __future__ import annotations
@@ -192,6 +195,11 @@ def main() -> None:
         "--synth-prompt", choices=("tuned", "paper"), default="tuned",
         help="S's instruction: tuned, or paper (the Appendix A instruction alone); one --out each",
     )  # fmt: skip
+    ap.add_argument(
+        "--profile", default=None,
+        help="the profile the rag_ef variants run with (e.g. paper: whole passages, the paper's "
+        "answer step); default the model's own",
+    )  # fmt: skip
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -226,6 +234,8 @@ def main() -> None:
         )
     if args.build_only:
         return
+    if args.profile:
+        variants = {k: (m, {**o, "profile": args.profile}) for k, (m, o) in variants.items()}
     evaluate(
         methods=["standard_rag"],
         variants=variants,
