@@ -19,6 +19,10 @@
 #                                     # on the corpus of those questions (benchmarks/rag_ef_n50.py);
 #                                     # SYNTH_CONCURRENCY=2 builds S two calls at a time
 #                                     # (pinned too: S, E and the evaluation span sessions)
+#   bash scripts/eval_n50.sh rag_ef_paper  # the same ladder as the paper gives it: S written by
+#                                     # the Appendix A instruction alone, every rag_ef variant
+#                                     # in --profile paper (32k context), at RAG_EF_PAPER_COMMIT;
+#                                     # HotpotQA unless DATASETS says otherwise
 #
 # "before" and "after" each run a pinned commit (below) from a git worktree (.eval-<label>/)
 # with this checkout's .venv, so a run resumed in a later session never mixes code versions.
@@ -32,6 +36,7 @@ AFTER_COMMIT=a2f8522  # the calibrated profile, the short-answer step, MIGRES's 
 GATED_COMMIT=3bbe2bc  # the profile with the gate and reader settings chosen on questions 60+
 ESCALATION_COMMIT=15e5281  # escalating_rag and its profile as chosen on questions 60+
 PAPER_COMMIT=c55005c  # the paper configuration (gaprag/profiles/paper.toml)
+RAG_EF_PAPER_COMMIT=3d1e460  # the ladder with --synth-prompt paper --profile paper
 RAG_EF_COMMIT=2b0d498  # RAG-EF's ladder: E_r (near copies replaced by sampled rewordings)
 # beside S and E. The code that builds S and E and evaluates rag_ef_S/SE/standard is the same as
 # at e4ef8ab (E is built with rewrites=0, as it was first built; LLM.generate only gained
@@ -75,6 +80,18 @@ case "$LABEL" in
     mapfile -t dirs < <(sets_with_rows docs/results/n50/rag_ef)
     gaprag report "${dirs[@]}" --out docs/results/n50/rag_ef
     exit 0 ;;
+  rag_ef_paper)
+    CODE=$ROOT/.eval-rag_ef_paper
+    pinned_worktree "$CODE" "$RAG_EF_PAPER_COMMIT"
+    export GAPRAG_LOCAL_CTX=${GAPRAG_LOCAL_CTX:-32768}
+    for ds in ${DATASETS_RAG_EF_PAPER:-hotpotqa}; do
+      PYTHONPATH=$CODE python "$CODE/benchmarks/rag_ef_n50.py" --dataset "$ds" --limit 50 \
+        --out "docs/results/n50/rag_ef_paper/$ds" --synth-prompt paper --profile paper \
+        --concurrency "${SYNTH_CONCURRENCY:-1}"
+    done
+    mapfile -t dirs < <(sets_with_rows docs/results/n50/rag_ef_paper)
+    if ((${#dirs[@]})); then gaprag report "${dirs[@]}" --out docs/results/n50/rag_ef_paper; fi
+    exit 0 ;;
   before) COMMIT=$BEFORE_COMMIT ;;
   after) COMMIT=$AFTER_COMMIT ;;
   gated)
@@ -99,7 +116,7 @@ case "$LABEL" in
     done
     METHODS=${METHODS_PAPER:-$METHODS}
     STEPS=${STEPS:-10 20} ;;
-  *) echo "usage: bash scripts/eval_n50.sh before|after|gated|escalation|paper|both|rag_ef" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/eval_n50.sh before|after|gated|escalation|paper|both|rag_ef|rag_ef_paper" >&2; exit 2 ;;
 esac
 CODE=$ROOT/.eval-$LABEL
 pinned_worktree "$CODE" "$COMMIT"
