@@ -175,6 +175,30 @@ def write_divergence(store: PairStore, path: Path, paragraphs: int) -> None:
     print(f"rag_ef_n50: {path.name}: {json.dumps(divergence)}", file=sys.stderr)
 
 
+def ladder_variants(
+    out: Path, *, reworded: bool, profile: str | None
+) -> dict[str, tuple[str, dict[str, Any]]]:
+    """The rag_ef variants of the ladder over the pair stores in ``out``, each run with
+    ``profile`` when one is named."""
+    pairs = str(out / "pairs.sqlite")
+    variants: dict[str, tuple[str, dict[str, Any]]] = {
+        "rag_ef_S": ("rag_ef", {"feedback_store": pairs, "sources": "synthetic"}),
+        "rag_ef_SE": ("rag_ef", {"feedback_store": pairs, "sources": "synthetic+expert"}),
+        "rag_ef_standard": (
+            "rag_ef",
+            {"feedback_store": pairs, "sources": "synthetic", "retrieval_mode": "standard"},
+        ),
+    }
+    if reworded:
+        variants["rag_ef_SE_reworded"] = (
+            "rag_ef",
+            {"feedback_store": str(out / "pairs_reworded.sqlite"), "sources": "synthetic+expert"},
+        )
+    if profile:
+        variants = {k: (m, {**o, "profile": profile}) for k, (m, o) in variants.items()}
+    return variants
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", default="hotpotqa")
@@ -215,27 +239,13 @@ def main() -> None:
     paragraphs = len(load_dataset(subset).documents())
     write_divergence(store, out / "expert_divergence.json", paragraphs)
     store.close()
-    pairs = str(out / "pairs.sqlite")
-    variants: dict[str, tuple[str, dict[str, Any]]] = {
-        "rag_ef_S": ("rag_ef", {"feedback_store": pairs, "sources": "synthetic"}),
-        "rag_ef_SE": ("rag_ef", {"feedback_store": pairs, "sources": "synthetic+expert"}),
-        "rag_ef_standard": (
-            "rag_ef",
-            {"feedback_store": pairs, "sources": "synthetic", "retrieval_mode": "standard"},
-        ),
-    }
     if args.rewrites > 0:
         reworded = build_reworded(subset, out, llm, limit=args.limit, rewrites=args.rewrites)
         write_divergence(reworded, out / "expert_divergence_reworded.json", paragraphs)
         reworded.close()
-        variants["rag_ef_SE_reworded"] = (
-            "rag_ef",
-            {"feedback_store": str(out / "pairs_reworded.sqlite"), "sources": "synthetic+expert"},
-        )
     if args.build_only:
         return
-    if args.profile:
-        variants = {k: (m, {**o, "profile": args.profile}) for k, (m, o) in variants.items()}
+    variants = ladder_variants(out, reworded=args.rewrites > 0, profile=args.profile)
     evaluate(
         methods=["standard_rag"],
         variants=variants,

@@ -983,3 +983,21 @@ def test_ladder_script_builds_a_reworded_e_beside_s(tmp_path: Path) -> None:
     assert again.count(source="synthetic") == 4 and again.count(source="expert") == 3
     assert sampled in [p["question"] for p in again.list(source="expert")]
     again.close()
+
+
+def test_ladder_script_runs_every_rag_ef_variant_in_the_profile_named(tmp_path: Path) -> None:
+    from tests.scripts import load_script
+
+    script = load_script("benchmarks/rag_ef_n50.py")
+    paper = script.ladder_variants(tmp_path, reworded=True, profile="paper")
+    assert set(paper) == {"rag_ef_S", "rag_ef_SE", "rag_ef_standard", "rag_ef_SE_reworded"}
+    assert all(m == "rag_ef" and o["profile"] == "paper" for m, o in paper.values())
+    assert paper["rag_ef_SE_reworded"][1]["feedback_store"].endswith("pairs_reworded.sqlite")
+    own = script.ladder_variants(tmp_path, reworded=False, profile=None)
+    assert "rag_ef_SE_reworded" not in own
+    assert not any("profile" in o for _, o in own.values())
+    # the variant's options are what `gaprag eval` takes: the profile is the build's
+    from gaprag.options import options_for
+
+    opts = options_for("rag_ef", {"rag_ef": {"profile": "paper", "sources": "synthetic"}})
+    assert opts["profile"] == "paper" and opts["sources"] == "synthetic"
