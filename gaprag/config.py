@@ -94,6 +94,24 @@ def local_model() -> str:
     return os.environ.get("GAPRAG_LOCAL_MODEL") or DEFAULT_LOCAL_MODEL
 
 
+def local_cache_prompt() -> bool | None:
+    """``GAPRAG_LOCAL_CACHE_PROMPT``: ``1`` keeps llama.cpp's prompt cache on in repeatable
+    serving too (a prompt that starts like the previous one reuses its computed prefix: many
+    times faster for long few-shot prompts, while a reply may differ from a cold server's in
+    rare cases), ``0`` turns it off; unset: the serving mode's own choice."""
+    text = (os.environ.get("GAPRAG_LOCAL_CACHE_PROMPT") or "").strip().lower()
+    if not text:
+        return None
+    if text in ("1", "true", "on", "yes"):
+        return True
+    if text in ("0", "false", "off", "no"):
+        return False
+    raise GapragError(
+        f"GAPRAG_LOCAL_CACHE_PROMPT={text!r} is not 1 or 0",
+        hint="GAPRAG_LOCAL_CACHE_PROMPT=1 keeps the prompt cache on in repeatable serving",
+    )
+
+
 def local_slots() -> int:
     """``GAPRAG_LOCAL_SLOTS``: requests the embedded server serves at once (default 1; repeatable
     serving always uses 1)."""

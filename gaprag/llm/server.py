@@ -50,6 +50,7 @@ from gaprag.config import (
     embedded_llm_started,
     gaprag_home,
     llama_threads,
+    local_cache_prompt,
     local_keep_s,
     local_model,
     local_slots,
@@ -234,6 +235,11 @@ class EmbeddedServer:
 
     @property
     def cache_prompt(self) -> bool:
+        """llama.cpp's prompt cache: on, except in repeatable serving
+        (:data:`REPEATABLE_CACHE_PROMPT`); ``GAPRAG_LOCAL_CACHE_PROMPT`` decides where set."""
+        chosen = local_cache_prompt()
+        if chosen is not None:
+            return chosen
         return REPEATABLE_CACHE_PROMPT if self.repeatable else True
 
     def settings(self) -> dict[str, Any]:

@@ -173,6 +173,25 @@ def test_the_launcher_reads_the_same_serving_flags() -> None:
     assert defaults.seed is None and not defaults.no_cache_prompt and defaults.flash_attn == "auto"
 
 
+@pytest.mark.parametrize("engine", ["llama-server", "xllamacpp"])
+def test_the_prompt_cache_is_chosen_by_the_environment_where_set(
+    engine: server.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAPRAG_LLAMA_SERVER", str(_fake_llama_server(tmp_path)))
+    rep = EmbeddedServer(model="smollm2-135m", engine=engine, port=8123, repeatable=True)
+    plain = EmbeddedServer(model="smollm2-135m", engine=engine, port=8123)
+    monkeypatch.setenv("GAPRAG_LOCAL_CACHE_PROMPT", "1")
+    cmd = rep.command(Path("m.gguf"))
+    assert "--no-cache-prompt" not in cmd and cmd[cmd.index("--seed") + 1] == "42"
+    assert rep.settings()["cache_prompt"] is True
+    monkeypatch.setenv("GAPRAG_LOCAL_CACHE_PROMPT", "0")
+    assert "--no-cache-prompt" in plain.command(Path("m.gguf"))
+    assert plain.settings()["cache_prompt"] is False
+    monkeypatch.setenv("GAPRAG_LOCAL_CACHE_PROMPT", "sometimes")
+    with pytest.raises(GapragError, match="GAPRAG_LOCAL_CACHE_PROMPT"):
+        rep.command(Path("m.gguf"))
+
+
 def test_settings_name_the_model_file_and_every_serving_choice(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
