@@ -13,7 +13,8 @@
 #                                     # RAG call is answered from standard_rag's); turns of 10
 #   bash scripts/eval_n50.sh paper    # the paper configuration (--profile paper) of every
 #                                     # iterative method beside plain RAG, at PAPER_COMMIT below,
-#                                     # questions 0-19 in turns of 10, a 32k-token context
+#                                     # questions 0-19 in turns of 10, a 32k-token context,
+#                                     # the prompt cache on (GAPRAG_LOCAL_CACHE_PROMPT=1)
 #   bash scripts/eval_n50.sh both     # set by set: after, then before (a paired set at a time)
 #   bash scripts/eval_n50.sh rag_ef   # RAG-EF's ladder (S, S ∪ E, Eq. 1) beside standard_rag,
 #                                     # on the corpus of those questions (benchmarks/rag_ef_n50.py);
@@ -35,8 +36,9 @@ BEFORE_COMMIT=b99a6b7  # that commit's code defaults: 64049d9 + this script's me
 AFTER_COMMIT=a2f8522  # the calibrated profile, the short-answer step, MIGRES's empty-pool forced answer
 GATED_COMMIT=3bbe2bc  # the profile with the gate and reader settings chosen on questions 60+
 ESCALATION_COMMIT=15e5281  # escalating_rag and its profile as chosen on questions 60+
-PAPER_COMMIT=c55005c  # the paper configuration (gaprag/profiles/paper.toml)
-RAG_EF_PAPER_COMMIT=3d1e460  # the ladder with --synth-prompt paper --profile paper
+PAPER_COMMIT=62bfc0e  # the paper configuration (gaprag/profiles/paper.toml), prompt cache on
+# (its first rows, with the cache off at c55005c, are in docs/results/n50/paper-cache-off/)
+RAG_EF_PAPER_COMMIT=62bfc0e  # the ladder with --synth-prompt paper --profile paper
 RAG_EF_COMMIT=2b0d498  # RAG-EF's ladder: E_r (near copies replaced by sampled rewordings)
 # beside S and E. The code that builds S and E and evaluates rag_ef_S/SE/standard is the same as
 # at e4ef8ab (E is built with rewrites=0, as it was first built; LLM.generate only gained
@@ -83,7 +85,7 @@ case "$LABEL" in
   rag_ef_paper)
     CODE=$ROOT/.eval-rag_ef_paper
     pinned_worktree "$CODE" "$RAG_EF_PAPER_COMMIT"
-    export GAPRAG_LOCAL_CTX=${GAPRAG_LOCAL_CTX:-32768}
+    export GAPRAG_LOCAL_CTX=${GAPRAG_LOCAL_CTX:-32768} GAPRAG_LOCAL_CACHE_PROMPT=1
     for ds in ${DATASETS_RAG_EF_PAPER:-hotpotqa}; do
       PYTHONPATH=$CODE python "$CODE/benchmarks/rag_ef_n50.py" --dataset "$ds" --limit 50 \
         --out "docs/results/n50/rag_ef_paper/$ds" --synth-prompt paper --profile paper \
@@ -107,8 +109,9 @@ case "$LABEL" in
     STEPS=${STEPS:-10 20 30 40 50} ;;
   paper)
     COMMIT=$PAPER_COMMIT
-    # whole passages and IRCoT's demonstrations need more than 4,096 tokens; the model takes 32k
-    export GAPRAG_LOCAL_CTX=${GAPRAG_LOCAL_CTX:-32768}
+    # whole passages and IRCoT's demonstrations need more than 4,096 tokens; the model takes 32k;
+    # the prompt cache on: each IRCoT step repeats most of the previous step's prompt
+    export GAPRAG_LOCAL_CTX=${GAPRAG_LOCAL_CTX:-32768} GAPRAG_LOCAL_CACHE_PROMPT=1
     METHODS=standard_rag
     for m in missing_knowledge iterkey migres rfm_rag ircot; do
       variant+=(--variant "${m}_paper=$m:profile=paper")
