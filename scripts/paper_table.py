@@ -119,9 +119,9 @@ def readme_section(paper_run: Path, shipped_run: Path, commit: str) -> str:
     return f"""{HEADING}
 
 `--profile paper` beside the shipped profile and plain RAG, paired per question, on what the
-paper run has answered ({answered(paper_run)}; 0-19 of each set when complete; too few for a
-measured gain): commit `{commit}`, the same model and serving with a 32k context, a shared 2-core
-CPU, 2026-11-28 (`bash scripts/eval_n50.sh paper`, `python scripts/paper_table.py --help`).
+paper run has answered ({answered(paper_run)}; 0-19 of each set when complete; too few for a gain):
+commit `{commit}`, the same model, a 32k context, the prompt cache on ([it changes some replies](docs/evaluation.md#repeatability)),
+2-core CPU, 2026-11-28 (`bash scripts/eval_n50.sh paper`, `python scripts/paper_table.py --help`).
 
 {table(paper_run, shipped_run)}
 """
