@@ -25,19 +25,9 @@ import pytest
 
 from gaprag.llm import keep
 from gaprag.stores import HashingEmbedder, Store
+from tests.embedded import COMMAND, PATCH, ROOT, embedded_env
 
-ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "What is the capital of France?"
-# the command, with the model file's lookup skipped (the fake server reads no model)
-PATCH = textwrap.dedent(
-    """
-    import sys
-    from pathlib import Path
-    import gaprag.llm.server as server
-    server.ensure_model = lambda name, quiet=False: Path("/dev/null")
-    """
-)
-COMMAND = PATCH + "from gaprag.cli import main\nsys.exit(main(sys.argv[1:]))\n"
 # a process that uses the embedded server, then waits to be stopped
 USER = PATCH + textwrap.dedent(
     """
@@ -85,24 +75,13 @@ def port_open(port: int) -> bool:
 def env(tmp_path: Path) -> Iterator[dict[str, str]]:
     """A command's environment: the fake server as ``llama-server``, servers kept 600 s. Every
     process group a test's commands leave is killed afterwards."""
-    binary = tmp_path / "llama-server"
-    binary.write_text(
-        "#!/bin/sh\n"
+    environ = embedded_env(
+        tmp_path,
         'case " $* " in *" --version "*) echo "version: fake"; exit 0;; esac\n'
         'while [ $# -gt 0 ]; do [ "$1" = --port ] && port="$2"; shift; done\n'
-        f'exec "{sys.executable}" -m tests.fake_openai --port "$port" --reply Paris\n'
+        f'exec "{sys.executable}" -m tests.fake_openai --port "$port" --reply Paris\n',
     )
-    binary.chmod(0o755)
-    environ = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        "GAPRAG_LOCAL_ENGINE": "llama-server",
-        "GAPRAG_LLAMA_SERVER": str(binary),
-        "GAPRAG_LOCAL_MODEL": "smollm2-135m",
-        "GAPRAG_LOCAL_KEEP_S": "600",
-    }
-    for name in ("GAPRAG_BASE_URL", "OPENAI_BASE_URL", "GAPRAG_MODEL", "GAPRAG_QUIET"):
-        environ.pop(name, None)
+    environ.pop("GAPRAG_QUIET", None)
     yield environ
     _kept_groups.update(entry["pid"] for _, entry in keep.kept_entries())
     for pgid in _kept_groups:

@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import urllib.request
@@ -25,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from gaprag.stores import HashingEmbedder, Store
+from tests.embedded import COMMAND, ROOT, embedded_env
 
-ROOT = Path(__file__).resolve().parents[2]
 STUB = ROOT / "tests" / "stub_llama_server.py"
 AFTER_S = 15.0
 SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT, "crashed": signal.SIGKILL}
@@ -63,35 +62,12 @@ def wait_file(path: Path, proc: subprocess.Popen[bytes], log: Path, timeout: flo
 @pytest.fixture
 def stub_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     """The environment of a command whose embedded server is the stand-in."""
-    binary = tmp_path / "llama-server"
-    binary.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STUB}" "$@"\n')
-    binary.chmod(0o755)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        "GAPRAG_LOCAL_ENGINE": "llama-server",
-        "GAPRAG_LLAMA_SERVER": str(binary),
-        "GAPRAG_LOCAL_MODEL": "smollm2-135m",
-        "STUB_INFLIGHT": str(tmp_path / "inflight"),
-        "GAPRAG_QUIET": "1",
-        "GAPRAG_LOCAL_KEEP_S": "600",  # only a command that finished normally keeps its server
-    }
-    for name in ("GAPRAG_BASE_URL", "OPENAI_BASE_URL", "GAPRAG_MODEL"):
-        env.pop(name, None)
-    yield env
-
-
-# the command, with the model file's lookup skipped (the stand-in reads no model)
-COMMAND = textwrap.dedent(
-    """
-    import sys
-    from pathlib import Path
-    import gaprag.llm.server as server
-    server.ensure_model = lambda name, quiet=False: Path("/dev/null")
-    from gaprag.cli import main
-    sys.exit(main(sys.argv[1:]))
-    """
-)
+    yield embedded_env(
+        tmp_path,
+        f'exec "{sys.executable}" "{STUB}" "$@"\n',
+        STUB_INFLIGHT=str(tmp_path / "inflight"),
+        GAPRAG_QUIET="1",
+    )
 
 
 def run_and_signal(args: list[str], env: dict[str, str], tmp: Path, signum: int,
