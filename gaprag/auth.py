@@ -44,6 +44,7 @@ from typing import Any, cast
 
 from langgraph_sdk import Auth
 
+from gaprag import config
 from gaprag.errors import GapragError
 
 #: The identity of every caller of a server with no client tokens configured.
@@ -55,7 +56,6 @@ CLIENT = "gaprag:client"
 #: Shortest token accepted: guessing one must be hopeless.
 MIN_TOKEN_CHARS = 16
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
-_TRUE = ("1", "true", "yes", "on")
 
 
 def _digest(token: str) -> bytes:
@@ -134,10 +134,6 @@ def load_clients(env: Mapping[str, str] | None = None) -> Clients:
     return Clients({_digest(t): n for t, n in tokens.items()})
 
 
-def _flag(name: str) -> bool:
-    return (os.environ.get(name) or "").strip().lower() in _TRUE
-
-
 @functools.cache
 def clients() -> Clients:
     """The server's clients, read once (when the server loads this module)."""
@@ -146,7 +142,7 @@ def clients() -> Clients:
 
 def client_assistants() -> bool:
     """Whether clients may create assistants of their own (``GAPRAG_CLIENT_ASSISTANTS=1``)."""
-    return _flag("GAPRAG_CLIENT_ASSISTANTS")
+    return config.flag("GAPRAG_CLIENT_ASSISTANTS")
 
 
 def loopback(scope: Mapping[str, Any]) -> bool:
@@ -175,7 +171,7 @@ def identify(
     """The caller of a request (see the module docstring), or ``Auth.exceptions.HTTPException``."""
     known = clients()
     if not known:
-        if _flag("GAPRAG_OPEN_SERVER") or loopback(scope):
+        if config.flag("GAPRAG_OPEN_SERVER") or loopback(scope):
             return {"identity": LOCAL, "permissions": []}
         raise Auth.exceptions.HTTPException(
             status_code=403,

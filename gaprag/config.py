@@ -9,6 +9,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import overload
 from urllib.parse import urlsplit
 
 from gaprag.errors import GapragError
@@ -23,6 +24,31 @@ DEFAULT_MAX_LINE_BYTES = 4 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 600.0
 #: Retries of a failed request (connection errors, 408/409/429/5xx), honouring Retry-After.
 DEFAULT_MAX_RETRIES = 3
+
+
+#: The spellings of on and off an on/off setting accepts (any case).
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off"})
+
+
+@overload
+def flag(name: str, default: bool = False) -> bool: ...
+@overload
+def flag(name: str, default: None) -> bool | None: ...
+def flag(name: str, default: bool | None = False) -> bool | None:
+    """The on/off environment variable ``name``: ``1``/``true``/``yes``/``on`` or
+    ``0``/``false``/``no``/``off`` (any case); unset or empty: ``default``. Any other value is an
+    error, so a misspelt setting is never read as off."""
+    text = (os.environ.get(name) or "").strip().lower()
+    if not text:
+        return default
+    if text in TRUE_WORDS:
+        return True
+    if text in FALSE_WORDS:
+        return False
+    raise GapragError(
+        f"{name}={text!r} is neither on nor off", hint=f"set {name}=1 (on) or {name}=0 (off)"
+    )
 
 
 def _int_env(name: str, default: int) -> int:
@@ -99,17 +125,7 @@ def local_cache_prompt() -> bool | None:
     serving too (a prompt that starts like the previous one reuses its computed prefix: many
     times faster for long few-shot prompts, while a reply may differ from a cold server's in
     rare cases), ``0`` turns it off; unset: the serving mode's own choice."""
-    text = (os.environ.get("GAPRAG_LOCAL_CACHE_PROMPT") or "").strip().lower()
-    if not text:
-        return None
-    if text in ("1", "true", "on", "yes"):
-        return True
-    if text in ("0", "false", "off", "no"):
-        return False
-    raise GapragError(
-        f"GAPRAG_LOCAL_CACHE_PROMPT={text!r} is not 1 or 0",
-        hint="GAPRAG_LOCAL_CACHE_PROMPT=1 keeps the prompt cache on in repeatable serving",
-    )
+    return flag("GAPRAG_LOCAL_CACHE_PROMPT", None)
 
 
 def local_slots() -> int:
@@ -229,7 +245,7 @@ def context_window() -> int | None:
 
 def quiet() -> bool:
     """``GAPRAG_QUIET=1`` (or ``gaprag --quiet``): no progress messages or bars from gaprag."""
-    return (os.environ.get("GAPRAG_QUIET") or "").strip().lower() in ("1", "true", "yes", "on")
+    return flag("GAPRAG_QUIET")
 
 
 def offline_env() -> None:

@@ -65,15 +65,9 @@ SERVED_TOKEN_BUDGET = 300_000
 #: ``GAPRAG_RUN_DEADLINE``: the slowest question of the published evaluations took 2,313 s
 #: (the 1.5B model on a shared 2-core CPU).
 SERVED_DEADLINE_S = 3600.0
-_TRUE = ("1", "true", "yes", "on")
 #: The server's log: a served run's library errors, with their own text and traceback.
 _log = logging.getLogger("gaprag")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _flag(name: str, default: bool) -> bool:
-    value = (os.environ.get(name) or "").strip().lower()
-    return default if not value else value in _TRUE
 
 
 def _number(name: str, kind: type[T]) -> T | None:
@@ -229,13 +223,13 @@ class OperatorPolicy:
         return cls(
             allowed_endpoints=parse_endpoints(os.environ.get("GAPRAG_ALLOWED_ENDPOINTS") or ""),
             store_root=Path(root).expanduser().resolve() if root else None,
-            dev_allow_runtime_settings=_flag("GAPRAG_DEV_ALLOW_RUNTIME_SETTINGS", False),
+            dev_allow_runtime_settings=config.flag("GAPRAG_DEV_ALLOW_RUNTIME_SETTINGS"),
             max_bounds=parse_bounds(os.environ.get("GAPRAG_MAX_BOUNDS") or ""),
             deadline_s=_number("GAPRAG_RUN_DEADLINE", float)
             or (SERVED_DEADLINE_S if served else None),
             token_budget=_number("GAPRAG_RUN_TOKEN_BUDGET", int)
             or (SERVED_TOKEN_BUDGET if served else None),
-            feedback_writes=_flag("GAPRAG_FEEDBACK_WRITES", not served),
+            feedback_writes=config.flag("GAPRAG_FEEDBACK_WRITES", not served),
             hide_paths=served,
         )
 

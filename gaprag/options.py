@@ -8,11 +8,9 @@ import typing
 from collections.abc import Iterable
 from typing import Any
 
+from gaprag.config import FALSE_WORDS, TRUE_WORDS
 from gaprag.context import current_names
 from gaprag.errors import InputError
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 
 
 def coerce(cls: type[Any], key: str, raw: str) -> Any:
@@ -33,9 +31,9 @@ def coerce(cls: type[Any], key: str, raw: str) -> Any:
     try:
         if hint is bool:
             low = raw.strip().lower()
-            if low not in _TRUE | _FALSE:
+            if low not in TRUE_WORDS | FALSE_WORDS:
                 raise ValueError(raw)
-            return low in _TRUE
+            return low in TRUE_WORDS
         if hint is int:
             return int(raw)
         if hint is float:

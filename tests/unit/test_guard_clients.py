@@ -142,6 +142,9 @@ def test_a_caller_is_identified_by_token_or_as_the_local_machine(
     with pytest.raises(Auth.exceptions.HTTPException) as refused:
         auth.identify(None, {}, away)
     assert refused.value.status_code == 403
+    monkeypatch.setenv("GAPRAG_OPEN_SERVER", "yes please")
+    with pytest.raises(GapragError, match="GAPRAG_OPEN_SERVER='yes please' is neither on nor"):
+        auth.identify(None, {}, away)
     monkeypatch.setenv("GAPRAG_OPEN_SERVER", "1")
     assert auth.identify(None, {}, away)["identity"] == auth.LOCAL
     known = auth.load_clients({"GAPRAG_CLIENT_TOKENS": f"alice={TOKEN_A}"})

@@ -566,6 +566,28 @@ def test_served_rag_ef_stores_resumed_feedback_only_when_enabled(
         assert len(pairs) == count
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"), [("", False), ("1", True), ("Yes", True), ("on", True), ("0", False),
+                            ("OFF", False), ("no", False)],
+)  # fmt: skip
+def test_operator_switches_read_on_and_off_spellings(
+    value: str, expected: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAPRAG_FEEDBACK_WRITES", value)
+    monkeypatch.setenv("GAPRAG_DEV_ALLOW_RUNTIME_SETTINGS", value)
+    policy = OperatorPolicy.from_env(served=True)
+    assert policy.feedback_writes is expected and policy.dev_allow_runtime_settings is expected
+
+
+@pytest.mark.parametrize("name", ["GAPRAG_FEEDBACK_WRITES", "GAPRAG_DEV_ALLOW_RUNTIME_SETTINGS"])
+def test_a_misspelt_operator_switch_is_an_error_not_off(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(name, "enabled")
+    with pytest.raises(GapragError, match=f"{name}='enabled' is neither on nor off"):
+        OperatorPolicy.from_env(served=True)
+
+
 # -- the developer's switch ------------------------------------------------------------------
 def test_dev_switch_allows_runtime_settings(
     store_in_root: Store, recorder: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
