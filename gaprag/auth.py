@@ -171,7 +171,7 @@ def identify(
     """The caller of a request (see the module docstring), or ``Auth.exceptions.HTTPException``."""
     known = clients()
     if not known:
-        if config.flag("GAPRAG_OPEN_SERVER") or loopback(scope):
+        if loopback(scope) or config.flag("GAPRAG_OPEN_SERVER"):
             return {"identity": LOCAL, "permissions": []}
         raise Auth.exceptions.HTTPException(
             status_code=403,

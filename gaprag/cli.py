@@ -668,7 +668,8 @@ GROUPS: dict[str, tuple[str, str, dict[str, Command]]] = {
         "status": ({"help": "list the embedded servers kept for the next command"}, [],
                    cmd_llm_status),
         "stop": ({"help": "stop the embedded servers kept for the next command "
-                          "(GAPRAG_LOCAL_KEEP_S)"}, [], cmd_llm_stop),
+                          "(GAPRAG_LOCAL_KEEP_S), now, even while a command uses one"}, [],
+                 cmd_llm_stop),
     }),
     "graph": ("inspect a method graph", "graph_command", {
         "draw": (

@@ -23,7 +23,7 @@
 #   bash scripts/eval_n50.sh rag_ef_paper  # the same ladder as the paper gives it: S written by
 #                                     # the Appendix A instruction alone, every rag_ef variant
 #                                     # in --profile paper (32k context), at RAG_EF_PAPER_COMMIT;
-#                                     # HotpotQA unless DATASETS says otherwise
+#                                     # HotpotQA unless DATASETS_RAG_EF_PAPER says otherwise
 #
 # "before" and "after" each run a pinned commit (below) from a git worktree (.eval-<label>/)
 # with this checkout's .venv, so a run resumed in a later session never mixes code versions.

@@ -1,6 +1,6 @@
 """A ``gaprag`` command run in its own process, its embedded LLM server a stand-in script.
 
-``PATCH`` skips the model file's lookup (a stand-in reads no model); ``COMMAND`` is ``gaprag``'s
+``PATCH`` skips the model file's lookup and assembly (a stand-in reads no model); ``COMMAND`` is ``gaprag``'s
 CLI after it, for ``python -c COMMAND args``. ``embedded_env`` writes the stand-in as the
 ``llama-server`` binary and returns the environment that makes a command start it.
 """
@@ -19,6 +19,7 @@ PATCH = textwrap.dedent(
     from pathlib import Path
     import gaprag.llm.server as server
     server.ensure_model = lambda name, quiet=False: Path("/dev/null")
+    server.model_path = lambda model: Path("/dev/null")
     """
 )
 COMMAND = PATCH + "from gaprag.cli import main\nsys.exit(main(sys.argv[1:]))\n"

@@ -484,7 +484,12 @@ def paired_rows(
 ) -> dict[str, Any]:
     """``after`` against ``before`` as one paired comparison, whatever methods the rows name
     (a paper-mode variant against plain RAG, say): questions pair by (set, id) across every
-    set, F1-scored rows only; the entry :func:`versus_before` gives a method."""
+    set, F1-scored rows only; the entry :func:`versus_before` gives a method. Each side holds
+    one method's rows (``ValueError`` otherwise: a question would pair with either)."""
+    for name, side in (("before", before), ("after", after)):
+        methods = sorted({str(r.get("method")) for r in side})
+        if len(methods) > 1:
+            raise ValueError(f"paired_rows: {name} holds rows of {', '.join(methods)}")
     old = _pooled_rows([normalize_row(r) for r in dedupe(before) if not r.get("error")])
     new = _pooled_rows([normalize_row(r) for r in dedupe(after) if not r.get("error")])
     return _before_after(_paired(old, new, seed, n_boot))

@@ -28,6 +28,8 @@ from typing import Any
 
 from gaprag.config import gaprag_home, private_dir
 
+#: The fields of an entry every reader relies on (an entry without them is not used).
+_INT_FIELDS = ("pid", "port")
 #: What a kept server's keeper runs as (``/proc/PID/cmdline``): a recycled pid is not one.
 KEEPER_MODULE = "gaprag.llm._supervise"
 
@@ -63,24 +65,46 @@ def write_entry(path: Path, entry: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(entry, indent=1))
 
 
+def create_entry(path: Path, entry: dict[str, Any]) -> bool:
+    """Write ``entry`` at ``path`` unless an entry is there already (False then): of two
+    processes creating the same entry at once, exactly one succeeds."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(entry, indent=1))
+        os.link(tmp, path)  # fails if ``path`` exists: no overwrite
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
 def read_entry(path: Path) -> dict[str, Any] | None:
     """The entry at ``path``; None when missing or unreadable."""
     try:
         entry = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return entry if isinstance(entry, dict) and isinstance(entry.get("pid"), int) else None
+    if not isinstance(entry, dict) or not all(isinstance(entry.get(k), int) for k in _INT_FIELDS):
+        return None
+    return entry if isinstance(entry.get("keep_s", 0), int | float) else None
 
 
 def remove_entry(path: Path, pid: int | None = None) -> bool:
-    """Remove the entry at ``path`` (only if it names keeper ``pid``, when given)."""
+    """Remove the entry at ``path`` (only if it names keeper ``pid``, when given), and its
+    leases folder once empty."""
     entry = read_entry(path)
     if pid is not None and (entry is None or entry["pid"] != pid):
         return False
+    removed = False
     with contextlib.suppress(OSError):
         path.unlink()
-        return True
-    return False
+        removed = True
+    with contextlib.suppress(OSError):
+        leases_dir(path).rmdir()
+    return removed
 
 
 def pid_alive(pid: int) -> bool:

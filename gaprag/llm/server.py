@@ -60,7 +60,7 @@ from gaprag.config import (
 from gaprag.config import quiet as config_quiet
 from gaprag.errors import EndpointError, GapragError
 from gaprag.llm import keep
-from gaprag.llm.registry import ensure_model, get_model
+from gaprag.llm.registry import ensure_model, get_model, model_path
 
 Engine = Literal["llama-server", "llama-cpp-python", "xllamacpp"]
 ENGINES: tuple[Engine, ...] = ("llama-server", "llama-cpp-python", "xllamacpp")
@@ -459,23 +459,26 @@ def _signal_group(pgid: int, signum: int) -> bool:
     return True
 
 
-def _group_alive(pgid: int) -> bool:
+def _group_alive(pgid: int, running: str | None = None) -> bool:
     """Whether process group ``pgid`` has a member that is not a zombie (a zombie waits only
-    to be reaped; on a system without ``/proc``, any member counts)."""
+    to be reaped; on a system without ``/proc``, any member counts) and, when ``running`` is
+    given, whose command line (NUL-separated) holds it (without ``/proc``: none)."""
     if not _signal_group(pgid, 0):
         return False
     proc_dir = Path("/proc")
     if not proc_dir.is_dir():
-        return True
+        return running is None
     for entry in proc_dir.iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            if len(fields) <= 2 or fields[2] != str(pgid) or fields[0] == "Z":
+                continue
+            if running is None or running.encode() in (entry / "cmdline").read_bytes():
+                return True
         except OSError:
             continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            return True
     return False
 
 
@@ -571,7 +574,10 @@ def kept_local_server(
         return None
     try:
         server = local_server_config(model, repeatable=repeatable)
-        server.key = server.reuse_key(ensure_model(server.model, quiet=True))
+        model_file = model_path(get_model(server.model))
+        if not model_file.exists():  # nothing is assembled for a look
+            return None
+        server.key = server.reuse_key(model_file)
     except (GapragError, OSError):
         return None
     path = keep.entry_path(server.key)
@@ -585,7 +591,8 @@ def kept_local_server(
 def use_kept(server: EmbeddedServer, *, quiet: bool = False) -> bool:
     """Serve as ``server`` (configured, not started) from a kept server with the same
     settings, when one is up and healthy: this process takes a lease on it (see
-    :mod:`gaprag.llm.keep`). A stale entry (keeper gone, server unhealthy) is removed."""
+    :mod:`gaprag.llm.keep`). A stale entry (its keeper gone) is removed; a server whose keeper
+    lives but that does not answer (busy, or hung) is left to its keeper."""
     server.key = server.reuse_key(ensure_model(server.model, quiet=quiet))
     path = keep.entry_path(server.key)
     if keep.read_entry(path) is None:
@@ -607,7 +614,7 @@ def use_kept(server: EmbeddedServer, *, quiet: bool = False) -> bool:
                 )
             return True
     keep.drop_lease(lease)
-    if entry is not None:  # its keeper stops the server once idle and unregistered
+    if entry is not None and not keep.is_keeper(entry["pid"], path):
         keep.remove_entry(path, entry["pid"])
     server.port = 0
     return False
@@ -655,10 +662,14 @@ def keep_started() -> list[EmbeddedServer]:
         if server.process is None or server.process.poll() is not None or server.key is None:
             continue
         path = keep.entry_path(server.key)
-        current = keep.read_entry(path)
-        if current is not None and keep.is_keeper(current["pid"], path):
-            continue
-        keep.write_entry(path, server.kept_entry(keep_s))
+        entry = server.kept_entry(keep_s)
+        if not keep.create_entry(path, entry):
+            current = keep.read_entry(path)
+            if current is not None and keep.is_keeper(current["pid"], path):
+                continue  # kept already
+            keep.remove_entry(path, current["pid"] if current is not None else None)
+            if not keep.create_entry(path, entry):
+                continue  # another process kept its own meanwhile
         server.keeper, server.process = server.process.pid, None  # not this process's to stop
         _started.pop(id(server), None)
         handed.append(server)
@@ -680,8 +691,10 @@ def stop_kept() -> list[dict[str, Any]]:
     the entries; the entries of the servers stopped."""
     stopped = []
     for path, entry in keep.kept_entries():
-        if keep.is_keeper(entry["pid"], path):
-            stop_process_group(int(entry["pid"]))
+        # a server whose keeper was killed: its group lives on, serving the entry's port
+        orphan = _group_alive(entry["pid"], running=f"\0{entry['port']}\0")
+        if keep.is_keeper(entry["pid"], path) or orphan:
+            stop_process_group(entry["pid"])
             stopped.append(entry)
         keep.remove_entry(path, entry["pid"])
     return stopped

@@ -806,6 +806,8 @@ def test_paired_rows_pairs_any_two_methods_by_set_and_question() -> None:
     assert entry["before"]["f1"] == pytest.approx(2 / 3)
     assert entry["after"]["f1"] == pytest.approx(2 / 3)
     assert entry["after"]["llm_calls"] > entry["before"]["llm_calls"]
+    with pytest.raises(ValueError, match="after holds rows of iterkey_paper, standard_rag"):
+        paired_rows(plain, paper + plain)
 
 
 def test_report_against_a_before_run(tmp_path: Path) -> None:

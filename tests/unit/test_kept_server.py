@@ -222,6 +222,61 @@ def test_gaprag_llm_stop_stops_every_kept_server(env: dict[str, str], store: str
     assert gaprag(env, "llm", "status").stdout.strip() == "no local LLM server is kept"
 
 
+def test_gaprag_llm_stop_stops_a_server_whose_keeper_was_killed(
+    env: dict[str, str], store: str
+) -> None:
+    ask(env, store)
+    entry = the_entry()
+    os.kill(entry["pid"], signal.SIGKILL)  # the keeper only: its server lives on, orphaned
+    assert wait_for(lambda: not keep.pid_alive(entry["pid"]), 10)
+    assert group_alive(entry["pid"]) and port_open(entry["port"])
+    done = gaprag(env, "llm", "stop")
+    assert f"stopped the local LLM server kept at http://127.0.0.1:{entry['port']}" in done.stdout
+    assert not group_alive(entry["pid"]) and keep.kept_entries() == []
+
+
+def test_a_kept_server_that_does_not_answer_in_time_stays_kept(
+    env: dict[str, str], store: str
+) -> None:
+    ask(env, store)
+    entry = the_entry()
+    server = next(
+        int(p.name) for p in Path("/proc").iterdir()
+        if p.name.isdigit() and int(p.name) != entry["pid"] and _pgid_of(p) == entry["pid"]
+    )  # fmt: skip
+    os.kill(server, signal.SIGSTOP)  # busy: no answer to the health check
+    try:
+        done = ask(env, store)  # serves from a server of its own
+    finally:
+        os.kill(server, signal.SIGCONT)
+    assert started_port(done.stderr) not in (None, entry["port"])
+    assert the_entry()["pid"] == entry["pid"]  # still findable: its keeper stops it when idle
+    assert group_alive(entry["pid"])
+
+
+def test_of_two_commands_keeping_the_same_settings_one_registers() -> None:
+    path = keep.entry_path("k")
+    assert keep.create_entry(path, {"pid": 1, "port": 2})
+    assert not keep.create_entry(path, {"pid": 3, "port": 4})
+    assert keep.read_entry(path) == {"pid": 1, "port": 2}
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+
+
+@pytest.mark.parametrize("text", ['{"pid": 1}', '{"pid": 1, "port": "80"}', "[1]", "{"])
+def test_an_entry_without_its_pid_and_port_is_not_used(text: str) -> None:
+    path = keep.entry_path("k")
+    path.write_text(text)
+    assert keep.read_entry(path) is None and keep.kept_entries() == []
+
+
+def test_a_removed_entry_takes_its_empty_leases_folder_along() -> None:
+    path = keep.entry_path("k")
+    keep.write_entry(path, {"pid": 1, "port": 2})
+    keep.drop_lease(keep.take_lease(path))
+    assert keep.remove_entry(path, 1)
+    assert not path.exists() and not keep.leases_dir(path).exists()
+
+
 def test_a_stale_entry_is_replaced_by_a_started_server(env: dict[str, str], store: str) -> None:
     ask(env, store)
     stale = the_entry()
@@ -273,3 +328,14 @@ def test_only_a_live_process_that_took_the_lease_holds_it() -> None:
     dead.write_text(keep.started_at(os.getpid()))
     assert keep.live_leases(entry) == []
     assert not lease.exists() and not dead.exists()  # pruned
+
+
+def test_looking_for_a_kept_server_never_assembles_the_model_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from gaprag.llm import server
+
+    keep.write_entry(keep.entry_path("k"), {"pid": os.getpid(), "port": 1})
+    monkeypatch.setattr(server, "model_path", lambda model: tmp_path / "absent.gguf")
+    monkeypatch.setattr(server, "ensure_model", lambda *a, **k: pytest.fail("assembled"))
+    assert server.kept_local_server("smollm2-135m") is None
