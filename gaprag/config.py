@@ -31,6 +31,13 @@ TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 
 
+def parse_flag(text: str) -> bool | None:
+    """``text`` as on (True) or off (False) by :data:`TRUE_WORDS` and :data:`FALSE_WORDS`;
+    None when it is neither."""
+    low = text.strip().lower()
+    return True if low in TRUE_WORDS else False if low in FALSE_WORDS else None
+
+
 @overload
 def flag(name: str, default: bool = False) -> bool: ...
 @overload
@@ -39,13 +46,12 @@ def flag(name: str, default: bool | None = False) -> bool | None:
     """The on/off environment variable ``name``: ``1``/``true``/``yes``/``on`` or
     ``0``/``false``/``no``/``off`` (any case); unset or empty: ``default``. Any other value is an
     error, so a misspelt setting is never read as off."""
-    text = (os.environ.get(name) or "").strip().lower()
+    text = (os.environ.get(name) or "").strip()
     if not text:
         return default
-    if text in TRUE_WORDS:
-        return True
-    if text in FALSE_WORDS:
-        return False
+    value = parse_flag(text)
+    if value is not None:
+        return value
     raise GapragError(
         f"{name}={text!r} is neither on nor off", hint=f"set {name}=1 (on) or {name}=0 (off)"
     )

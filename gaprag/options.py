@@ -8,7 +8,7 @@ import typing
 from collections.abc import Iterable
 from typing import Any
 
-from gaprag.config import FALSE_WORDS, TRUE_WORDS
+from gaprag.config import parse_flag
 from gaprag.context import current_names
 from gaprag.errors import InputError
 
@@ -30,10 +30,10 @@ def coerce(cls: type[Any], key: str, raw: str) -> Any:
         hint = args[0]
     try:
         if hint is bool:
-            low = raw.strip().lower()
-            if low not in TRUE_WORDS | FALSE_WORDS:
+            value = parse_flag(raw)
+            if value is None:
                 raise ValueError(raw)
-            return low in TRUE_WORDS
+            return value
         if hint is int:
             return int(raw)
         if hint is float:

@@ -107,21 +107,29 @@ def remove_entry(path: Path, pid: int | None = None) -> bool:
     return removed
 
 
+def proc_stat(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first, then parent, process
+    group, ...; ``proc(5)``); None when the process or ``/proc`` is not there."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+
+
 def pid_alive(pid: int) -> bool:
     """Whether ``pid`` is a live process (a zombie is not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    stat = proc_stat(pid)
+    if stat is not None:
+        return stat[0] != "Z"
+    if Path("/proc").is_dir():
         return False
-    except OSError:  # no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
+    try:  # no /proc: ask the kernel
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
         return True
-    return stat.rpartition(")")[2].split()[0] != "Z"
+    return True
 
 
 def is_keeper(pid: int, entry: Path) -> bool:
@@ -139,10 +147,8 @@ def is_keeper(pid: int, entry: Path) -> bool:
 def started_at(pid: int) -> str:
     """When ``pid`` started (clock ticks since boot; empty without ``/proc``): a lease of a
     process that died and whose pid was reused is no lease."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        return ""
+    stat = proc_stat(pid)
+    return stat[19] if stat is not None and len(stat) > 19 else ""
 
 
 def take_lease(entry: Path) -> Path:

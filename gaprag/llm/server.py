@@ -469,12 +469,10 @@ def _group_alive(pgid: int, running: str | None = None) -> bool:
     if not proc_dir.is_dir():
         return running is None
     for entry in proc_dir.iterdir():
-        if not entry.name.isdigit():
+        fields = keep.proc_stat(entry.name) if entry.name.isdigit() else None
+        if fields is None or len(fields) <= 2 or fields[2] != str(pgid) or fields[0] == "Z":
             continue
         try:
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-            if len(fields) <= 2 or fields[2] != str(pgid) or fields[0] == "Z":
-                continue
             if running is None or running.encode() in (entry / "cmdline").read_bytes():
                 return True
         except OSError:

@@ -583,7 +583,7 @@ def test_large_text_file_is_read_in_blocks_and_warned_about(
     assert all(f"number {n} leaves" in texts for n in (0, 599, 1199))
 
 
-def test_a_file_split_block_by_block_gives_the_passages_of_splitting_it_whole(
+def test_a_file_split_as_it_is_read_gives_the_passages_of_splitting_its_blocks_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each block is split as it is read, the numbering carried on: the same passages and ids

@@ -40,21 +40,14 @@ USER = PATCH + textwrap.dedent(
 
 
 def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return any(
-        p.name.isdigit() and _pgid_of(p) == pgid and keep.pid_alive(int(p.name))
-        for p in Path("/proc").iterdir()
-    )
+    from gaprag.llm.server import _group_alive
+
+    return _group_alive(pgid)
 
 
 def _pgid_of(proc: Path) -> int | None:
-    try:
-        return int((proc / "stat").read_text().rpartition(")")[2].split()[2])
-    except (OSError, ValueError, IndexError):
-        return None
+    stat = keep.proc_stat(proc.name)
+    return int(stat[2]) if stat is not None and len(stat) > 2 else None
 
 
 def wait_for(condition: Any, timeout: float) -> bool:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from gaprag.llm import keep
 from gaprag.stores import HashingEmbedder, Store
 from tests.embedded import COMMAND, ROOT, embedded_env
 
@@ -33,11 +34,7 @@ SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT, "crashed": signal
 
 def alive(pid: int) -> bool:
     """Whether ``pid`` is a live process (a zombie is dead)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
+    return keep.pid_alive(pid)
 
 
 def wait_gone(pids: list[int], timeout: float) -> list[int]:
