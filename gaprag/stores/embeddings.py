@@ -53,18 +53,24 @@ class Embedder(Protocol):
 ENCODE_CHUNK = 512
 
 
-def encode(model: Any, texts: Sequence[str], *, batch_size: int, progress: bool) -> Vectors:
-    """``texts`` embedded by a sentence-transformers ``model`` (normalised, on this process's
-    torch threads), :data:`ENCODE_CHUNK` at a time under gaprag's own progress bar (shown with
-    ``progress`` unless quiet; a plain bar, so a notebook shows no widget warning)."""
+def embedding_bar(total: int, progress: bool) -> Any:
+    """gaprag's progress bar over ``total`` passages being embedded: shown with ``progress``
+    unless quiet or there is nothing to embed; a plain bar, so a notebook shows no widget
+    warning. A context manager; ``update(n)`` counts passages done."""
     from tqdm.std import tqdm
 
+    return tqdm(
+        total=total, desc="gaprag: embedding", unit=" passages",
+        disable=not progress or quiet() or not total, file=sys.stderr, mininterval=1.0,
+    )  # fmt: skip
+
+
+def encode(model: Any, texts: Sequence[str], *, batch_size: int, progress: bool) -> Vectors:
+    """``texts`` embedded by a sentence-transformers ``model`` (normalised, on this process's
+    torch threads), :data:`ENCODE_CHUNK` at a time under :func:`embedding_bar`."""
     apply_torch_threads()
     parts = []
-    with tqdm(
-        total=len(texts), desc="gaprag: embedding", unit=" passages",
-        disable=not progress or quiet(), file=sys.stderr, mininterval=1.0,
-    ) as bar:  # fmt: skip
+    with embedding_bar(len(texts), progress) as bar:
         for start in range(0, len(texts), ENCODE_CHUNK):
             chunk = list(texts[start : start + ENCODE_CHUNK])
             parts.append(

@@ -51,6 +51,7 @@ from gaprag.stores.embeddings import (
     as_embedder,
     default_embedder,
     embedder_from_spec,
+    embedding_bar,
     spec_of,
 )
 from gaprag.stores.filters import chroma_metadata, chroma_where, matches
@@ -772,15 +773,10 @@ class _DenseWrite:
         """(first position in ``write``, vectors) of the rows written, in order,
         :data:`~gaprag.stores.dense.BATCH` at a time: a kept text's vector, or its vector
         embedded with the next :data:`ENCODE_CHUNK` texts to embed, under one bar."""
-        from tqdm.std import tqdm
-
         self._announce(progress)
         made: dict[int, Vectors] = {}
         rows: list[Vectors] = []
-        with tqdm(
-            total=len(self.todo), desc="gaprag: embedding", unit=" passages",
-            disable=not progress or quiet() or not self.todo, file=sys.stderr, mininterval=1.0,
-        ) as bar:  # fmt: skip
+        with embedding_bar(len(self.todo), progress) as bar:
             for pos, n in enumerate(self.write):
                 if (
                     self.known
