@@ -322,9 +322,11 @@ class EmbeddedServer:
         (port aside), the engine's build (the binary's size and time, or the package's
         version) and the model file's size and time."""
         command = dataclasses.replace(self, port=0, process=None).command(model_file)
-        build = _file_identity(Path(command[0]))
-        if self.engine != "llama-server":
-            build = engine_version(self.engine)
+        build = (
+            _file_identity(Path(command[0]))
+            if self.engine == "llama-server"
+            else engine_version(self.engine)
+        )
         material = json.dumps([command, build, _file_identity(model_file)])
         return hashlib.sha256(material.encode()).hexdigest()[:20]
 
