@@ -77,8 +77,8 @@ def cell(entry: dict[str, Any] | None) -> tuple[str, str, str, str]:
 def table(paper_run: Path, shipped_run: Path) -> str:
     paper, shipped = rows_of(paper_run), rows_of(shipped_run)
     lines = [
-        "| method | questions | plain RAG F1 | paper mode F1 | ΔF1 vs plain RAG [95% CI] | LLM calls / q | s / q | the paper's calls / q | shipped profile F1 | ΔF1 vs plain RAG [95% CI] | LLM calls / q | s / q |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| method | questions | plain RAG F1 | paper mode F1 | ΔF1 vs plain RAG [95% CI] | LLM calls / q | s / q | the paper's calls / q | plain RAG F1 (shipped run) | shipped profile F1 | ΔF1 vs plain RAG [95% CI] | LLM calls / q | s / q |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for method, label in METHODS.items():
         ids = {(r["dataset"], r["id"]) for r in paper if r["method"] == f"{method}_paper"}
@@ -91,10 +91,13 @@ def table(paper_run: Path, shipped_run: Path) -> str:
         f1, delta, calls, secs = cell(ours)
         s_f1, s_delta, s_calls, s_secs = cell(theirs)
         plain = f"{ours['before']['f1']:.3f}" if ours else "–"
+        s_plain = f"{theirs['before']['f1']:.3f}" if theirs and "f1" in theirs else "–"
+        if theirs and ours and theirs["n"] != ours["n"]:
+            s_plain += f" (n = {theirs['n']})"
         n = ours["n"] if ours else 0
         lines.append(
             f"| {label} | {n} | {plain} | {f1} | {delta} | {calls} | {secs} | {PAPER_CALLS[method]} "
-            f"| {s_f1} | {s_delta} | {s_calls} | {s_secs} |"
+            f"| {s_plain} | {s_f1} | {s_delta} | {s_calls} | {s_secs} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -118,7 +121,7 @@ def answered(run: Path) -> str:
 def readme_section(paper_run: Path, shipped_run: Path, commit: str) -> str:
     return f"""{HEADING}
 
-`--profile paper` beside the shipped profile and plain RAG, paired per question, on what the
+`--profile paper` beside the shipped profile, each paired per question with plain RAG of its own run, on what the
 paper run has answered ({answered(paper_run)}; 0-19 of each set when complete; too few for a gain):
 commit `{commit}`, the same model, a 32k context, the prompt cache on ([it changes some replies](docs/evaluation.md#repeatability)),
 2-core CPU, 2026-11-28 (`bash scripts/eval_n50.sh paper`, `python scripts/paper_table.py --help`).

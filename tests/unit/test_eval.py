@@ -1162,3 +1162,29 @@ def test_two_identical_requests_in_flight_are_sent_once() -> None:
 
     assert sorted(asyncio.run(both())) == [("Paris", 0), ("Paris", 1)]
     assert len(fake.calls) == 1
+
+
+def test_the_paper_table_pairs_each_run_with_its_own_plain_rag(tmp_path: Path) -> None:
+    from tests.scripts import load_script
+
+    module = load_script("scripts/paper_table.py")
+    hp = "hotpotqa"
+    _write_rows(tmp_path / "paper" / hp, [
+        _row("standard_rag", "q1", 0.0, dataset=hp), _row("standard_rag", "q2", 0.0, dataset=hp),
+        _row("iterkey_paper", "q1", 1.0, dataset=hp, llm_calls=4),
+        _row("iterkey_paper", "q2", 0.0, dataset=hp, llm_calls=4),
+    ])  # fmt: skip
+    _write_rows(tmp_path / "shipped" / hp, [
+        _row("standard_rag", "q1", 1.0, dataset=hp), _row("standard_rag", "q2", 1.0, dataset=hp),
+        _row("iterkey", "q1", 1.0, dataset=hp, llm_calls=3),
+        _row("standard_rag", "q3", 1.0, dataset=hp), _row("iterkey", "q3", 0.0, dataset=hp),
+    ])  # fmt: skip
+    text = module.table(tmp_path / "paper", tmp_path / "shipped")
+    row = next(line for line in text.splitlines() if line.startswith("| IterKey"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # questions, plain RAG, paper F1, ΔF1, calls | the paper's | shipped run's plain RAG (on
+    # the paper run's questions only: q3 is left out), shipped F1, ΔF1, calls
+    assert cells[1:5] == ["2", "0.000", "0.500", "+0.500 [+0.000, +1.000]"] and cells[5] == "4.0"
+    assert cells[8:11] == ["1.000 (n = 1)", "1.000", "+0.000 [+0.000, +0.000]"]
+    assert cells[11] == "3.0"
+    assert not any(line.startswith("| MIGRES") for line in text.splitlines())  # no rows
