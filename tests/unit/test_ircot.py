@@ -98,7 +98,7 @@ def test_ainvoke_matches_invoke_and_a_node_runs_alone(store: Store) -> None:
     state = State(question=Q, evidence=sync["evidence"])
     deps = Deps.of(llm=ScriptedChatModel(default="Paris is the capital. More."))
     update = asyncio.run(reason(state, Runtime(context=Context()), deps))
-    assert update == {"thoughts": ["Paris is the capital."]}
+    assert update == {"thoughts": ["Paris is the capital."], "last_step_empty": False}
 
 
 PLAIN = "Use the passages below to answer the question."  # plain RAG's prompt (the gate's)

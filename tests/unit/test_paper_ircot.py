@@ -2,8 +2,8 @@
 released code (StonyBrookNLP/ircot), with a scripted model over a small store.
 
 Paper steps: retrieve K paragraphs for the question; generate one chain-of-thought sentence over
-the few-shot demonstrations and every paragraph so far; stop when the sentence says "answer is"
-or after the step limit, else retrieve K more with the last sentence that states a fact; a
+the few-shot demonstrations and every paragraph so far; stop when the sentence says "answer is",
+when the reply holds no sentence, or after the step limit, else retrieve K more with the last sentence that states a fact; a
 reader answers over the gathered paragraphs (at most 15)."""
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ def test_paper_settings_are_the_released_codes() -> None:
     assert settings["top_k"] == 4 and settings["retrieval_mode"] == "bm25"  # K, BM25
     assert settings["max_steps"] == 10 and settings["max_passages"] == 15  # step and paragraph caps
     assert settings["demos"] == 3 and settings["query_from"] == "fact"
+    assert settings["empty_step"] == "stop"
     assert settings["final_reader"] == "always" and settings["reader"] == "paper"
     assert settings["gate"] == "off" and settings["max_passage_words"] == 1000
 
@@ -106,6 +107,22 @@ def test_step_4_the_step_limit_bounds_the_reasoning(store: Store) -> None:
     out, model = run(store, *[f"Fact number {i} about towers." for i in range(12)], max_steps=10)
     assert out["iterations"] == 10 and out["stop_reason"] == "max_iterations"
     assert len(model.calls) == 11  # 10 sentences, then the reader
+
+
+def test_step_4_a_step_that_writes_no_sentence_ends_the_reasoning(store: Store) -> None:
+    out, model = run(store, "Paris is the capital of France.", "  \n", "Gustave Eiffel.")
+    assert out["iterations"] == 2 and out["stop_reason"] == "empty_step"
+    assert out["thoughts"] == ["Paris is the capital of France."]
+    assert len(model.calls) == 3  # two steps, then the reader
+    assert model.prompts()[-1].endswith(f"Q: Answer the following question.\n{Q}\nA:")
+    assert out["answer"] == "Gustave Eiffel"
+
+
+def test_a_step_that_writes_no_sentence_retrieves_again_outside_paper_mode(store: Store) -> None:
+    out, model = run(store, "Paris is the capital of France.", "", "", empty_step="continue",
+                     max_steps=4)  # fmt: skip
+    assert out["iterations"] == 4 and out["stop_reason"] == "max_iterations"
+    assert len(model.calls) == 5
 
 
 def test_step_5_the_reader_always_answers_over_the_gathered_paragraphs(store: Store) -> None:

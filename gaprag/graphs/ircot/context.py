@@ -17,6 +17,7 @@ from gaprag.stores.store import RetrievalMode
 DemoSet = Literal["hotpotqa", "2wikimultihopqa", "musique"]
 QueryFrom = Literal["thought", "fact"]
 FinalReader = Literal["fallback", "always"]
+EmptyStep = Literal["continue", "stop"]
 
 #: demonstrations in the smallest released set (2WikiMultiHopQA and MuSiQue: 20)
 MAX_DEMOS = 20
@@ -75,6 +76,11 @@ class Context(BaseContext):
         "The query after the first step: thought (the last sentence as written) or fact (the "
         "released code's rule: the last sentence that is not a reasoning step such as "
         "'So ...', 'Thus ...' or arithmetic; the question when there is none).",
+    )
+    empty_step: EmptyStep = describe(
+        "continue",
+        "A reasoning step whose reply holds no sentence: continue (retrieve again, up to "
+        "max_steps) or stop (the released code's rule: the reasoning ends there).",
     )
     final_reader: FinalReader = describe(
         "fallback",

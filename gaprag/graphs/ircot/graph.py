@@ -24,8 +24,10 @@ from gaprag.nodes import add_nodes, add_router, add_short_answer, compile_graph
 def route_after_reason(
     state: State, runtime: Runtime[Context]
 ) -> Literal["retrieve", "generate_answer"]:
-    """Answer when the last sentence states the answer or ``max_steps`` sentences are
-    written, else retrieve with that sentence."""
+    """Answer when the last sentence states the answer, the last step wrote none and
+    ``empty_step="stop"``, or ``max_steps`` steps are done; else retrieve with that sentence."""
+    if state.last_step_empty and runtime.context.empty_step == "stop":
+        return "generate_answer"
     if state.thoughts and final_answer(state.thoughts[-1]) is not None:
         return "generate_answer"
     return "generate_answer" if state.iterations >= runtime.context.max_steps else "retrieve"

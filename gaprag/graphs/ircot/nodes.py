@@ -60,8 +60,8 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
 async def reason(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     """The next sentence of the chain of thought over the first ``max_passages`` passages.
 
-    Reads: `question`, `evidence`, `thoughts`, `iterations`; writes: `thoughts`, `decisions`,
-    `answer_p`.
+    Reads: `question`, `evidence`, `thoughts`, `iterations`; writes: `thoughts`,
+    `last_step_empty`, `decisions`, `answer_p`.
     """
     ctx = runtime.context
     llm = await deps.achat(ctx)
@@ -70,13 +70,17 @@ async def reason(state: State, runtime: Runtime[Context], deps: Deps) -> dict[st
     )
     thought = first_sentence(reply)
     stated = final_answer(thought)
-    answered = stated is not None
+    ends = stated is not None or (not thought and ctx.empty_step == "stop")
     last = state.iterations >= ctx.max_steps  # every step retrieves once: this bounds the loop
     nodes.log_decision(
-        "reason", state.iterations, "answer" if answered or last else "retrieve", path="rule"
+        "reason", state.iterations, "answer" if ends or last else "retrieve", path="rule"
     )
     emit(round=state.iterations, thought=thought)
-    return {"thoughts": [thought] if thought else [], **scored_update(stated or "", tokens)}
+    return {
+        "thoughts": [thought] if thought else [],
+        "last_step_empty": not thought,
+        **scored_update(stated or "", tokens),
+    }
 
 
 async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
@@ -86,11 +90,17 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
     call over it; with ``"always"`` a reader call over the gathered passages answers every
     question. The call is scored with answer selection on (``answer_p``).
 
-    Reads: `question`, `thoughts`, `evidence`; writes: `answer`, `stop_reason`, `answer_p`.
+    Reads: `question`, `thoughts`, `last_step_empty`, `evidence`; writes: `answer`,
+    `stop_reason`, `answer_p`.
     """
     ctx = runtime.context
     stated = final_answer(state.thoughts[-1]) if state.thoughts else None
-    stop_reason = "answered" if stated else "max_iterations"
+    if stated:
+        stop_reason = "answered"
+    elif state.last_step_empty and ctx.empty_step == "stop":
+        stop_reason = "empty_step"
+    else:
+        stop_reason = "max_iterations"
     if stated and ctx.final_reader == "fallback":
         return {"answer": stated, "stop_reason": stop_reason}
     if nodes.reader_answers(ctx):  # the shared reader answers after this step

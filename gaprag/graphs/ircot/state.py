@@ -21,7 +21,7 @@ class OutputState(base.OutputState):
 
 @dataclass(kw_only=True)
 class State(BaseState, OutputState):
-    pass
+    last_step_empty: bool = False  # the last reasoning step's reply held no sentence
 
 
 __all__ = ["InputState", "OutputState", "State"]
