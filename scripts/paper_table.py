@@ -1,7 +1,8 @@
 """The paper configuration beside the shipped profile and plain RAG, on the questions the paper
 run has answered: one Markdown table, and with --readme README's section around it.
 
-    python scripts/paper_table.py docs/results/n50/paper docs/results/n50/gated [--readme README.md]
+    python scripts/paper_table.py docs/results/n50/paper docs/results/n50/gated \
+        [--readme README.md] [--pages docs/methods]
 
 PAPER and SHIPPED are run folders with one sub-folder per set (`gaprag eval` output). Each
 method's `<method>_paper` rows of PAPER are paired per question with PAPER's plain RAG rows; the
@@ -123,11 +124,70 @@ def readme_section(paper_run: Path, shipped_run: Path, commit: str) -> str:
 
 `--profile paper` beside the shipped profile, each paired per question with plain RAG of its own run, on what the
 paper run has answered ({answered(paper_run)}; 0-19 of each set when complete; too few for a gain):
-commit `{commit}`, the same model, a 32k context, the prompt cache on ([it changes some replies](docs/evaluation.md#repeatability)),
+commit `{commit}` (earlier rows: see `scripts/eval_n50.sh`), the same model, a 32k context, the prompt cache on ([it changes some replies](docs/evaluation.md#repeatability)),
 2-core CPU, 2026-11-28 (`bash scripts/eval_n50.sh paper`, `python scripts/paper_table.py --help`).
 
 {table(paper_run, shipped_run)}
 """
+
+
+PAGE_HEADING = "### Paper mode beside the shipped profile"
+
+
+def page_section(paper_run: Path, shipped_run: Path, method: str, commit: str) -> str | None:
+    """A method page's section: its row of the table, one line per configuration, and where
+    paper mode stopped; None before the paper run has rows of it."""
+    paper, shipped = rows_of(paper_run), rows_of(shipped_run)
+    mine = [r for r in paper if r["method"] == f"{method}_paper"]
+    if not mine:
+        return None
+    ids = {(r["dataset"], r["id"]) for r in mine}
+    ours = paired(of_method(paper, "standard_rag", ids), mine)
+    theirs = paired(of_method(shipped, "standard_rag", ids), of_method(shipped, method, ids))
+    lines = ["| configuration | questions | F1 | ΔF1 vs its run's plain RAG [95% CI] | LLM calls / q | s / q |",
+             "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for label, entry in (("paper mode", ours), ("shipped profile", theirs)):
+        if entry and "f1" in entry:
+            f1, delta, calls, secs = cell(entry)
+            before = entry["before"]
+            lines.append(
+                f"| plain RAG ({label} run) | {entry['n']} | {before['f1']:.3f} | | "
+                f"{before['llm_calls']:.1f} | {before['wall_s']:.0f} |"
+            )
+            lines.append(f"| {label} | {entry['n']} | {f1} | {delta} | {calls} | {secs} |")
+    stops: dict[str, int] = {}
+    for r in mine:
+        stops[str(r.get("stop_reason"))] = stops.get(str(r.get("stop_reason")), 0) + 1
+    stopped = ", ".join(f"`{k}` {v}" for k, v in sorted(stops.items(), key=lambda kv: -kv[1]))
+    return f"""{PAGE_HEADING}
+
+`--profile paper` and the shipped profile on the questions the paper run has answered
+({answered(paper_run)}), each paired per question with plain RAG of its own run: paper mode at
+commit `{commit}` (earlier rows: see `scripts/eval_n50.sh`; 32k context, prompt cache on), the shipped profile from the gated run
+(commit `3bbe2bc`, prompt cache off: its seconds are not comparable); the same model, 2-core
+CPU (`bash scripts/eval_n50.sh paper`; table by `python scripts/paper_table.py --pages`; all
+methods in [the README](../../README.md#each-method-as-its-paper-gives-it)). Too few questions
+for a gain either way.
+
+{chr(10).join(lines)}
+
+Where paper mode stopped ({len(mine)} questions): {stopped}.
+
+"""
+
+
+def write_page_section(page: Path, section: str) -> None:
+    """``section`` in ``page`` in place of the old one, else first under "## Measured"."""
+    text = page.read_text(encoding="utf-8")
+    start = text.find(PAGE_HEADING)
+    if start >= 0:
+        end = min(i for i in (text.find("\n### ", start + 1), text.find("\n## ", start + 1),
+                              len(text)) if i >= 0) + 1  # fmt: skip
+        text = text[:start] + section + text[end:]
+    else:
+        at = text.index("## Measured\n") + len("## Measured\n")
+        text = text[:at] + "\n" + section + text[at:].lstrip("\n")
+    page.write_text(text, encoding="utf-8")
 
 
 def write_section(readme: Path, section: str) -> None:
@@ -149,11 +209,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("paper", type=Path, help="the paper run's folder (one sub-folder per set)")
     parser.add_argument("shipped", type=Path, help="the shipped profile's run folder")
     parser.add_argument("--readme", type=Path, help="write the section into this README too")
+    parser.add_argument(
+        "--pages", type=Path, metavar="DIR",
+        help="write each method's section into its page DIR/<method>.md (docs/methods)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     text = table(args.paper, args.shipped)
     print(text, end="")
     if args.readme:
         write_section(args.readme, readme_section(args.paper, args.shipped, pinned_commit()))
+    if args.pages:
+        for method in METHODS:
+            section = page_section(args.paper, args.shipped, method, pinned_commit())
+            if section is not None:
+                write_page_section(args.pages / f"{method}.md", section)
     return 0
 
 
