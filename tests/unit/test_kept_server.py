@@ -332,3 +332,15 @@ def test_looking_for_a_kept_server_never_assembles_the_model_file(
     monkeypatch.setattr(server, "model_path", lambda model: tmp_path / "absent.gguf")
     monkeypatch.setattr(server, "ensure_model", lambda *a, **k: pytest.fail("assembled"))
     assert server.kept_local_server("smollm2-135m") is None
+
+
+def test_a_keeper_releases_its_entry_only_when_no_client_holds_a_lease() -> None:
+    from gaprag.llm import _supervise
+
+    path = keep.entry_path("k")
+    keep.write_entry(path, {"pid": os.getpid(), "port": 1})  # this process as the keeper
+    lease = keep.take_lease(path)  # a client came
+    assert _supervise.release(path) is False
+    assert keep.read_entry(path) == {"pid": os.getpid(), "port": 1}  # put back
+    keep.drop_lease(lease)
+    assert _supervise.release(path) is True and keep.read_entry(path) is None
