@@ -1188,3 +1188,26 @@ def test_the_paper_table_pairs_each_run_with_its_own_plain_rag(tmp_path: Path) -
     assert cells[8:11] == ["1.000 (n = 1)", "1.000", "+0.000 [+0.000, +0.000]"]
     assert cells[11] == "3.0"
     assert not any(line.startswith("| MIGRES") for line in text.splitlines())  # no rows
+
+
+def test_the_paper_table_writes_each_method_page_section_once(tmp_path: Path) -> None:
+    from tests.scripts import load_script
+
+    module = load_script("scripts/paper_table.py")
+    hp = "hotpotqa"
+    _write_rows(tmp_path / "paper" / hp, [
+        _row("standard_rag", "q1", 0.0, dataset=hp),
+        _row("ircot_paper", "q1", 1.0, dataset=hp, stop_reason="empty_step"),
+    ])  # fmt: skip
+    _write_rows(tmp_path / "shipped" / hp, [_row("standard_rag", "q1", 1.0, dataset=hp)])
+    page = tmp_path / "ircot.md"
+    page.write_text("# IRCoT\n\n## Measured\n\n### Older rows\n\ntext\n")
+    for _ in range(2):  # a second run replaces the section
+        section = module.page_section(tmp_path / "paper", tmp_path / "shipped", "ircot", "abc")
+        module.write_page_section(page, section)
+    text = page.read_text()
+    assert text.count(module.PAGE_HEADING) == 1
+    assert text.index("## Measured") < text.index(module.PAGE_HEADING) < text.index("### Older")
+    assert "| paper mode | 1 | 1.000 | +1.000 [+1.000, +1.000] |" in text
+    assert "Where paper mode stopped (1 questions): `empty_step` 1." in text
+    assert module.page_section(tmp_path / "paper", tmp_path / "shipped", "migres", "abc") is None
