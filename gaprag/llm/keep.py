@@ -153,9 +153,12 @@ def started_at(pid: int) -> str:
 
 def take_lease(entry: Path) -> Path:
     """This process's lease on the server of ``entry``: ``KEY.leases/PID``, holding when the
-    process started."""
-    lease = private_dir(leases_dir(entry)) / str(os.getpid())
-    write_atomic(lease, started_at(os.getpid()))
+    process started. The folder is made again if an entry's removal took it meanwhile."""
+    lease = leases_dir(entry) / str(os.getpid())
+    try:
+        write_atomic(private_dir(lease.parent) / lease.name, started_at(os.getpid()))
+    except FileNotFoundError:  # the folder went between its making and the write: once more
+        write_atomic(private_dir(lease.parent) / lease.name, started_at(os.getpid()))
     return lease
 
 

@@ -344,3 +344,21 @@ def test_a_keeper_releases_its_entry_only_when_no_client_holds_a_lease() -> None
     assert keep.read_entry(path) == {"pid": os.getpid(), "port": 1}  # put back
     keep.drop_lease(lease)
     assert _supervise.release(path) is True and keep.read_entry(path) is None
+
+
+def test_a_lease_is_taken_even_when_its_folder_goes_before_the_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    entry = keep.entry_path("k")
+    write, calls = keep.write_atomic, []
+
+    def folder_removed_once(path: Path, text: str) -> None:
+        calls.append(path)
+        if len(calls) == 1:
+            path.parent.rmdir()  # the keeper removed its entry and the empty folder
+        write(path, text)
+
+    monkeypatch.setattr(keep, "write_atomic", folder_removed_once)
+    lease = keep.take_lease(entry)
+    assert len(calls) == 2 and keep.live_leases(entry) == [os.getpid()]
+    assert lease.read_text() == keep.started_at(os.getpid())
