@@ -105,6 +105,21 @@ def table(paper_run: Path, shipped_run: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def verdict(paper_run: Path) -> str:
+    """Which paper-mode ΔF1 intervals exclude 0 (a measured gain or loss), in words."""
+    rows = rows_of(paper_run)
+    found = []
+    for method, label in METHODS.items():
+        mine = [r for r in rows if r["method"] == f"{method}_paper"]
+        ids = {(r["dataset"], r["id"]) for r in mine}
+        entry = paired(of_method(rows, "standard_rag", ids), mine) if mine else None
+        if entry and "f1" in entry:
+            lo, hi = entry["f1"]["ci"]
+            if lo > 0 or hi < 0:
+                found.append(f"{label} {'above' if lo > 0 else 'below'} plain RAG")
+    return "; ".join(found) if found else "no paper-mode interval excludes 0"
+
+
 def answered(run: Path) -> str:
     """Which questions the paper run answered with every method, per set (e.g. "0-4 of
     HotpotQA")."""
@@ -125,8 +140,8 @@ def readme_section(paper_run: Path, shipped_run: Path, commit: str) -> str:
     return f"""{HEADING}
 
 `--profile paper` beside the shipped profile, each paired per question with plain RAG of its own run, on what the
-paper run has answered ({answered(paper_run)}; 0-19 of each set when complete; too few for a gain):
-commit `{commit}` (earlier rows: see `scripts/eval_n50.sh`), the same model, a 32k context, the prompt cache on ([it changes some replies](docs/evaluation.md#repeatability)),
+paper run has answered ({answered(paper_run)}; 0-19 of each set when complete; {verdict(paper_run)}):
+commit `{commit}` (earlier rows: see `scripts/eval_n50.sh`), the same model, a 32k context, the prompt cache on ([it changes some replies](docs/evaluation.md#repeatability); off in the shipped run, whose seconds are not comparable),
 2-core CPU, 2026-11-28 (`bash scripts/eval_n50.sh paper`, `python scripts/paper_table.py --help`).
 
 {table(paper_run, shipped_run)}
@@ -168,8 +183,7 @@ def page_section(paper_run: Path, shipped_run: Path, method: str, commit: str) -
 commit `{commit}` (earlier rows: see `scripts/eval_n50.sh`; 32k context, prompt cache on), the shipped profile from the gated run
 (commit `3bbe2bc`, prompt cache off: its seconds are not comparable); the same model, 2-core
 CPU (`bash scripts/eval_n50.sh paper`; table by `python scripts/paper_table.py --pages`; all
-methods in [the README](../../README.md#each-method-as-its-paper-gives-it)). Too few questions
-for a gain either way.
+methods in [the README](../../README.md#each-method-as-its-paper-gives-it)).
 
 {chr(10).join(lines)}
 

@@ -1211,3 +1211,16 @@ def test_the_paper_table_writes_each_method_page_section_once(tmp_path: Path) ->
     assert "| paper mode | 1 | 1.000 | +1.000 [+1.000, +1.000] |" in text
     assert "Where paper mode stopped (1 questions): `empty_step` 1." in text
     assert module.page_section(tmp_path / "paper", tmp_path / "shipped", "migres", "abc") is None
+
+
+def test_the_paper_table_names_only_intervals_that_exclude_zero(tmp_path: Path) -> None:
+    from tests.scripts import load_script
+
+    module = load_script("scripts/paper_table.py")
+    hp, rows = "hotpotqa", []
+    for i in range(6):
+        rows += [_row("standard_rag", f"q{i}", 0.0, dataset=hp),
+                 _row("iterkey_paper", f"q{i}", 1.0, dataset=hp),
+                 _row("migres_paper", f"q{i}", float(i % 2), dataset=hp)]  # fmt: skip
+    _write_rows(tmp_path / "paper" / hp, rows)
+    assert module.verdict(tmp_path / "paper") == "IterKey above plain RAG"
