@@ -172,6 +172,19 @@ def page_section(paper_run: Path, shipped_run: Path, method: str, commit: str) -
                 f"{before['llm_calls']:.1f} | {before['wall_s']:.0f} |"
             )
             lines.append(f"| {label} | {entry['n']} | {f1} | {delta} | {calls} | {secs} |")
+    plain = of_method(paper, "standard_rag", ids)
+    answers = ""
+    if plain:
+        words = [
+            sum(len(str(r.get("prediction") or "").split()) for r in side) / len(side)
+            for side in (mine, plain)
+        ]
+        acc = [sum(float(r.get("acc") or 0) for r in side) / len(side) for side in (mine, plain)]
+        answers = (
+            f"Answers: {words[0]:.1f} words on average in paper mode, {words[1]:.1f} for plain "
+            f"RAG (token F1 counts every extra word against an answer); the gold answer is in the "
+            f"reply (`acc`) for {acc[0]:.3f} of paper mode's and {acc[1]:.3f} of plain RAG's. "
+        )
     stops: dict[str, int] = {}
     for r in mine:
         stops[str(r.get("stop_reason"))] = stops.get(str(r.get("stop_reason")), 0) + 1
@@ -187,7 +200,7 @@ methods in [the README](../../README.md#each-method-as-its-paper-gives-it)).
 
 {chr(10).join(lines)}
 
-Where paper mode stopped ({len(mine)} questions): {stopped}.
+{answers}Where paper mode stopped ({len(mine)} questions): {stopped}.
 
 """
 
