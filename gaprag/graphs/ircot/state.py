@@ -21,7 +21,9 @@ class OutputState(base.OutputState):
 
 @dataclass(kw_only=True)
 class State(BaseState, OutputState):
-    last_step_empty: bool = False  # the last reasoning step's reply held no sentence
+    last_step_empty: Annotated[
+        bool, Field(description="Whether the last reasoning step's reply held no sentence.")
+    ] = False
 
 
 __all__ = ["InputState", "OutputState", "State"]
