@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -185,10 +186,8 @@ def page_section(paper_run: Path, shipped_run: Path, method: str, commit: str) -
             f"RAG (token F1 counts every extra word against an answer); the gold answer is in the "
             f"reply (`acc`) for {acc[0]:.3f} of paper mode's and {acc[1]:.3f} of plain RAG's. "
         )
-    stops: dict[str, int] = {}
-    for r in mine:
-        stops[str(r.get("stop_reason"))] = stops.get(str(r.get("stop_reason")), 0) + 1
-    stopped = ", ".join(f"`{k}` {v}" for k, v in sorted(stops.items(), key=lambda kv: -kv[1]))
+    stops = Counter(str(r.get("stop_reason")) for r in mine)
+    stopped = ", ".join(f"`{k}` {v}" for k, v in stops.most_common())
     return f"""{PAGE_HEADING}
 
 `--profile paper` and the shipped profile on the questions the paper run has answered

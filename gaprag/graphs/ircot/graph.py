@@ -16,7 +16,14 @@ from langgraph.runtime import Runtime
 
 from gaprag.deps import Deps
 from gaprag.graphs.ircot.context import Context
-from gaprag.graphs.ircot.nodes import final_answer, gathered, generate_answer, reason, retrieve
+from gaprag.graphs.ircot.nodes import (
+    ends_empty,
+    final_answer,
+    gathered,
+    generate_answer,
+    reason,
+    retrieve,
+)
 from gaprag.graphs.ircot.state import InputState, OutputState, State
 from gaprag.nodes import add_nodes, add_router, add_short_answer, compile_graph
 
@@ -26,7 +33,7 @@ def route_after_reason(
 ) -> Literal["retrieve", "generate_answer"]:
     """Answer when the last sentence states the answer, the last step wrote none and
     ``empty_step="stop"``, or ``max_steps`` steps are done; else retrieve with that sentence."""
-    if state.last_step_empty and runtime.context.empty_step == "stop":
+    if ends_empty(state.last_step_empty, runtime.context):
         return "generate_answer"
     if state.thoughts and final_answer(state.thoughts[-1]) is not None:
         return "generate_answer"

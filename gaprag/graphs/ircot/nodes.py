@@ -57,6 +57,11 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
     return {"evidence": pool, "queries": [query], "iterations": round_}
 
 
+def ends_empty(empty: bool, ctx: Context) -> bool:
+    """Whether a step that wrote no sentence (``empty``) ends the reasoning (``empty_step``)."""
+    return empty and ctx.empty_step == "stop"
+
+
 async def reason(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
     """The next sentence of the chain of thought over the first ``max_passages`` passages.
 
@@ -70,7 +75,7 @@ async def reason(state: State, runtime: Runtime[Context], deps: Deps) -> dict[st
     )
     thought = first_sentence(reply)
     stated = final_answer(thought)
-    ends = stated is not None or (not thought and ctx.empty_step == "stop")
+    ends = stated is not None or ends_empty(not thought, ctx)
     last = state.iterations >= ctx.max_steps  # every step retrieves once: this bounds the loop
     nodes.log_decision(
         "reason", state.iterations, "answer" if ends or last else "retrieve", path="rule"
@@ -97,7 +102,7 @@ async def generate_answer(state: State, runtime: Runtime[Context], deps: Deps) -
     stated = final_answer(state.thoughts[-1]) if state.thoughts else None
     if stated:
         stop_reason = "answered"
-    elif state.last_step_empty and ctx.empty_step == "stop":
+    elif ends_empty(state.last_step_empty, ctx):
         stop_reason = "empty_step"
     else:
         stop_reason = "max_iterations"
