@@ -15,6 +15,7 @@ import argparse
 import re
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,40 @@ def paired(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> dict[str,
     return paired_rows(base, other) if base and other else None
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """One method on the questions its paper mode answered: paper mode (``mine``) and its run's
+    plain RAG (``plain``), each run's paired entry against its own plain RAG (``ours``: paper
+    mode, ``theirs``: the shipped profile)."""
+
+    method: str
+    mine: list[dict[str, Any]]
+    plain: list[dict[str, Any]]
+    ours: dict[str, Any] | None
+    theirs: dict[str, Any] | None
+
+
+def compare(
+    paper: Sequence[dict[str, Any]], shipped: Sequence[dict[str, Any]], method: str
+) -> Comparison | None:
+    """``method`` in both runs, paired per question; None before the paper run has rows of it."""
+    mine = [r for r in paper if r["method"] == f"{method}_paper"]
+    if not mine:
+        return None
+    ids = {(r["dataset"], r["id"]) for r in mine}
+    plain = of_method(paper, "standard_rag", ids)
+    theirs = paired(of_method(shipped, "standard_rag", ids), of_method(shipped, method, ids))
+    return Comparison(method, mine, plain, paired(plain, mine), theirs)
+
+
+def comparisons(
+    paper: Sequence[dict[str, Any]], shipped: Sequence[dict[str, Any]]
+) -> list[Comparison]:
+    """Every method with paper-mode rows in ``paper`` (the paper run's rows)."""
+    found = (compare(paper, shipped, method) for method in METHODS)
+    return [c for c in found if c is not None]
+
+
 def cell(entry: dict[str, Any] | None) -> tuple[str, str, str, str]:
     """(F1, ΔF1 [CI], calls, s) of a paired entry."""
     if not entry or "f1" not in entry:
@@ -78,20 +113,13 @@ def cell(entry: dict[str, Any] | None) -> tuple[str, str, str, str]:
     )
 
 
-def table(paper_run: Path, shipped_run: Path) -> str:
-    paper, shipped = rows_of(paper_run), rows_of(shipped_run)
+def table(found: Sequence[Comparison]) -> str:
     lines = [
         "| method | questions | plain RAG F1 | paper mode F1 | ΔF1 vs plain RAG [95% CI] | LLM calls / q | s / q | the paper's calls / q | plain RAG F1 (shipped run) | shipped profile F1 | ΔF1 vs plain RAG [95% CI] | LLM calls / q | s / q |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for method, label in METHODS.items():
-        ids = {(r["dataset"], r["id"]) for r in paper if r["method"] == f"{method}_paper"}
-        if not ids:
-            continue
-        ours = paired(
-            of_method(paper, "standard_rag", ids), of_method(paper, f"{method}_paper", ids)
-        )
-        theirs = paired(of_method(shipped, "standard_rag", ids), of_method(shipped, method, ids))
+    for c in found:
+        ours, theirs = c.ours, c.theirs
         f1, delta, calls, secs = cell(ours)
         s_f1, s_delta, s_calls, s_secs = cell(theirs)
         plain = f"{ours['before']['f1']:.3f}" if ours else "–"
@@ -100,31 +128,25 @@ def table(paper_run: Path, shipped_run: Path) -> str:
             s_plain += f" (n = {theirs['n']})"
         n = ours["n"] if ours else 0
         lines.append(
-            f"| {label} | {n} | {plain} | {f1} | {delta} | {calls} | {secs} | {PAPER_CALLS[method]} "
-            f"| {s_plain} | {s_f1} | {s_delta} | {s_calls} | {s_secs} |"
+            f"| {METHODS[c.method]} | {n} | {plain} | {f1} | {delta} | {calls} | {secs} "
+            f"| {PAPER_CALLS[c.method]} | {s_plain} | {s_f1} | {s_delta} | {s_calls} | {s_secs} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def verdict(paper_run: Path) -> str:
+def verdict(found: Sequence[Comparison]) -> str:
     """Which paper-mode ΔF1 intervals exclude 0 (a measured gain or loss), in words."""
-    rows = rows_of(paper_run)
-    found = []
-    for method, label in METHODS.items():
-        mine = [r for r in rows if r["method"] == f"{method}_paper"]
-        ids = {(r["dataset"], r["id"]) for r in mine}
-        entry = paired(of_method(rows, "standard_rag", ids), mine) if mine else None
-        if entry and "f1" in entry:
-            lo, hi = entry["f1"]["ci"]
+    named = []
+    for c in found:
+        if c.ours and "f1" in c.ours:
+            lo, hi = c.ours["f1"]["ci"]
             if lo > 0 or hi < 0:
-                found.append(f"{label} {'above' if lo > 0 else 'below'} plain RAG")
-    return "; ".join(found) if found else "no paper-mode interval excludes 0"
+                named.append(f"{METHODS[c.method]} {'above' if lo > 0 else 'below'} plain RAG")
+    return "; ".join(named) if named else "no paper-mode interval excludes 0"
 
 
-def answered(run: Path) -> str:
-    """Which questions the paper run answered with every method, per set (e.g. "0-4 of
-    HotpotQA")."""
-    rows = rows_of(run)
+def answered(rows: Sequence[dict[str, Any]]) -> str:
+    """Which questions a run answered with every method, per set (e.g. "5 of HotpotQA")."""
     keys = {r["method"] for r in rows}
     parts = []
     for name, label in SETS.items():
@@ -137,34 +159,27 @@ def answered(run: Path) -> str:
     return ", ".join(parts) or "none yet"
 
 
-def readme_section(paper_run: Path, shipped_run: Path, commit: str) -> str:
+def readme_section(found: Sequence[Comparison], done: str, commit: str) -> str:
     return f"""{HEADING}
 
 `--profile paper` beside the shipped profile, each paired per question with plain RAG of its own run, on what the
-paper run has answered ({answered(paper_run)}; 0-19 of each set when complete; {verdict(paper_run)}):
+paper run has answered ({done}; 0-19 of each set when complete; {verdict(found)}):
 commit `{commit}` (earlier rows: see `scripts/eval_n50.sh`), the same model, a 32k context, the prompt cache on ([it changes some replies](docs/evaluation.md#repeatability); off in the shipped run, whose seconds are not comparable),
 2-core CPU, 2026-11-28 (`bash scripts/eval_n50.sh paper`, `python scripts/paper_table.py --help`).
 
-{table(paper_run, shipped_run)}
+{table(found)}
 """
 
 
 PAGE_HEADING = "### Paper mode beside the shipped profile"
 
 
-def page_section(paper_run: Path, shipped_run: Path, method: str, commit: str) -> str | None:
+def page_section(c: Comparison, done: str, commit: str, shipped_commit: str) -> str:
     """A method page's section: its row of the table, one line per configuration, and where
-    paper mode stopped; None before the paper run has rows of it."""
-    paper, shipped = rows_of(paper_run), rows_of(shipped_run)
-    mine = [r for r in paper if r["method"] == f"{method}_paper"]
-    if not mine:
-        return None
-    ids = {(r["dataset"], r["id"]) for r in mine}
-    ours = paired(of_method(paper, "standard_rag", ids), mine)
-    theirs = paired(of_method(shipped, "standard_rag", ids), of_method(shipped, method, ids))
+    paper mode stopped."""
     lines = ["| configuration | questions | F1 | ΔF1 vs its run's plain RAG [95% CI] | LLM calls / q | s / q |",
              "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
-    for label, entry in (("paper mode", ours), ("shipped profile", theirs)):
+    for label, entry in (("paper mode", c.ours), ("shipped profile", c.theirs)):
         if entry and "f1" in entry:
             f1, delta, calls, secs = cell(entry)
             before = entry["before"]
@@ -173,33 +188,34 @@ def page_section(paper_run: Path, shipped_run: Path, method: str, commit: str) -
                 f"{before['llm_calls']:.1f} | {before['wall_s']:.0f} |"
             )
             lines.append(f"| {label} | {entry['n']} | {f1} | {delta} | {calls} | {secs} |")
-    plain = of_method(paper, "standard_rag", ids)
     answers = ""
-    if plain:
+    if c.plain:
         words = [
             sum(len(str(r.get("prediction") or "").split()) for r in side) / len(side)
-            for side in (mine, plain)
+            for side in (c.mine, c.plain)
         ]
-        acc = [sum(float(r.get("acc") or 0) for r in side) / len(side) for side in (mine, plain)]
+        acc = [
+            sum(float(r.get("acc") or 0) for r in side) / len(side) for side in (c.mine, c.plain)
+        ]
         answers = (
             f"Answers: {words[0]:.1f} words on average in paper mode, {words[1]:.1f} for plain "
             f"RAG (token F1 counts every extra word against an answer); the gold answer is in the "
             f"reply (`acc`) for {acc[0]:.3f} of paper mode's and {acc[1]:.3f} of plain RAG's. "
         )
-    stops = Counter(str(r.get("stop_reason")) for r in mine)
+    stops = Counter(str(r.get("stop_reason")) for r in c.mine)
     stopped = ", ".join(f"`{k}` {v}" for k, v in stops.most_common())
     return f"""{PAGE_HEADING}
 
 `--profile paper` and the shipped profile on the questions the paper run has answered
-({answered(paper_run)}), each paired per question with plain RAG of its own run: paper mode at
+({done}), each paired per question with plain RAG of its own run: paper mode at
 commit `{commit}` (earlier rows: see `scripts/eval_n50.sh`; 32k context, prompt cache on), the shipped profile from the gated run
-(commit `3bbe2bc`, prompt cache off: its seconds are not comparable); the same model, 2-core
+(commit `{shipped_commit}`, prompt cache off: its seconds are not comparable); the same model, 2-core
 CPU (`bash scripts/eval_n50.sh paper`; table by `python scripts/paper_table.py --pages`; all
 methods in [the README](../../README.md#each-method-as-its-paper-gives-it)).
 
 {chr(10).join(lines)}
 
-{answers}Where paper mode stopped ({len(mine)} questions): {stopped}.
+{answers}Where paper mode stopped ({len(c.mine)} questions): {stopped}.
 
 """
 
@@ -227,8 +243,9 @@ def write_section(readme: Path, section: str) -> None:
     readme.write_text(text, encoding="utf-8")
 
 
-def pinned_commit(script: Path = Path("scripts/eval_n50.sh")) -> str:
-    found = re.search(r"^PAPER_COMMIT=(\w+)", script.read_text(encoding="utf-8"), re.M)
+def pinned_commit(name: str, script: Path = Path("scripts/eval_n50.sh")) -> str:
+    """The commit the evaluation script pins as ``name`` (e.g. PAPER_COMMIT)."""
+    found = re.search(rf"^{name}=(\w+)", script.read_text(encoding="utf-8"), re.M)
     return found.group(1) if found else "?"
 
 
@@ -242,15 +259,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="write each method's section into its page DIR/<method>.md (docs/methods)",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    text = table(args.paper, args.shipped)
-    print(text, end="")
+    paper = rows_of(args.paper)
+    found = comparisons(paper, rows_of(args.shipped))
+    print(table(found), end="")
+    done, commit = answered(paper), pinned_commit("PAPER_COMMIT")
     if args.readme:
-        write_section(args.readme, readme_section(args.paper, args.shipped, pinned_commit()))
+        write_section(args.readme, readme_section(found, done, commit))
     if args.pages:
-        for method in METHODS:
-            section = page_section(args.paper, args.shipped, method, pinned_commit())
-            if section is not None:
-                write_page_section(args.pages / f"{method}.md", section)
+        for c in found:
+            section = page_section(c, done, commit, pinned_commit("GATED_COMMIT"))
+            write_page_section(args.pages / f"{c.method}.md", section)
     return 0
 
 

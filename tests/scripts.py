@@ -18,8 +18,11 @@ def load_script(relative: str) -> ModuleType:
     path = ROOT / relative
     if str(path.parent) not in sys.path:
         sys.path.append(str(path.parent))
-    spec = importlib.util.spec_from_file_location(path.stem, path)
+    # registered under its own name (dataclasses look their module up in sys.modules)
+    name = f"_script_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module

@@ -1179,7 +1179,8 @@ def test_the_paper_table_pairs_each_run_with_its_own_plain_rag(tmp_path: Path) -
         _row("iterkey", "q1", 1.0, dataset=hp, llm_calls=3),
         _row("standard_rag", "q3", 1.0, dataset=hp), _row("iterkey", "q3", 0.0, dataset=hp),
     ])  # fmt: skip
-    text = module.table(tmp_path / "paper", tmp_path / "shipped")
+    paper, shipped = module.rows_of(tmp_path / "paper"), module.rows_of(tmp_path / "shipped")
+    text = module.table(module.comparisons(paper, shipped))
     row = next(line for line in text.splitlines() if line.startswith("| IterKey"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     # questions, plain RAG, paper F1, ΔF1, calls | the paper's | shipped run's plain RAG (on
@@ -1202,15 +1203,17 @@ def test_the_paper_table_writes_each_method_page_section_once(tmp_path: Path) ->
     _write_rows(tmp_path / "shipped" / hp, [_row("standard_rag", "q1", 1.0, dataset=hp)])
     page = tmp_path / "ircot.md"
     page.write_text("# IRCoT\n\n## Measured\n\n### Older rows\n\ntext\n")
+    paper, shipped = module.rows_of(tmp_path / "paper"), module.rows_of(tmp_path / "shipped")
+    ircot = module.compare(paper, shipped, "ircot")
     for _ in range(2):  # a second run replaces the section
-        section = module.page_section(tmp_path / "paper", tmp_path / "shipped", "ircot", "abc")
-        module.write_page_section(page, section)
+        module.write_page_section(page, module.page_section(ircot, "1 of HotpotQA", "abc", "def"))
     text = page.read_text()
     assert text.count(module.PAGE_HEADING) == 1
     assert text.index("## Measured") < text.index(module.PAGE_HEADING) < text.index("### Older")
     assert "| paper mode | 1 | 1.000 | +1.000 [+1.000, +1.000] |" in text
     assert "Where paper mode stopped (1 questions): `empty_step` 1." in text
-    assert module.page_section(tmp_path / "paper", tmp_path / "shipped", "migres", "abc") is None
+    assert "(commit `def`, prompt cache off" in text  # the shipped run's commit, as given
+    assert module.compare(paper, shipped, "migres") is None
 
 
 def test_the_paper_table_names_only_intervals_that_exclude_zero(tmp_path: Path) -> None:
@@ -1223,4 +1226,5 @@ def test_the_paper_table_names_only_intervals_that_exclude_zero(tmp_path: Path) 
                  _row("iterkey_paper", f"q{i}", 1.0, dataset=hp),
                  _row("migres_paper", f"q{i}", 0.0, dataset=hp)]  # fmt: skip
     _write_rows(tmp_path / "paper" / hp, rows)
-    assert module.verdict(tmp_path / "paper") == "IterKey above plain RAG"
+    found = module.comparisons(module.rows_of(tmp_path / "paper"), [])
+    assert module.verdict(found) == "IterKey above plain RAG"
