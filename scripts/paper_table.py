@@ -40,6 +40,8 @@ PAPER_CALLS = {
     "ircot": "≤ 11",
 }
 SETS = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue"}
+#: what `answered` says when the run has questions 0-19 of every set
+COMPLETE = ", ".join(f"20 of {label}" for label in SETS.values())
 HEADING = "### Each method as its paper gives it"
 NEXT = "## Fresh machine: two commands"
 
@@ -159,11 +161,18 @@ def answered(rows: Sequence[dict[str, Any]]) -> str:
     return ", ".join(parts) or "none yet"
 
 
+def covered(done: str) -> str:
+    """What the run covers, from ``answered``'s words."""
+    if done == COMPLETE:
+        return "questions 0-19 of each set, 60 paired"
+    return f"{done}; 0-19 of each set when complete"
+
+
 def readme_section(found: Sequence[Comparison], done: str, commit: str) -> str:
     return f"""{HEADING}
 
 `--profile paper` beside the shipped profile, each paired per question with plain RAG of its own run, on what the
-paper run has answered ({done}; 0-19 of each set when complete; {verdict(found)}):
+paper run has answered ({covered(done)}; {verdict(found)}):
 commit `{commit}` (earlier rows: see `scripts/eval_n50.sh`), the same model, a 32k context, the prompt cache on ([it changes some replies](docs/evaluation.md#repeatability); off in the shipped run, whose seconds are not comparable),
 2-core CPU, 2026-11-28 (`bash scripts/eval_n50.sh paper`, `python scripts/paper_table.py --help`).
 
@@ -207,7 +216,7 @@ def page_section(c: Comparison, done: str, commit: str, shipped_commit: str) -> 
     return f"""{PAGE_HEADING}
 
 `--profile paper` and the shipped profile on the questions the paper run has answered
-({done}), each paired per question with plain RAG of its own run: paper mode at
+({covered(done)}), each paired per question with plain RAG of its own run: paper mode at
 commit `{commit}` (earlier rows: see `scripts/eval_n50.sh`; 32k context, prompt cache on), the shipped profile from the gated run
 (commit `{shipped_commit}`, prompt cache off: its seconds are not comparable); the same model, 2-core
 CPU (`bash scripts/eval_n50.sh paper`; table by `python scripts/paper_table.py --pages`; all

@@ -1228,3 +1228,12 @@ def test_the_paper_table_names_only_intervals_that_exclude_zero(tmp_path: Path) 
     _write_rows(tmp_path / "paper" / hp, rows)
     found = module.comparisons(module.rows_of(tmp_path / "paper"), [])
     assert module.verdict(found) == "IterKey above plain RAG"
+
+
+def test_the_paper_table_says_when_its_run_is_complete() -> None:
+    from tests.scripts import load_script
+
+    module = load_script("scripts/paper_table.py")
+    assert module.covered(module.COMPLETE) == "questions 0-19 of each set, 60 paired"
+    partial = module.covered("20 of HotpotQA, 9 of 2Wiki")
+    assert partial == "20 of HotpotQA, 9 of 2Wiki; 0-19 of each set when complete"
