@@ -24,7 +24,9 @@ from gaprag.traces import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS_LIMIT = 25 * 1024 * 1024  # docs/results, as `du -sh` counts it
+#: docs/results, as `du -sh` counts it: the n = 50 runs, calibration rows, the paper run (3 MB)
+#: and room for RAG-EF's paper ladder (its S, E and rows: about 1.5 MB)
+RESULTS_LIMIT = 30 * 1024 * 1024
 
 
 def _trace(qid: str, method: str = "iterkey", **extra: object) -> dict[str, object]:
@@ -125,8 +127,8 @@ def test_convert_runs_as_a_module(tmp_path: Path) -> None:
     assert "iterkey.jsonl.xz" in done.stdout and not list(tmp_path.rglob("*.json"))
 
 
-def test_committed_results_stay_under_25_mb() -> None:
-    """docs/results holds the committed runs with their traces compressed: at most 25 MB on
+def test_committed_results_stay_under_30_mb() -> None:
+    """docs/results holds the committed runs with their traces compressed: at most 30 MB on
     disk (allocated blocks, as `du` counts them), and no trace left as a JSON file. Counted:
     what git commits there, tracked files and new files .gitignore lets in (it keeps out the
     ``report.html`` pages, which are rebuilt from the rows)."""
@@ -139,5 +141,5 @@ def test_committed_results_stay_under_25_mb() -> None:
     paths = (ROOT / name for name in listed.decode("utf-8").split("\0") if name)
     files = [p for p in paths if p.is_file()]
     used = sum(max(p.stat().st_blocks * 512, p.stat().st_size) for p in files)
-    assert used <= RESULTS_LIMIT, f"docs/results takes {used / 2**20:.1f} MB (limit 25 MB)"
+    assert used <= RESULTS_LIMIT, f"docs/results takes {used / 2**20:.1f} MB (limit 30 MB)"
     assert not [p for p in files if p.suffix == ".json" and "traces" in p.parts]
