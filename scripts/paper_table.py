@@ -42,8 +42,8 @@ PAPER_CALLS = {
     "ircot": "≤ 11",
 }
 SETS = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue"}
-#: what `answered` says when the run has questions 0-19 of every set
-COMPLETE = ", ".join(f"20 of {label}" for label in SETS.values())
+#: questions 0-19 of each set: the paper run when complete
+QUESTIONS = 20
 HEADING = "### Each method as its paper gives it"
 NEXT = "## Fresh machine: two commands"
 
@@ -149,32 +149,33 @@ def verdict(found: Sequence[Comparison]) -> str:
     return "; ".join(named) if named else "no paper-mode interval excludes 0"
 
 
-def answered(rows: Sequence[dict[str, Any]]) -> str:
-    """Which questions a run answered with every method, per set (e.g. "5 of HotpotQA")."""
+def answered(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """How many questions of each set (by its label) a run answered with every method."""
     keys = {r["method"] for r in rows}
-    parts = []
+    counts = {}
     for name, label in SETS.items():
         per_method = [
             {r["id"] for r in rows if r["dataset"] == name and r["method"] == m} for m in keys
         ]
         common = set.intersection(*per_method) if per_method else set()
         if common:
-            parts.append(f"{len(common)} of {label}")
-    return ", ".join(parts) or "none yet"
+            counts[label] = len(common)
+    return counts
 
 
-def covered(done: str) -> str:
-    """What the run covers, from ``answered``'s words."""
-    if done == COMPLETE:
-        return "questions 0-19 of each set, 60 paired"
-    return f"{done}; 0-19 of each set when complete"
+def covered(counts: dict[str, int]) -> str:
+    """What the run covers, in words, from ``answered``'s counts."""
+    if counts == dict.fromkeys(SETS.values(), QUESTIONS):
+        return f"questions 0-{QUESTIONS - 1} of each set, {QUESTIONS * len(SETS)} paired"
+    done = ", ".join(f"{n} of {label}" for label, n in counts.items()) or "none yet"
+    return f"{done}; 0-{QUESTIONS - 1} of each set when complete"
 
 
 def readme_section(found: Sequence[Comparison], done: str, commit: str) -> str:
     return f"""{HEADING}
 
 `--profile paper` beside the shipped profile, each paired per question with plain RAG of its own run, on what the
-paper run has answered ({covered(done)}; {verdict(found)}):
+paper run has answered ({done}; {verdict(found)}):
 commit `{commit}` (earlier rows: see `scripts/eval_n50.sh`), the same model, a 32k context, the prompt cache on ([it changes some replies](docs/evaluation.md#repeatability); off in the shipped run, whose seconds are not comparable),
 2-core CPU, 2026-11-28 (`bash scripts/eval_n50.sh paper`, `python scripts/paper_table.py --help`).
 
@@ -218,7 +219,7 @@ def page_section(c: Comparison, done: str, commit: str, shipped_commit: str) -> 
     return f"""{PAGE_HEADING}
 
 `--profile paper` and the shipped profile on the questions the paper run has answered
-({covered(done)}), each paired per question with plain RAG of its own run: paper mode at
+({done}), each paired per question with plain RAG of its own run: paper mode at
 commit `{commit}` (earlier rows: see `scripts/eval_n50.sh`; 32k context, prompt cache on), the shipped profile from the gated run
 (commit `{shipped_commit}`, prompt cache off: its seconds are not comparable); the same model, 2-core
 CPU (`bash scripts/eval_n50.sh paper`; table by `python scripts/paper_table.py --pages`; all
@@ -273,12 +274,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     paper = rows_of(args.paper)
     found = comparisons(paper, rows_of(args.shipped))
     print(table(found), end="")
-    done, commit = answered(paper), pinned_commit("PAPER_COMMIT")
+    done, commit = covered(answered(paper)), pinned_commit("PAPER_COMMIT")
     if args.readme:
         write_section(args.readme, readme_section(found, done, commit))
     if args.pages:
+        shipped_commit = pinned_commit("GATED_COMMIT")
         for c in found:
-            section = page_section(c, done, commit, pinned_commit("GATED_COMMIT"))
+            section = page_section(c, done, commit, shipped_commit)
             write_page_section(args.pages / f"{c.method}.md", section)
     return 0
 

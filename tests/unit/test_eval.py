@@ -1234,6 +1234,7 @@ def test_the_paper_table_says_when_its_run_is_complete() -> None:
     from tests.scripts import load_script
 
     module = load_script("scripts/paper_table.py")
-    assert module.covered(module.COMPLETE) == "questions 0-19 of each set, 60 paired"
-    partial = module.covered("20 of HotpotQA, 9 of 2Wiki")
+    complete = {"HotpotQA": 20, "2Wiki": 20, "MuSiQue": 20}
+    assert module.covered(complete) == "questions 0-19 of each set, 60 paired"
+    partial = module.covered({"HotpotQA": 20, "2Wiki": 9})
     assert partial == "20 of HotpotQA, 9 of 2Wiki; 0-19 of each set when complete"
