@@ -2,12 +2,17 @@
 run has answered: one Markdown table, and with --readme README's section around it.
 
     python scripts/paper_table.py docs/results/n50/paper docs/results/n50/gated \
+        [--ladder docs/results/n50/rag_ef_paper docs/results/n50/rag_ef] \
         [--readme README.md] [--pages docs/methods]
 
 PAPER and SHIPPED are run folders with one sub-folder per set (`gaprag eval` output). Each
 method's `<method>_paper` rows of PAPER are paired per question with PAPER's plain RAG rows; the
 same method's rows of SHIPPED with SHIPPED's plain RAG rows, on the same questions. ΔF1 is the
-paired mean with its 95% bootstrap interval (gaprag.eval.stats.paired_rows)."""
+paired mean with its 95% bootstrap interval (gaprag.eval.stats.paired_rows).
+
+RAG-EF answers from its own pair store, so it is measured on its ladder (``bash
+scripts/eval_n50.sh rag_ef_paper`` and ``rag_ef``): ``--ladder`` adds its row, S ∪ E_r
+(``rag_ef_SE_reworded``) of each ladder paired with that ladder's plain RAG."""
 
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ METHODS = {
     "migres": "MIGRES",
     "rfm_rag": "RFM-RAG",
     "ircot": "IRCoT",
+    "rag_ef": "RAG-EF (ladder, S ∪ E_r)",
 }
 #: LLM calls a question as each paper counts them (its method page, "the paper's count"); IterKey:
 #: 3 calls a round, 1.38 rounds on average with Llama-3.1-8B, at most 5 rounds; MIGRES's paper
@@ -40,7 +46,10 @@ PAPER_CALLS = {
     "migres": "≤ 10 + NLI checks",
     "rfm_rag": "4.9-6.2",
     "ircot": "≤ 11",
+    "rag_ef": "1",
 }
+#: the ladder's variant in the RAG-EF row: Eq. 2 over S and one reworded expert pair a question
+LADDER_VARIANT = "rag_ef_SE_reworded"
 SETS = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue"}
 #: questions 0-19 of each set: the paper run when complete
 QUESTIONS = 20
@@ -83,15 +92,22 @@ class Comparison:
 
 
 def compare(
-    paper: Sequence[dict[str, Any]], shipped: Sequence[dict[str, Any]], method: str
+    paper: Sequence[dict[str, Any]],
+    shipped: Sequence[dict[str, Any]],
+    method: str,
+    variant: str | None = None,
 ) -> Comparison | None:
-    """``method`` in both runs, paired per question; None before the paper run has rows of it."""
-    mine = [r for r in paper if r["method"] == f"{method}_paper"]
+    """``method`` in both runs, paired per question; None before the paper run has rows of it.
+    Its rows are ``<method>_paper`` in the paper run and ``method`` in the shipped one, or
+    ``variant`` in both (two runs of the same variant, e.g. RAG-EF's ladders)."""
+    mine = [r for r in paper if r["method"] == (variant or f"{method}_paper")]
     if not mine:
         return None
     ids = {(r["dataset"], r["id"]) for r in mine}
     plain = of_method(paper, "standard_rag", ids)
-    theirs = paired(of_method(shipped, "standard_rag", ids), of_method(shipped, method, ids))
+    theirs = paired(
+        of_method(shipped, "standard_rag", ids), of_method(shipped, variant or method, ids)
+    )
     return Comparison(method, mine, plain, paired(plain, mine), theirs)
 
 
@@ -99,8 +115,14 @@ def comparisons(
     paper: Sequence[dict[str, Any]], shipped: Sequence[dict[str, Any]]
 ) -> list[Comparison]:
     """Every method with paper-mode rows in ``paper`` (the paper run's rows)."""
-    found = (compare(paper, shipped, method) for method in METHODS)
+    found = (compare(paper, shipped, method) for method in METHODS if method != "rag_ef")
     return [c for c in found if c is not None]
+
+
+def ladder(paper: Path, shipped: Path) -> Comparison | None:
+    """RAG-EF's row: S ∪ E_r of the paper ladder and of the shipped ladder, each paired with
+    its own ladder's plain RAG; None before the paper ladder has rows of it."""
+    return compare(rows_of(paper), rows_of(shipped), "rag_ef", LADDER_VARIANT)
 
 
 def cell(entry: dict[str, Any] | None) -> tuple[str, str, str, str]:
@@ -171,7 +193,17 @@ def covered(counts: dict[str, int]) -> str:
     return f"{done}; 0-{QUESTIONS - 1} of each set when complete"
 
 
+LADDER_NOTE = """
+RAG-EF on its HotpotQA ladder instead (its own corpus, one expert pair reworded from each test
+question ahead of it, as in its paper): S written by the paper's Appendix A instruction and
+paper mode (`{commit}`, 32k context, prompt cache on, `bash scripts/eval_n50.sh rag_ef_paper`)
+beside the shipped ladder (gaprag's S instruction, shipped settings, [its page](docs/methods/rag_ef.md)).
+"""
+
+
 def readme_section(found: Sequence[Comparison], done: str, commit: str) -> str:
+    rag_ef = any(c.method == "rag_ef" for c in found)
+    note = LADDER_NOTE.format(commit=pinned_commit("RAG_EF_PAPER_COMMIT")) if rag_ef else ""
     return f"""{HEADING}
 
 `--profile paper` beside the shipped profile, each paired per question with plain RAG of its own run, on what the
@@ -179,7 +211,7 @@ paper run has answered ({done}; {verdict(found)}):
 commit `{commit}` (earlier rows: see `scripts/eval_n50.sh`), the same model, a 32k context, the prompt cache on ([it changes some replies](docs/evaluation.md#repeatability); off in the shipped run, whose seconds are not comparable),
 2-core CPU, 2026-11-28 (`bash scripts/eval_n50.sh paper`, `python scripts/paper_table.py --help`).
 
-{table(found)}
+{table(found)}{note}
 """
 
 
@@ -265,6 +297,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paper", type=Path, help="the paper run's folder (one sub-folder per set)")
     parser.add_argument("shipped", type=Path, help="the shipped profile's run folder")
+    parser.add_argument(
+        "--ladder", type=Path, nargs=2, metavar=("PAPER_LADDER", "SHIPPED_LADDER"),
+        help="RAG-EF's ladder run folders (paper mode, shipped) for its row",
+    )  # fmt: skip
     parser.add_argument("--readme", type=Path, help="write the section into this README too")
     parser.add_argument(
         "--pages", type=Path, metavar="DIR",
@@ -273,10 +309,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     paper = rows_of(args.paper)
     found = comparisons(paper, rows_of(args.shipped))
-    print(table(found), end="")
+    rag_ef = ladder(*args.ladder) if args.ladder else None
+    shown = [*found, rag_ef] if rag_ef else found
+    print(table(shown), end="")
     done, commit = covered(answered(paper)), pinned_commit("PAPER_COMMIT")
     if args.readme:
-        write_section(args.readme, readme_section(found, done, commit))
+        write_section(args.readme, readme_section(shown, done, commit))
     if args.pages:
         shipped_commit = pinned_commit("GATED_COMMIT")
         for c in found:

@@ -1216,6 +1216,31 @@ def test_the_paper_table_writes_each_method_page_section_once(tmp_path: Path) ->
     assert module.compare(paper, shipped, "migres") is None
 
 
+def test_the_paper_table_pairs_each_rag_ef_ladder_with_its_own_plain_rag(tmp_path: Path) -> None:
+    from tests.scripts import load_script
+
+    module = load_script("scripts/paper_table.py")
+    hp, ladder = "hotpotqa", module.LADDER_VARIANT
+    _write_rows(tmp_path / "paper" / hp, [
+        _row("standard_rag", "q1", 0.0, dataset=hp), _row("standard_rag", "q2", 1.0, dataset=hp),
+        _row(ladder, "q1", 1.0, dataset=hp), _row(ladder, "q2", 1.0, dataset=hp),
+        _row("rag_ef_S", "q1", 0.0, dataset=hp), _row("rag_ef_S", "q2", 0.0, dataset=hp),
+    ])  # fmt: skip
+    _write_rows(tmp_path / "shipped" / hp, [
+        _row("standard_rag", "q1", 1.0, dataset=hp), _row("standard_rag", "q2", 1.0, dataset=hp),
+        _row(ladder, "q1", 0.0, dataset=hp), _row(ladder, "q2", 1.0, dataset=hp),
+    ])  # fmt: skip
+    rag_ef = module.ladder(tmp_path / "paper", tmp_path / "shipped")
+    row = next(line for line in module.table([rag_ef]).splitlines() if line.startswith("| RAG-EF"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:5] == ["2", "0.500", "1.000", "+0.500 [+0.000, +1.000]"]
+    assert cells[7] == "1"  # the paper's one answer call
+    assert cells[8:11] == ["1.000", "0.500", "-0.500 [-1.000, +0.000]"]
+    assert module.ladder(tmp_path / "shipped" / "none", tmp_path / "shipped") is None
+    section = module.readme_section([rag_ef], "done", "abc")
+    assert "RAG-EF on its HotpotQA ladder" in section
+
+
 def test_the_paper_table_names_only_intervals_that_exclude_zero(tmp_path: Path) -> None:
     from tests.scripts import load_script
 
