@@ -15,7 +15,9 @@ Prints:
    against ``standard_rag`` split by it: on the questions whose pair is a near copy
    (word-overlap F1 >= 0.8 with the test question, the ladder's own cut) and on the real
    rewordings. E is an oracle to the degree its questions are the test questions, so the
-   rewordings are the realistic part.
+   rewordings are the realistic part;
+3. per set, what S is: its pairs, the paragraphs they were written for, and how long their
+   answers are (the paper's Appendix A instruction asks for no length).
 """
 
 from __future__ import annotations
@@ -79,6 +81,27 @@ def expert_answer_f1(
         if p.get("source") == "expert" and origin in gold:
             out[origin] = f1_score(str(p["answer"]), list(gold[origin]))
     return out
+
+
+#: an answer longer than this many words reads as a sentence, not a short phrase
+LONG_ANSWER = 10
+
+
+def synthetic_cells(pairs: Sequence[Mapping[str, Any]]) -> list[str] | None:
+    """S's row: pairs, paragraphs, pairs a paragraph, mean answer words, the share of answers
+    over ``LONG_ANSWER`` words; None without synthetic pairs."""
+    synthetic = [p for p in pairs if p.get("source") == "synthetic"]
+    if not synthetic:
+        return None
+    words = [len(str(p.get("answer") or "").split()) for p in synthetic]
+    paragraphs = len({p.get("chunk_id") for p in synthetic})
+    return [
+        f"{len(synthetic):,}",
+        f"{paragraphs:,}",
+        figure(len(synthetic) / paragraphs, places=1),
+        figure(sum(words) / len(words), places=1),
+        figure(sum(w > LONG_ANSWER for w in words) / len(words)),
+    ]
 
 
 def paired(base: Mapping[str, float], other: Mapping[str, float], ids: Sequence[str]) -> str:
@@ -181,6 +204,17 @@ def tables(
                 f"| {answer_f1} | {paired(base, se, near)} | {paired(base, se, reworded)} "
                 f"| {paired(base, s, reworded)} |"
             )
+    s_rows = [(SET_NAMES.get(n, n), synthetic_cells(j.get("E", []))) for n, _, j in sets]
+    if any(cells for _, cells in s_rows):
+        out += [
+            "",
+            "S, the synthetic pairs:",
+            "",
+            "| set | pairs | paragraphs | pairs a paragraph | answer words | answers over"
+            f" {LONG_ANSWER} words |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        out += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in s_rows if cells]
     return "\n".join(out)
 
 

@@ -114,3 +114,17 @@ def test_cli_prints_both_tables(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "| HotpotQA | 0.000 (n = 3) | – | – | 1.000; +1.00" in proc.stdout
     assert "| HotpotQA | E | 3 | " in proc.stdout
+
+
+def test_describes_s_by_its_pairs_and_answer_length() -> None:
+    mod = load()
+    synthetic = [
+        {"source": "synthetic", "question": "q?", "answer": a, "chunk_id": c, "meta": {}}
+        for a, c in (("one", "c1"), ("a b c d e f g h i j k", "c1"), ("two words", "c2"))
+    ]
+    text = mod.tables([("hotpotqa", rows({"standard_rag": [1.0]}), {"E": [*synthetic, *PAIRS]})])
+    row = next(line for line in text.splitlines() if line.startswith("| HotpotQA | 4 |"))
+    # 4 synthetic pairs (PAIRS adds one, of paragraph "c") of 3 paragraphs; answers of 1, 11,
+    # 2 and 1 words; the expert pairs are not S
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:] == ["4", "3", "1.3", "3.8", "0.25"]
