@@ -194,8 +194,7 @@ def covered(counts: dict[str, int]) -> str:
 
 
 LADDER_NOTE = """
-RAG-EF on its HotpotQA ladder instead (its own corpus and plain RAG, one expert pair reworded from each test question):
-S by the paper's Appendix A instruction and paper mode (`{commit}`, `bash scripts/eval_n50.sh rag_ef_paper`) beside the shipped ladder ([its page](docs/methods/rag_ef.md)).
+RAG-EF on its HotpotQA ladder instead (its own corpus and plain RAG, one expert pair reworded from each test question): S by the paper's Appendix A instruction and paper mode (`{commit}`, `bash scripts/eval_n50.sh rag_ef_paper`) beside the shipped ladder, whose seconds were taken on a busy machine ([its page](docs/methods/rag_ef.md#paper-mode)).
 """
 
 
