@@ -58,6 +58,11 @@ MIN_TOKEN_CHARS = 16
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 
 
+def valid_name(name: str) -> bool:
+    """Whether ``name`` can name a client: letters, digits and ``_.@-``, not :data:`LOCAL`."""
+    return bool(_NAME.match(name)) and name != LOCAL
+
+
 def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
@@ -94,7 +99,7 @@ def parse_clients(text: str, where: str) -> dict[str, str]:
             continue
         name, _, token = item.replace("=", " ", 1).partition(" ")
         name, token = name.strip(), token.strip()
-        if not _NAME.match(name) or name == LOCAL:
+        if not valid_name(name):
             raise GapragError(
                 f"{where}: {name!r} is not a client name",
                 hint=f"{hint}; names are letters, digits and _.@- (not {LOCAL!r})",

@@ -36,6 +36,8 @@ an MCP ``tools/call`` of a client at its in-flight limit (HTTP 429, a JSON-RPC e
 from __future__ import annotations
 
 import ast
+import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -51,6 +53,7 @@ from starlette.middleware import Middleware
 from starlette.responses import JSONResponse
 
 from gaprag import auth
+from gaprag.route_guard import RouteGuard
 from gaprag.tool import tool_result
 
 Message = MutableMapping[str, Any]
@@ -400,7 +403,7 @@ class StateGuard:
             return
         rule = guarded_rule(str(scope.get("method", "")), path) if scope["type"] == "http" else None
         if scope["type"] == "http" and announced_length(scope) > self.max_body_bytes:
-            await refuse(scope, receive, send, 413, too_large(self.max_body_bytes), rule)
+            await refuse_too_large(scope, receive, send, self.max_body_bytes, rule)
             return
         if rule is None:
             await self.app(scope, receive, send)
@@ -413,7 +416,7 @@ class StateGuard:
         except _ClientGone:
             return
         if body is None:
-            await refuse(scope, receive, send, 413, too_large(self.max_body_bytes), rule)
+            await refuse_too_large(scope, receive, send, self.max_body_bytes, rule)
             return
         message = parse(body)
         refused = rule.refusal(message, path, scope)
@@ -424,6 +427,50 @@ class StateGuard:
             await refuse(scope, receive, send, 429, busy, rule, message.get("id"))
             return
         await self.app(scope, replay(body, receive), send)
+
+
+#: Most bytes of an over-limit body read and dropped before the 413 is sent, and how long
+#: that may take: a client that sends its whole body before it reads the answer (Python's
+#: urllib) then reads the 413 instead of a connection reset.
+DRAIN_BYTES = 64 * 1024 * 1024
+DRAIN_S = 30.0
+
+
+async def drain(receive: Receive, limit: int = DRAIN_BYTES, timeout_s: float = DRAIN_S) -> None:
+    """Read and drop the rest of a request's body: up to ``limit`` bytes, for up to
+    ``timeout_s`` seconds, until the client has sent it all or gone."""
+
+    async def rest() -> None:
+        read = 0
+        while read <= limit:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            read += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(rest(), timeout_s)
+
+
+def expects_continue(scope: MutableMapping[str, Any]) -> bool:
+    """Whether the client waits for ``100 Continue`` before it sends the body."""
+    return any(
+        k.lower() == b"expect" and v.strip().lower() == b"100-continue"
+        for k, v in scope.get("headers", ())
+    )
+
+
+async def refuse_too_large(
+    scope: MutableMapping[str, Any], receive: Receive, send: Send, limit: int, rule: Rule | None
+) -> None:
+    """HTTP 413 for a body over ``limit``, sent once the client has finished sending (the body
+    is read and dropped, up to :data:`DRAIN_BYTES`; a client that waits for ``100 Continue``
+    has sent none), on a connection then closed."""
+    if not expects_continue(scope):
+        await drain(receive)
+    await refuse(scope, receive, send, 413, too_large(limit), rule, close=True)
 
 
 def announced_length(scope: MutableMapping[str, Any]) -> int:
@@ -445,15 +492,18 @@ async def refuse(
     detail: str,
     rule: Rule | None = None,
     request_id: Any = None,
+    *,
+    close: bool = False,
 ) -> None:
     """Answer with ``{"detail": ...}``, as LangGraph's server answers its own refusals; on a
     JSON-RPC route, with a JSON-RPC error (``request_id``: the request's ``id``, null when
-    the request was not read)."""
+    the request was not read). ``close``: the server closes the connection after it."""
     content: dict[str, Any] = {"detail": detail}
     if rule is not None and rule.jsonrpc:
         error = {"code": -32600, "message": detail}
         content = {"jsonrpc": "2.0", "id": request_id, "error": error}
-    await JSONResponse(content, status_code=status)(scope, receive, send)
+    headers = {"Connection": "close"} if close else None
+    await JSONResponse(content, status_code=status, headers=headers)(scope, receive, send)
 
 
 def replay(body: bytes, receive: Receive) -> Receive:
@@ -495,6 +545,8 @@ def guard_frames(receive: Receive, send: Send) -> Receive:
     return guarded
 
 
-#: The app ``langgraph.json`` names in ``http.app``: no routes of its own, two middlewares
-#: (the guard first).
-app = Starlette(middleware=[Middleware(StateGuard), Middleware(McpToolText)])
+#: The app ``langgraph.json`` names in ``http.app``: no routes of its own, three middlewares
+#: (who may reach a route beside the API first, then the state guard).
+app = Starlette(
+    middleware=[Middleware(RouteGuard), Middleware(StateGuard), Middleware(McpToolText)]
+)

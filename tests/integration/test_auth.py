@@ -148,3 +148,40 @@ def test_no_client_changes_or_shadows_the_operators_assistants(
         ).status_code
         == 403
     )
+
+
+#: Every route LangGraph's server answers beside its API, as ``langgraph dev`` serves the
+#: shipped ``langgraph.json``: what a caller without a token and a client each get.
+BESIDE_THE_API = [
+    # method, path, anonymous, client
+    ("GET", "/ok", 200, 200),
+    ("GET", "/", 200, 200),
+    ("GET", "/info", 401, 200),
+    ("GET", "/docs", 401, 200),
+    ("GET", "/openapi.json", 401, 200),
+    ("GET", "/metrics", 401, 403),
+    ("GET", "/internal/debug/thread/{thread}", 401, 403),
+    ("POST", "/internal/truncate", 401, 403),
+    ("GET", "/deploy", 401, 403),
+    ("POST", "/deploy", 401, 403),
+    ("GET", "/deploy/00000000-0000-0000-0000-000000000000/stream", 401, 403),
+    ("GET", "/ui/standard_rag", 401, 404),
+    ("POST", "/ui/standard_rag", 401, 404),
+]
+
+
+def test_no_route_beside_the_api_answers_a_caller_without_a_token_or_another_client(
+    served_auth: Served, alice: httpx.Client, bob: httpx.Client
+) -> None:
+    thread = ok(alice.post("/threads", json={"metadata": {"note": "alice's"}}))["thread_id"]
+    logged = len(served_auth.log.read_text())
+    with client(served_auth, None) as anonymous:
+        for method, path, nobody, someone in BESIDE_THE_API:
+            route = path.format(thread=thread)
+            for who, http, status in (("anonymous", anonymous, nobody), ("bob", bob, someone)):
+                reply = http.request(method, route, json={} if method == "POST" else None)
+                assert reply.status_code == status, (who, method, route, reply.text[:200])
+                assert thread not in reply.text, (who, route)
+    # the refused truncates left Alice's thread as it was
+    assert ok(alice.get(f"/threads/{thread}"))["metadata"]["note"] == "alice's"
+    assert "Traceback" not in served_auth.log.read_text()[logged:]  # no route failed

@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gaprag.route_guard import RouteGuard
 from gaprag.server_app import McpToolText, StateGuard, rewrite_tool_call, run_output
 from gaprag.tool import compact_result, format_result
 from tests.guard import Recorder, guarded
@@ -301,6 +302,7 @@ def test_the_shipped_server_guards_runs_and_closes_the_side_doors() -> None:
     config = json.loads((Path(__file__).parents[2] / "langgraph.json").read_text())
     assert config["http"]["app"] == "gaprag.server_app:app"
     assert {k: v for k, v in config["http"].items() if k.startswith("disable_")} == {
-        "disable_webhooks": True, "disable_a2a": True, "disable_store": True,
+        "disable_webhooks": True, "disable_a2a": True, "disable_store": True, "disable_ui": True,
     }  # fmt: skip
-    assert [m.cls for m in app.user_middleware] == [StateGuard, McpToolText]
+    assert config["http"]["middleware_order"] == "auth_first"  # gaprag's middleware sees the caller
+    assert [m.cls for m in app.user_middleware] == [RouteGuard, StateGuard, McpToolText]
