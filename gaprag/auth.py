@@ -36,8 +36,9 @@ import logging
 import os
 import re
 import time
+import unicodedata
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -353,6 +354,73 @@ async def own_threads(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.Fil
     return {OWNER: ctx.user.identity}
 
 
+#: Unicode categories a name may not hold: controls, format characters (zero-width,
+#: bidirectional overrides and isolates), private, unassigned and surrogate code points,
+#: line and paragraph separators.
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cn", "Cs", "Zl", "Zp"})
+
+
+def hidden_characters(name: str) -> list[str]:
+    """The characters of ``name`` a reader cannot see or that reorder what they see, as
+    ``U+XXXX`` names."""
+    return [f"U+{ord(ch):04X}" for ch in name if unicodedata.category(ch) in HIDDEN_CATEGORIES]
+
+
+_NOT_IN_TOOL_NAME = re.compile(r"[^a-zA-Z0-9_\-.]")
+
+
+def mcp_tool_name(name: str) -> str:
+    """The MCP tool name LangGraph's server gives an assistant named ``name``: whitespace runs
+    become ``_``, characters an MCP tool name cannot hold are dropped, 128 characters at most
+    (as ``langgraph_api``'s ``normalize_name``; a test holds the two equal)."""
+    return _NOT_IN_TOOL_NAME.sub("", re.sub(r"\s+", "_", name.strip()))[:128]
+
+
+def tool_names(name: str) -> frozenset[str]:
+    """The names ``name`` can pass for: its MCP tool name (:func:`mcp_tool_name`) as given and
+    after Unicode compatibility normalisation and case folding (NFKC, casefold). Two
+    assistants whose sets meet read as the same tool."""
+    folded = unicodedata.normalize("NFKC", name).casefold()
+    return frozenset(n for n in (mcp_tool_name(name), mcp_tool_name(folded)) if n)
+
+
+def name_refusal(name: str, taken: Iterable[str], whose: str) -> str | None:
+    """Why ``name`` cannot name an assistant: it holds hidden characters, or it passes for
+    one of ``taken`` (``whose``: what those are, for the message). None: it may."""
+    if hidden := hidden_characters(name):
+        return (
+            f"the assistant name holds invisible or control characters ({', '.join(hidden[:5])}):"
+            " choose a name of visible characters"
+        )
+    mine = tool_names(name)
+    clash = next((t for t in taken if mine & tool_names(t)), None)
+    if clash is not None:
+        return (
+            f"the assistant name {name.strip()!r} reads as {whose} {clash!r}: choose another name"
+        )
+    return None
+
+
+async def server_assistant_names(identity: str, skip: str | None) -> list[str] | None:
+    """The names of the assistants ``identity`` sees (the operator's and its own) but
+    ``skip``, as LangGraph's in-memory runtime (``langgraph dev``) holds them; None under a
+    runtime whose assistants are not in this process."""
+    from langgraph_runtime.database import connect  # only inside LangGraph's server
+
+    async with connect() as conn:
+        store = getattr(conn, "store", None)
+        assistants = list(store["assistants"]) if store is not None else None
+    if assistants is None:
+        return None
+    seen = []
+    for assistant in assistants:
+        metadata = assistant.get("metadata") or {}
+        theirs = metadata.get("created_by") == "system" or metadata.get(OWNER) == identity
+        if theirs and str(assistant.get("assistant_id")) != str(skip):
+            seen.append(str(assistant.get("name") or ""))
+    return seen
+
+
 ASSISTANTS_READ_ONLY = (
     "the operator's assistants are read-only and clients create none on this server "
     "(the operator allows clients' own assistants with GAPRAG_CLIENT_ASSISTANTS=1)"
@@ -379,7 +447,19 @@ async def operator_assistants(
         raise refuse("an assistant's metadata.created_by is the server's to set")
     if ctx.action in ("create", "update"):
         _own(value, ctx.user.identity)
+        await _check_name(value, ctx.user.identity)
     return mine
+
+
+async def _check_name(value: Any, identity: str) -> None:
+    """Refuse a new or changed assistant name that passes for another assistant's the caller
+    sees (its MCP tool would clash with it)."""
+    name = value.get("name") if isinstance(value, dict) else None
+    if not isinstance(name, str):
+        return
+    taken = await server_assistant_names(identity, skip=value.get("assistant_id"))
+    if taken is not None and (refused := name_refusal(name, taken, "the assistant")):
+        raise refuse(refused)
 
 
 @auth.on.crons

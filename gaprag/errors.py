@@ -46,12 +46,21 @@ class GapragError(Exception):
         return f"{self.message} (hint: {self.hint})" if self.hint else self.message
 
 
-class EndpointError(GapragError):
-    """The LLM endpoint could not be reached or answered with an error."""
+class EndpointError(GapragError, RuntimeError):
+    """The LLM endpoint could not be reached or answered with an error. A ``RuntimeError``
+    too, so LangGraph's server passes a served run's caller its one line (told without the
+    server's URLs and paths: :meth:`gaprag.operator.OperatorPolicy.hidden`)."""
 
 
-class StoreError(GapragError):
-    """A store is missing, unreadable or inconsistent."""
+class StoreError(GapragError, RuntimeError):
+    """A store is missing, unreadable or inconsistent. A ``RuntimeError`` too, as
+    :class:`EndpointError` is."""
+
+
+class ServerError(GapragError, RuntimeError):
+    """What a served run's caller is told of any other gaprag error that is not the caller's
+    input (the server's set-up: a model or embedder not installed, a setting the operator
+    gave wrong), with the server's paths and URLs hidden."""
 
 
 class InputError(GapragError, ValueError):
@@ -79,6 +88,15 @@ class DependencyError(GapragError, RuntimeError):
             hint="if this run's settings or input caused it, change them; else tell the "
             "server's operator",
         )
+
+
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()]+")
+
+
+def hide_urls(text: str) -> str:
+    """``text`` with every URL shown as ``<URL>``: a server's endpoints, hosts and any
+    credentials in them are the operator's."""
+    return _URL.sub("<URL>", text)
 
 
 def raised_in(err: BaseException) -> str:

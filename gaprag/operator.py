@@ -50,7 +50,16 @@ from typing import Any, Literal, TypeVar
 import httpx
 
 from gaprag import config
-from gaprag.errors import DependencyError, GapragError, InputError
+from gaprag.errors import (
+    DependencyError,
+    EndpointError,
+    GapragError,
+    InputError,
+    ServerError,
+    StoreError,
+    hide_urls,
+    one_line,
+)
 
 OperatorKind = Literal["endpoint", "model", "path", "switch"]
 T = TypeVar("T")
@@ -283,26 +292,46 @@ class OperatorPolicy:
         return _ABSOLUTE_PATH.sub(shown, text)
 
     def hidden(self, err: Exception) -> Exception | None:
-        """What a served run's caller is told instead of ``err`` (None: ``err`` itself). A
-        GapragError is gaprag's one line: it keeps its class, told with :meth:`hide` (None
-        when it shows no path); any other error is a library's, whose text stays in the
+        """What a served run's caller is told instead of ``err`` (None: ``err`` itself), one
+        line that LangGraph's server passes on (a ``ValueError`` or ``RuntimeError``), with no
+        server path, URL or key (:meth:`told`); the server's log keeps ``err``'s whole text.
+        A caller's bad input (:class:`InputError`) keeps its class and hint; the endpoint's
+        and the store's failures (:class:`EndpointError`, :class:`StoreError`) say what
+        failed and to try again or tell the operator; any other gaprag error is a
+        :class:`ServerError`; any other error is a library's, whose text stays in the
         server's log: the caller gets a :class:`DependencyError` naming the library and the
         error's class. Off (None) unless :attr:`hide_paths` (the served graphs)."""
         if not self.hide_paths:
             return None
-        if isinstance(err, GapragError):
-            message, hint = self.hide(err.message), self.hide(err.hint)
+        if isinstance(err, InputError):
+            message, hint = self.told(err.message), self.told(err.hint)
             if (message, hint) == (err.message, err.hint):
                 return None
-            try:
-                return type(err)(message, hint=hint)
-            except TypeError:
-                return GapragError(message, hint=hint)
-        told = DependencyError.of(err)
+            return InputError(message, hint=hint)
+        if isinstance(err, GapragError):
+            kind, what = next(((k, w) for k, w in _SERVED_KINDS if isinstance(err, k)), _OTHER)
+            told: GapragError = kind(f"{what}: {self.told(err.message)}", hint=_TELL_OPERATOR)
+        else:
+            told = DependencyError.of(err)
         _log.error("%s: %s: %s", told.message, type(err).__name__, err, exc_info=err)
         return told
 
+    def told(self, text: str) -> str:
+        """``text`` as a served caller reads it: one line, no server path (:meth:`hide`),
+        URL or key."""
+        return one_line(hide_urls(self.hide(text)))
 
+
+#: What a served caller is told failed, by the kind of gaprag error, and what to do.
+_SERVED_KINDS: tuple[tuple[type[GapragError], str], ...] = (
+    (EndpointError, "the model endpoint is not answering as it should"),
+    (StoreError, "the store cannot be opened or read"),
+)
+_OTHER: tuple[type[GapragError], str] = (ServerError, "the server could not run this")
+_TELL_OPERATOR = (
+    "try again in a while; if it keeps failing, tell the server's operator (the server's log "
+    "has the full text)"
+)
 _MAX_PATH = 1024
 #: an absolute path in a message: a ``/`` that starts a word (not a URL's or a relative
 #: path's), up to whitespace, a quote, a bracket or a separator

@@ -116,17 +116,89 @@ def _is_mcp_post(scope: MutableMapping[str, Any]) -> bool:
     return scope["type"] == "http" and scope.get("method") == "POST" and path.endswith("/mcp")
 
 
+#: The header :class:`McpToolText` puts on an MCP request (replacing any the client sent).
+#: LangGraph's MCP handler starts the tool's run with the request's headers, so the run's
+#: answer carries it back through this middleware.
+MCP_CALL = b"x-gaprag-mcp-call"
+#: What each MCP request in progress learnt of its run's error: ``{call id: __error__}``.
+_run_errors: dict[str, dict[str, Any]] = {}
+#: Longest run answer read for its error (a run's error answer is a few hundred bytes).
+MAX_ERROR_ANSWER = 64 * 1024
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if bytes(key).lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def _is_run_wait(scope: Scope) -> bool:
+    path = str(scope.get("path", "")).rstrip("/")
+    return scope["type"] == "http" and path.endswith("/runs/wait")
+
+
+def tool_error_text(body: bytes, error: dict[str, Any] | None) -> bytes | None:
+    """A failed ``tools/call`` answer whose text is only the error's class name (all LangGraph's
+    MCP handler keeps), with the run's one line instead: ``"Class: message"``; None when the
+    answer is not such a failure or the run's error is unknown."""
+    if not error or not isinstance(error.get("message"), str):
+        return None
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    result = message.get("result") if isinstance(message, dict) else None
+    if not isinstance(result, dict) or not result.get("isError"):
+        return None
+    content = result.get("content")
+    if not (isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict)):
+        return None
+    if content[0].get("text") != error.get("error"):
+        return None
+    text = f"{error['error']}: {error['message']}"
+    message["result"] = {**result, "content": [{"type": "text", "text": text}]}
+    return json.dumps(message, ensure_ascii=False).encode()
+
+
 class McpToolText:
     """ASGI middleware: a method's ``tools/call`` answer at ``/mcp`` becomes gaprag's tool
-    text plus ``structuredContent`` (see the module docstring)."""
+    text plus ``structuredContent``, and a failed run's answer its one-line error instead of
+    the error's class name alone (see the module docstring)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
-        if not _is_mcp_post(scope):
+        if _is_mcp_post(scope):
+            await self._tool_call(scope, receive, send)
+        elif _is_run_wait(scope) and (call := _header(scope, MCP_CALL)) in _run_errors:
+            await self._run_for_tool(str(call), scope, receive, send)
+        else:
             await self.app(scope, receive, send)
+
+    async def _run_for_tool(self, call: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """A tool call's run, passed through as it is; its error, if any, kept for the call."""
+        seen = bytearray()
+
+        async def watch(message: Message) -> None:
+            if message["type"] == "http.response.body" and len(seen) <= MAX_ERROR_ANSWER:
+                seen.extend(message.get("body", b""))
+            await send(message)
+
+        await self.app(scope, receive, watch)
+        try:
+            answer = json.loads(bytes(seen))
+        except ValueError:
             return
+        error = answer.get("__error__") if isinstance(answer, dict) else None
+        if isinstance(error, dict) and call in _run_errors:
+            _run_errors[call] = error
+
+    async def _tool_call(self, scope: Scope, receive: Receive, send: Send) -> None:
+        call = uuid.uuid4().hex
+        headers = [(k, v) for k, v in scope.get("headers", ()) if bytes(k).lower() != MCP_CALL]
+        scope = {**scope, "headers": [*headers, (MCP_CALL, call.encode())]}
         start: Message | None = None
         chunks: list[bytes] = []
 
@@ -139,7 +211,11 @@ class McpToolText:
             else:
                 await send(message)
 
-        await self.app(scope, receive, capture)
+        _run_errors[call] = {}
+        try:
+            await self.app(scope, receive, capture)
+        finally:
+            error = _run_errors.pop(call, None)
         if start is None:  # the app sent no response: nothing to pass on
             return
         body = b"".join(chunks)
@@ -147,7 +223,7 @@ class McpToolText:
         json_reply = any(
             k.lower() == b"content-type" and v.startswith(b"application/json") for k, v in headers
         )
-        new = rewrite_tool_call(body) if json_reply else None
+        new = (rewrite_tool_call(body) or tool_error_text(body, error)) if json_reply else None
         if new is not None:
             body = new
             headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
@@ -270,11 +346,12 @@ def _assistant_id(text: str) -> str:
 
 
 def name_refusal(body: Any) -> str | None:
-    """An assistant named like a graph (``POST /assistants``, ``PATCH /assistants/{id}``)."""
+    """An assistant name that holds hidden characters or passes for a graph's
+    (:func:`gaprag.auth.name_refusal`; ``POST /assistants``, ``PATCH /assistants/{id}``)."""
     name = body.get("name") if isinstance(body, dict) else None
-    if isinstance(name, str) and name.strip() in graph_ids():
-        return f"the assistant name {name.strip()!r} is a graph's: choose another name"
-    return None
+    if not isinstance(name, str):
+        return None
+    return auth.name_refusal(name, sorted(graph_ids()), "the graph")
 
 
 def assistant_refusal(body: Any, path: str, scope: Scope) -> str | None:

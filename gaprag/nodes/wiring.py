@@ -224,6 +224,17 @@ def as_node(
     is_async = inspect.iscoroutinefunction(fn)
 
     async def afunc(state: Any, runtime: Runtime[Any]) -> Any:
+        try:
+            return await run_node(state, runtime)
+        except GraphBubbleUp:  # a pause or a command: LangGraph's, as it is
+            raise
+        except Exception as err:  # a served caller reads gaprag's one line, no server path
+            hidden = policy_of(context).hidden(err)
+            if hidden is None:
+                raise
+            raise hidden from err
+
+    async def run_node(state: Any, runtime: Runtime[Any]) -> Any:
         check_question(getattr(state, "question", None))
         starting = first and new_question(state)
         stale: dict[str, tuple[Any, bool]] = {}
@@ -238,27 +249,19 @@ def as_node(
             ledger.stop(no_match)  # a filter that keeps no passage: no model is called
         reached = ledger.limit()
         start = time.perf_counter()
-        try:
-            with (
-                run_scope(ledger.key),
-                spend.spending(ledger),
-                ledger.step(f"{name}@{id(context):x}"),  # a subgraph's steps are its own
-                metered() as meter,
-            ):
-                try:
-                    result = fn(state, run, deps) if takes_deps else fn(state, run)
-                    update = await result if is_async else result
-                except spend.SpendLimit as stop:  # a call the run could not afford: not sent
-                    record_decision(event="spend_limit", limit=stop.reason)
-                    update = {"stop_reason": stop.reason, "answer": getattr(state, "answer", "")}
-                    reached = stop.reason
-        except GraphBubbleUp:  # a pause or a command: LangGraph's, as it is
-            raise
-        except Exception as err:  # a served graph's errors show no server path
-            hidden = policy_of(context).hidden(err)
-            if hidden is None:
-                raise
-            raise hidden from err
+        with (
+            run_scope(ledger.key),
+            spend.spending(ledger),
+            ledger.step(f"{name}@{id(context):x}"),  # a subgraph's steps are its own
+            metered() as meter,
+        ):
+            try:
+                result = fn(state, run, deps) if takes_deps else fn(state, run)
+                update = await result if is_async else result
+            except spend.SpendLimit as stop:  # a call the run could not afford: not sent
+                record_decision(event="spend_limit", limit=stop.reason)
+                update = {"stop_reason": stop.reason, "answer": getattr(state, "answer", "")}
+                reached = stop.reason
         update = meter.apply(update, name, time.perf_counter() - start)
         update = _end_at_limit(update, reached)
         return _start_update(update, stale, state.question) if starting else update

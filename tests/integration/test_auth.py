@@ -185,3 +185,39 @@ def test_no_route_beside_the_api_answers_a_caller_without_a_token_or_another_cli
     # the refused truncates left Alice's thread as it was
     assert ok(alice.get(f"/threads/{thread}"))["metadata"]["note"] == "alice's"
     assert "Traceback" not in served_auth.log.read_text()[logged:]  # no route failed
+
+
+@pytest.fixture(scope="module")
+def served_own_assistants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    operator = {
+        "GAPRAG_STORE": "STORE",
+        "GAPRAG_CLIENT_TOKENS": f"alice={ALICE},bob={BOB}",
+        "GAPRAG_CLIENT_ASSISTANTS": "1",
+    }
+    with serve(tmp_path_factory.mktemp("own-assistants"), operator) as server:
+        yield server
+
+
+def test_no_assistant_name_passes_for_a_graphs_or_another_assistants_tool(
+    served_own_assistants: Served,
+) -> None:
+    look_alikes = ["standard_rag\u200b", "ｓｔａｎｄａｒｄ_ｒａｇ", "Standard_RAG", "\u202egar_dradnats",
+                   "standard rag", "standard\trag", "ſtandard_rag"]  # fmt: skip
+    with client(served_own_assistants, BOB) as bob, client(served_own_assistants, ALICE) as alice:
+        for name in look_alikes:
+            made = bob.post("/assistants", json={"graph_id": "ircot", "name": name})
+            assert made.status_code == 403, (name, made.text)
+        mine = ok(bob.post("/assistants", json={"graph_id": "ircot", "name": "bob's ircot"}))
+        twin = bob.post("/assistants", json={"graph_id": "ircot", "name": "Bob's  IRCoT"})
+        assert twin.status_code == 403 and "reads as the assistant" in twin.text
+        renamed = bob.patch(f"/assistants/{mine['assistant_id']}", json={"name": "bob's ircot"})
+        assert renamed.status_code == 200, renamed.text  # its own name again
+        assert (
+            alice.post("/assistants", json={"graph_id": "ircot", "name": "bob's ircot"}).status_code
+            == 200
+        )
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "standard_rag", "arguments": QUESTION}}  # fmt: skip
+        tool = bob.post("/mcp", json=call, headers={"Accept": "application/json"})
+    assert tool.status_code == 200 and not tool.json()["result"].get("isError"), tool.text
+    assert CANNED in tool.json()["result"]["content"][0]["text"]

@@ -104,10 +104,13 @@ async def test_tool_call_returns_what_as_tool_returns(
         assert result.structured_content["iterations"] == 2
 
 
-async def test_failed_run_is_a_tool_error_named_by_its_class(served: Served) -> None:
-    """The server's MCP handler keeps only the exception's class name of a failed run."""
+async def test_failed_run_is_a_tool_error_with_its_one_line(served: Served) -> None:
+    """The server's MCP handler keeps only the exception's class name of a failed run;
+    gaprag's middleware gives the tool error the run's one line."""
     async with mcp_client(served) as client:
         result = await client.call_tool("standard_rag", {"question": "   "})
     assert result.is_error
-    assert result.content[0].text == "InputError"
+    [content] = result.content
+    assert content.text.startswith("InputError: the question is empty"), content.text
+    assert "\n" not in content.text
     assert result.structured_content is None

@@ -4,8 +4,10 @@ over 1 MiB (``gaprag.server_app``, without a server); and who a caller is (``gap
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -61,11 +63,54 @@ async def test_an_assistant_named_like_a_graph_is_refused_and_others_pass() -> N
         rename = await http.patch(f"/assistants/{mine}", json={"name": " ircot "})
         other = await http.post("/assistants", json={"graph_id": "ircot", "name": "my ircot"})
         edit = await http.patch(f"/assistants/{mine}", json={"context": {"top_k": 3}})
-    assert detail(shadow).startswith("the assistant name 'standard_rag' is a graph's")
-    assert detail(rename).startswith("the assistant name 'ircot' is a graph's")
+    assert detail(shadow).startswith("the assistant name 'standard_rag' reads as the graph")
+    assert detail(rename).startswith("the assistant name 'ircot' reads as the graph 'ircot'")
     assert other.status_code == edit.status_code == 200
     assert [r[:2] for r in inner.requests] == [("POST", "/assistants"),
                                                ("PATCH", f"/assistants/{mine}")]  # fmt: skip
+
+
+LOOK_ALIKES = [
+    "standard_rag\u200b",  # a zero-width space after it
+    "ｓｔａｎｄａｒｄ_ｒａｇ",  # full-width letters
+    "Standard_RAG",  # another case
+    "\u202egar_dradnats",  # a right-to-left override
+    "standard rag",  # a space where LangGraph's tool name has "_"
+    "standard\trag",  # a tab
+    "ſtandard_rag",  # a long s, folded to s
+]
+
+
+@pytest.mark.parametrize("name", LOOK_ALIKES)
+async def test_a_name_that_passes_for_a_graphs_is_refused(name: str) -> None:
+    inner = Recorder()
+    async with guarded(inner) as http:
+        made = await http.post("/assistants", json={"graph_id": "ircot", "name": name})
+        renamed = await http.patch(f"/assistants/{uuid.uuid4()}", json={"name": name})
+    assert detail(made) == detail(renamed)
+    assert "reads as the graph 'standard_rag'" in detail(made) or "invisible" in detail(made)
+    assert inner.requests == []
+
+
+def test_hidden_characters_are_named_and_visible_names_pass() -> None:
+    refused = auth.name_refusal("my\u2066rag", [], "the graph")
+    assert refused is not None and "U+2066" in refused
+    assert auth.name_refusal("Recherche en français", ["standard_rag"], "the graph") is None
+    assert auth.name_refusal("mine", ["MINE"], "the assistant") == (
+        "the assistant name 'mine' reads as the assistant 'MINE': choose another name"
+    )
+
+
+def test_gaprags_tool_names_are_langgraphs() -> None:
+    langgraph_api = pytest.importorskip("langgraph_api", reason="needs the studio extra")
+    spec = importlib.util.spec_from_file_location(
+        "sanitizers", Path(langgraph_api.__file__).parent / "api/mcp/_sanitizers.py"
+    )
+    assert spec is not None and spec.loader is not None
+    sanitizers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sanitizers)  # the module alone: the package needs a server's config
+    for name in [*LOOK_ALIKES, " a  b\nc ", "x" * 200, "é-tude.v2", "", "\u3000"]:
+        assert auth.mcp_tool_name(name) == sanitizers.normalize_name(name), name
 
 
 async def test_cancel_by_status_needs_clients_told_apart() -> None:
