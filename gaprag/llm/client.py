@@ -13,6 +13,9 @@ messages, and robust structured output:
 At temperature 0 a call that repeats one already made in the same question's run is answered
 from :mod:`gaprag.llm.memo` instead of the endpoint (``reuse_replies``).
 
+An endpoint with few slots (``turns``) gets at most that many calls at once; the others wait
+their turn, round robin across clients and runs (:mod:`gaprag.llm.turns`).
+
 Each call is written once, as a coroutine (``agenerate``, ``astructured``, ``achoose``); the
 synchronous ``generate``, ``structured`` and ``choose`` run the same code through
 :func:`gaprag.aio.run_sync`, which makes it use the chat model's blocking API.
