@@ -235,3 +235,29 @@ def test_the_caller_is_the_served_client_and_its_run() -> None:
     assert app.invoke({"who": ""}, served)["who"] == "alice/run-key"  # type: ignore[arg-type]
     assert app.invoke({"who": ""})["who"] == "/run-key"
     assert caller() == ("", "")
+
+
+@pytest.mark.parametrize(("value", "slots"), [("", None), ("0", None), ("3", 3)])
+def test_the_configured_endpoints_slots_come_from_the_operator(
+    monkeypatch: pytest.MonkeyPatch, value: str, slots: int | None
+) -> None:
+    from gaprag.llm.factory import default_llm
+
+    monkeypatch.setenv("GAPRAG_BASE_URL", f"http://127.0.0.1:9/v{value or 'x'}")
+    monkeypatch.setenv("GAPRAG_MODEL", "m")
+    monkeypatch.setenv("GAPRAG_ENDPOINT_SLOTS", value)
+    llm = default_llm()
+    assert (llm.turns.slots if llm.turns is not None else None) == slots
+
+
+@pytest.mark.parametrize("value", ["two", "-1"])
+def test_a_bad_slot_count_is_refused_with_a_hint(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    from gaprag.config import endpoint_slots
+    from gaprag.errors import GapragError
+
+    monkeypatch.setenv("GAPRAG_ENDPOINT_SLOTS", value)
+    with pytest.raises(GapragError, match="GAPRAG_ENDPOINT_SLOTS") as err:
+        endpoint_slots()
+    assert "e.g. GAPRAG_ENDPOINT_SLOTS=4" in str(err.value.hint)
