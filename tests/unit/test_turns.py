@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
@@ -231,8 +232,8 @@ def test_the_caller_is_the_served_client_and_its_run() -> None:
     graph.add_edge(START, "node")
     graph.add_edge("node", END)
     app = graph.compile()
-    served = {"configurable": {"langgraph_auth_user_id": "alice"}}
-    assert app.invoke({"who": ""}, served)["who"] == "alice/run-key"  # type: ignore[arg-type]
+    served: RunnableConfig = {"configurable": {"langgraph_auth_user_id": "alice"}}
+    assert app.invoke({"who": ""}, served)["who"] == "alice/run-key"
     assert app.invoke({"who": ""})["who"] == "/run-key"
     assert caller() == ("", "")
 
@@ -261,3 +262,40 @@ def test_a_bad_slot_count_is_refused_with_a_hint(
     with pytest.raises(GapragError, match="GAPRAG_ENDPOINT_SLOTS") as err:
         endpoint_slots()
     assert "e.g. GAPRAG_ENDPOINT_SLOTS=4" in str(err.value.hint)
+
+
+class Recording(Turns):
+    """Turns that note who took each one."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.seen: list[tuple[str, str]] = []
+
+    def aturn(self, client: str, run: str) -> Any:
+        self.seen.append((client, run))
+        return super().aturn(client, run)
+
+    def turn(self, client: str, run: str) -> Any:
+        self.seen.append((client, run))
+        return super().turn(client, run)
+
+
+def test_a_graphs_calls_take_turns_as_the_served_client_and_its_run(store: Any) -> None:
+    from gaprag.graphs import build_graph
+
+    turns = Recording()
+    llm = LLM(FakeListChatModel(responses=["Paris"] * 10), turns=turns)
+    graph = build_graph("standard_rag", llm=llm, retriever=store)
+    question = {"question": "What is the capital of France?"}
+    served: RunnableConfig = {"configurable": {"langgraph_auth_user_id": "alice"}}
+    asyncio.run(graph.ainvoke(question, served))
+    first = turns.seen[:]
+    graph.invoke(question, served)
+    second = turns.seen[len(first) :]
+    graph.invoke(question)
+    third = turns.seen[len(first) + len(second) :]
+    assert first and second and third
+    assert {c for c, _ in first + second} == {"alice"} and {c for c, _ in third} == {""}
+    runs = [{r for _, r in calls} for calls in (first, second, third)]
+    assert all(len(r) == 1 and "" not in r for r in runs)  # one run key per invocation
+    assert len(runs[0] | runs[1] | runs[2]) == 3
