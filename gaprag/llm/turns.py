@@ -169,8 +169,8 @@ class Turns:
             if not waiting:
                 return
             name, client = min(waiting, key=lambda kp: _standing(kp[1]))
-            runs = [p for (c, _), p in self._runs.items() if c == name and p.waiting]
-            run = min(runs, key=_standing)
+            runs = {call.run for call in client.waiting}  # the client's runs that wait
+            run = min((self._runs[(name, r)] for r in runs), key=_standing)
             call = run.waiting.popleft()
             client.waiting.remove(call)
             self._turns += 1
@@ -201,7 +201,9 @@ class Turns:
 
 def _forget(table: OrderedDict[_K, _Party]) -> None:
     """Drop the least recently served idle parties beyond :data:`REMEMBERED`."""
-    for key in list(table)[: max(0, len(table) - REMEMBERED)]:
+    if len(table) <= REMEMBERED:
+        return
+    for key in list(table)[: len(table) - REMEMBERED]:
         if not table[key].held and not table[key].waiting:
             del table[key]
 

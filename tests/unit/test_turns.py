@@ -299,3 +299,16 @@ def test_a_graphs_calls_take_turns_as_the_served_client_and_its_run(store: Any) 
     runs = [{r for _, r in calls} for calls in (first, second, third)]
     assert all(len(r) == 1 and "" not in r for r in runs)  # one run key per invocation
     assert len(runs[0] | runs[1] | runs[2]) == 3
+
+
+async def test_idle_runs_beyond_the_remembered_ones_are_forgotten(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gaprag.llm import turns as module
+
+    monkeypatch.setattr(module, "REMEMBERED", 3)
+    turns = Turns(1)
+    for i in range(10):
+        async with turns.aturn("alice", f"run{i}"):
+            pass
+    assert list(turns._runs) == [("alice", f"run{i}") for i in (7, 8, 9)]
