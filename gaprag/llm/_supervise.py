@@ -6,10 +6,7 @@ Usage: python -m gaprag.llm._supervise PARENT_PID [--entry PATH] -- CMD...
 The embedded server must not outlive gaprag, even when gaprag is killed without a chance to
 run its exit hooks (SIGKILL, a crashed notebook kernel). This wrapper polls its parent every
 :data:`POLL_S` seconds and stops the server when the parent is gone; SIGTERM and SIGINT stop
-it too. Nor may the server outlive this wrapper, however the wrapper dies (``kill -9`` of a
-keeper included): on Linux the kernel kills the server when the wrapper dies (a parent-death
-signal, :func:`die_with`); elsewhere the next ``gaprag`` command finds a server whose keeper
-is gone and stops it (:func:`gaprag.llm.server.sweep_orphans`). Stopping sends the server SIGTERM and, if it is still alive :data:`GRACE_S` seconds
+it too. Stopping sends the server SIGTERM and, if it is still alive :data:`GRACE_S` seconds
 later (a request in flight), SIGKILL. The wrapper leads the server's process group, so
 gaprag's own stop (:func:`gaprag.llm.server.stop_process_group`) reaches both at once and
 escalates to SIGKILL itself, whichever of the two dies first.
@@ -19,6 +16,11 @@ entry ``PATH`` naming this wrapper's pid (:mod:`gaprag.llm.keep`) before it exit
 parent is gone and that entry names this wrapper, it becomes the server's keeper: it stops
 the server once no live process has held a lease on it for the entry's ``keep_s`` seconds,
 or at once when idle and the entry is gone or names another keeper.
+
+Nor may the server outlive this wrapper, however the wrapper dies (``kill -9`` of a keeper
+included): on Linux the kernel kills the server when the wrapper dies (a parent-death signal,
+:func:`die_with`); elsewhere the next ``gaprag`` command finds a server whose keeper is gone
+and stops it (:func:`gaprag.llm.server.sweep_orphans`).
 """
 
 from __future__ import annotations
