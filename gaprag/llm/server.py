@@ -17,7 +17,9 @@ The server runs under a small supervisor (:mod:`gaprag.llm._supervise`) in a pro
 its own; stopping it (:meth:`EmbeddedServer.stop`, at exit, or on SIGTERM/SIGINT of a
 ``gaprag`` command: :func:`stop_on_signals`) signals the whole group and escalates to SIGKILL
 after :data:`STOP_GRACE_S` seconds, a request in flight or not; when gaprag dies without
-stopping it (SIGKILL, a crashed notebook kernel), the supervisor stops it.
+stopping it (SIGKILL, a crashed notebook kernel), the supervisor stops it, and the server dies
+with its supervisor (a kept server's keeper) however that dies (:func:`sweep_orphans` stops one
+left behind where the system has no parent-death signal).
 ``repeatable=True`` serves so that the same prompts give the same answers run after run: one
 slot, a fixed seed, and the prompt cache set as measured (``REPEATABLE_CACHE_PROMPT``);
 the client sends temperature 0. :meth:`EmbeddedServer.settings` describes what is served.
