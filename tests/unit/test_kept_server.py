@@ -219,8 +219,8 @@ def test_a_kept_server_stops_when_its_keeper_is_killed(env: dict[str, str], stor
     ask(env, store)
     entry = the_entry()
     os.kill(entry["pid"], signal.SIGKILL)  # the keeper only
-    assert wait_for(lambda: not group_alive(entry["pid"]), 10)  # its server went with it
-    assert not port_open(entry["port"])
+    # its server went with it (a killed process's threads may hold its port a moment longer)
+    assert wait_for(lambda: not group_alive(entry["pid"]) and not port_open(entry["port"]), 10)
     assert gaprag(env, "llm", "status").stdout.strip() == "no local LLM server is kept"
     assert keep.kept_entries() == []  # the dead keeper's entry is gone too
 
@@ -241,8 +241,7 @@ def test_a_server_stops_when_its_supervisor_is_killed_while_a_command_uses_it(
         ]  # fmt: skip
         _kept_groups.add(supervisor)
         os.kill(supervisor, signal.SIGKILL)
-        assert wait_for(lambda: not group_alive(supervisor), 10)
-        assert not port_open(port)
+        assert wait_for(lambda: not group_alive(supervisor) and not port_open(port), 10)
     finally:
         user.kill()
         user.wait()
@@ -297,7 +296,7 @@ def test_the_next_command_stops_a_server_whose_keeper_is_gone(env: dict[str, str
         in done.stderr
     )
     assert done.stdout.strip() == "no local LLM server is kept"
-    assert not group_alive(leader.pid) and not port_open(port)
+    assert wait_for(lambda: not group_alive(leader.pid) and not port_open(port), 5)
     assert keep.kept_entries() == []
 
 
