@@ -736,6 +736,20 @@ def _keep_servers(*, quiet: bool) -> None:
             )
 
 
+def _sweep_servers(*, quiet: bool) -> None:
+    """Before a command: a kept embedded server whose keeper died is stopped
+    (:func:`gaprag.llm.server.sweep_orphans`)."""
+    from gaprag.llm.server import sweep_orphans
+
+    for entry in sweep_orphans():
+        if not quiet:
+            print(
+                f"gaprag: stopped the local LLM server left at http://127.0.0.1:{entry['port']} "
+                "by a keeper that died",
+                file=sys.stderr,
+            )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from gaprag.config import environ, manage_torch_threads, offline_env, quiet, quiet_libraries
 
@@ -752,6 +766,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # one switch for every command: `gaprag --quiet CMD`, `CMD --quiet` or GAPRAG_QUIET=1
         # make every subcommand quiet, whatever its own flag says
         args.quiet = args.quiet_all or getattr(args, "quiet", False) or quiet()
+        _sweep_servers(quiet=args.quiet)
         if not args.quiet:
             status = int(args.func(args))
         else:  # every tqdm bar, gaprag's and its dependencies'

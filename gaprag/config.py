@@ -140,6 +140,25 @@ def local_slots() -> int:
     return max(1, _int_env("GAPRAG_LOCAL_SLOTS", 1))
 
 
+def endpoint_slots() -> int | None:
+    """``GAPRAG_ENDPOINT_SLOTS``: requests the configured endpoint (``GAPRAG_BASE_URL``) serves
+    at once; the calls waiting for one take turns across clients and runs
+    (:mod:`gaprag.llm.turns`). Unset or 0: the endpoint serves every request at once."""
+    text = (os.environ.get("GAPRAG_ENDPOINT_SLOTS") or "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise GapragError(
+            f"GAPRAG_ENDPOINT_SLOTS={text!r} is not a number of requests",
+            hint="e.g. GAPRAG_ENDPOINT_SLOTS=4 for a server with 4 slots (0 or unset: no limit)",
+        )
+    return value or None
+
+
 #: Seconds a kept embedded server waits for its next client (``GAPRAG_LOCAL_KEEP_S``).
 DEFAULT_LOCAL_KEEP_S = 600.0
 

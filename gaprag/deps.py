@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, Self, TypeVar
 
+from gaprag import config
 from gaprag.aio import to_thread
 from gaprag.context import BaseContext, explicit_value
 from gaprag.errors import InputError
@@ -125,12 +126,15 @@ class Deps:
 
     def _client(self, ctx: BaseContext, base_url: str, model: str) -> LLM:
         """A client of ``base_url``: with the operator's key if it is an operator endpoint,
-        else with the key the operator tied to its prefix, or none."""
+        else with the key the operator tied to its prefix, or none; the configured endpoint's
+        calls take turns at its slots (``GAPRAG_ENDPOINT_SLOTS``)."""
         trusted = operator_endpoint(type(ctx), base_url)
         key = None if trusted else policy_of(type(ctx)).key_for(base_url)
+        configured = base_url.rstrip("/") == (config.base_url() or "").rstrip("/")
+        slots = config.endpoint_slots() if configured else None
         return self.cached(
             ("llm", base_url, model, trusted),
-            lambda: openai_llm(base_url, model or None, api_key=key),
+            lambda: openai_llm(base_url, model or None, api_key=key, slots=slots),
         )
 
     def search(self, ctx: BaseContext) -> Retriever:

@@ -14,17 +14,21 @@ HTTP headers (``headers``) it received::
 ``check_model=True`` refuses a request for any model but ``model`` with HTTP 404, as vLLM
 does; ``list_models=False`` answers ``GET /v1/models`` with 404 (``model_lookups`` counts the
 lists served). ``latency`` (seconds) delays every chat reply, like a real endpoint's generation time;
-requests are served in parallel threads, as by a server with unlimited slots.
+requests are served in parallel threads, as by a server with unlimited slots, unless ``slots``
+limits how many are served at once (``slots=1``: one request at a time, the others wait their
+turn in arrival order, like llama.cpp's server with one slot).
 A reply may also be a :class:`RawReply`, to imitate a misbehaving endpoint: any status,
 headers and body bytes, a delay, or a connection reset part-way through the body.
 Only the standard library is used, so a ``langgraph dev`` subprocess can reach it too.
 As its own process (it serves until stopped)::
 
-    python -m tests.fake_openai --port 8099 --latency 0.5 --reply "Paris"
+    python -m tests.fake_openai --port 8099 --latency 0.5 --reply "Paris" [--slots 1]
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
 import socket
 import struct
@@ -65,6 +69,33 @@ def _tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+class _Turnstile:
+    """At most ``slots`` holders at once; the others enter in the order they arrived."""
+
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError("slots must be at least 1")
+        self._free = slots
+        self._waiting: collections.deque[threading.Event] = collections.deque()
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._free > 0 and not self._waiting:
+                self._free -= 1
+                return
+            turn = threading.Event()
+            self._waiting.append(turn)
+        turn.wait()  # the leaving holder hands its slot over
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            if self._waiting:
+                self._waiting.popleft().set()
+            else:
+                self._free += 1
+
+
 class _QuietServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hung up (a timeout test) is not an error worth a traceback."""
@@ -87,8 +118,12 @@ class FakeOpenAI:
         check_model: bool = False,
         list_models: bool = True,
         port: int = 0,
+        slots: int | None = None,
     ) -> None:
         self.latency = latency
+        self.slots = slots
+        #: held while a chat request is served, when ``slots`` limits them
+        self._slots = _Turnstile(slots) if slots is not None else None
         self.check_model = check_model
         self.list_models = list_models
         self.model_lookups = 0
@@ -165,9 +200,10 @@ class FakeOpenAI:
                     message = f"The model `{body.get('model')}` does not exist."
                     self._send(404, {"error": {"message": message, "code": 404}})
                     return
-                if fake.latency > 0:
-                    time.sleep(fake.latency)
-                text = fake.reply(body) if callable(fake.reply) else fake.reply
+                with fake._slots if fake._slots is not None else contextlib.nullcontext():
+                    if fake.latency > 0:
+                        time.sleep(fake.latency)
+                    text = fake.reply(body) if callable(fake.reply) else fake.reply
                 if isinstance(text, RawReply):
                     self._raw(text)
                     return
@@ -304,8 +340,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per chat reply")
     parser.add_argument("--reply", default="canned answer")
     parser.add_argument("--model", default=MODEL_ID)
+    parser.add_argument("--slots", type=int, default=None, help="requests served at once")
     args = parser.parse_args(argv)
-    server = FakeOpenAI(args.reply, model=args.model, latency=args.latency, port=args.port)
+    server = FakeOpenAI(
+        args.reply, model=args.model, latency=args.latency, port=args.port, slots=args.slots
+    )
     with server:
         print(server.base_url, flush=True)
         threading.Event().wait()  # until the process is stopped

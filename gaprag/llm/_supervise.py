@@ -16,21 +16,30 @@ entry ``PATH`` naming this wrapper's pid (:mod:`gaprag.llm.keep`) before it exit
 parent is gone and that entry names this wrapper, it becomes the server's keeper: it stops
 the server once no live process has held a lease on it for the entry's ``keep_s`` seconds,
 or at once when idle and the entry is gone or names another keeper.
+
+Nor may the server outlive this wrapper, however the wrapper dies (``kill -9`` of a keeper
+included): on Linux the kernel kills the server when the wrapper dies (a parent-death signal,
+:func:`die_with`); elsewhere the next ``gaprag`` command finds a server whose keeper is gone
+and stops it (:func:`gaprag.llm.server.sweep_orphans`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from gaprag.llm import keep
 
 #: Seconds between two looks at the parent.
 POLL_S = 0.5
+#: ``prctl(2)``'s option that names the signal a process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
 #: Seconds the server gets to exit on SIGTERM before SIGKILL: shorter than gaprag's own
 #: grace (``gaprag.llm.server.STOP_GRACE_S``), so this wrapper escalates first.
 GRACE_S = 3.0
@@ -46,6 +55,26 @@ def stop_child(child: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         child.kill()
         child.wait()
+
+
+def die_with(parent: int) -> Callable[[], None] | None:
+    """For the server's process, between fork and exec: on Linux, have the kernel SIGKILL it
+    when ``parent`` (this wrapper) dies, however it dies (``prctl(PR_SET_PDEATHSIG)``; a
+    wrapper already gone by then ends it at once). None elsewhere: there the server is found
+    and stopped by the next ``gaprag`` command (:func:`gaprag.llm.server.sweep_orphans`)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded before the fork
+    except (OSError, AttributeError):
+        return None
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the wrapper died before the signal was armed
+            os._exit(1)
+
+    return arm
 
 
 def handed_over(entry: Path | None) -> float | None:
@@ -86,7 +115,8 @@ def main() -> int:
     head = sys.argv[2 : sys.argv.index("--")]
     entry = Path(head[head.index("--entry") + 1]) if "--entry" in head else None
     cmd = sys.argv[sys.argv.index("--") + 1 :]
-    child = subprocess.Popen(cmd)
+    # one thread in this wrapper: a function run between fork and exec is safe here
+    child = subprocess.Popen(cmd, preexec_fn=die_with(os.getpid()))
 
     def stop(*_: object) -> None:
         stop_child(child)

@@ -9,7 +9,10 @@ one set of serving settings (see ``gaprag.llm.server.ServingSettings``).
 
 SIGTERM (or SIGINT) ends the process at once, a request in flight or not: the server keeps
 no state worth a graceful stop, and waiting for its in-flight task (what destroying the
-``Server`` object does) kept a stopped gaprag's server busy for minutes.
+``Server`` object does) kept a stopped gaprag's server busy for minutes. So does the death of
+the process that started it (its supervisor, :mod:`gaprag.llm._supervise`), however it died:
+the launcher looks at its parent every :data:`POLL_S` seconds (on Linux the supervisor also
+has the kernel kill it then).
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ import os
 import signal
 import sys
 import time
+
+#: Seconds between two looks at the parent.
+POLL_S = 0.5
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -66,11 +72,18 @@ def main() -> None:
         params.n_batch = args.batch
     if args.ubatch is not None:
         params.n_ubatch = args.ubatch
-    server = xlc.Server(params)  # serves in background threads
+    parent = os.getppid()
+    server = xlc.Server(params)  # serves in background threads while it is referenced
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, exit_now)
-    while server is not None:
-        time.sleep(3600)
+    wait_for_orphaning(parent)
+    exit_now(server)
+
+
+def wait_for_orphaning(parent: int, poll_s: float = POLL_S) -> None:
+    """Return once this process's parent is no longer ``parent`` (it died: re-parented)."""
+    while os.getppid() == parent:
+        time.sleep(poll_s)
 
 
 def exit_now(*_: object) -> None:

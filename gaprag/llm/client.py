@@ -13,6 +13,9 @@ messages, and robust structured output:
 At temperature 0 a call that repeats one already made in the same question's run is answered
 from :mod:`gaprag.llm.memo` instead of the endpoint (``reuse_replies``).
 
+An endpoint with few slots (``turns``) gets at most that many calls at once; the others wait
+their turn, round robin across clients and runs (:mod:`gaprag.llm.turns`).
+
 Each call is written once, as a coroutine (``agenerate``, ``astructured``, ``achoose``); the
 synchronous ``generate``, ``structured`` and ``choose`` run the same code through
 :func:`gaprag.aio.run_sync`, which makes it use the chat model's blocking API.
@@ -21,6 +24,7 @@ synchronous ``generate``, ``structured`` and ``choose`` run the same code throug
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import math
@@ -59,6 +63,7 @@ from gaprag.llm.memo import (
 from gaprag.llm.parse import parse_choice, parse_model, strip_thinking
 from gaprag.llm.spend import call_cost
 from gaprag.llm.spend import current as current_ledger
+from gaprag.llm.turns import Turns, caller
 from gaprag.prompts import prompt_parts
 
 M = TypeVar("M", bound=BaseModel)
@@ -182,8 +187,12 @@ class LLM:
         supports_logprobs: bool | None = None,
         context_window: int | None = None,
         reuse_replies: bool | None = None,
+        turns: Turns | None = None,
     ) -> None:
         self.chat = chat
+        #: The endpoint's slots, taken in turns by the calls waiting for one
+        #: (:mod:`gaprag.llm.turns`); None: the endpoint serves every call at once.
+        self.turns = turns
         #: Replies reused within a question's run (:mod:`gaprag.llm.memo`); by default on when
         #: the chat model samples at temperature 0, where a repeated prompt gets the same reply.
         reuse = deterministic(chat) if reuse_replies is None else reuse_replies
@@ -258,9 +267,11 @@ class LLM:
             try:  # (connection errors, 429, 5xx) happen inside the client, with Retry-After
                 try:
                     if sync_mode():
-                        reply = self.chat.invoke(messages, **kwargs)
+                        with self._sync_turn():
+                            reply = self.chat.invoke(messages, **kwargs)
                     else:
-                        reply = await self.chat.ainvoke(messages, **kwargs)
+                        async with self._turn():
+                            reply = await self.chat.ainvoke(messages, **kwargs)
                 except BaseException:  # no reply (an error, a cancelled run): nothing held
                     if ledger is not None:
                         ledger.release(held)
@@ -381,6 +392,23 @@ class LLM:
                 "shared": True,
             }
         )
+
+    def _turn(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """The caller's turn at the endpoint (nothing to wait for without slots)."""
+        if self.turns is None:
+            return contextlib.nullcontext()
+        return self.turns.aturn(*caller())
+
+    def _sync_turn(self) -> contextlib.AbstractContextManager[None]:
+        """:meth:`_turn` for a blocking call; a blocking call made on a running event loop's
+        thread takes no turn (waiting there would stop the calls that hold the slots)."""
+        if self.turns is None:
+            return contextlib.nullcontext()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self.turns.turn(*caller())
+        return contextlib.nullcontext()
 
     def _timeout(self) -> float | None:
         timeout = getattr(self.chat, "request_timeout", None)

@@ -9,6 +9,7 @@ from langchain_core.language_models import BaseChatModel
 
 from gaprag import config
 from gaprag.llm.client import LLM
+from gaprag.llm.turns import endpoint_turns
 
 # one client per (repeatable, endpoint, model): settings changed in the process (a calibration of
 # another model, a test's endpoint) get their own client instead of the first one made
@@ -24,9 +25,12 @@ def openai_llm(
     seed: int | None = None,
     context_window: int | None = None,
     api_key: str | None = None,
+    slots: int | None = None,
 ) -> LLM:
     """A client of the endpoint ``base_url``. ``api_key``: the key sent; None sends the
-    configured one (``OPENAI_API_KEY``): only for an endpoint the operator configured."""
+    configured one (``OPENAI_API_KEY``): only for an endpoint the operator configured.
+    ``slots``: requests the endpoint serves at once, taken in turns by this process's calls
+    (:mod:`gaprag.llm.turns`); None: every call is sent at once."""
     from langchain_openai import ChatOpenAI
 
     from gaprag.llm.endpoint import endpoint_model
@@ -47,6 +51,7 @@ def openai_llm(
         structured_mode=structured_mode,  # type: ignore[arg-type]
         endpoint=base_url,
         context_window=context_window,
+        turns=endpoint_turns(base_url, slots) if slots else None,
     )
 
 
@@ -70,7 +75,7 @@ def default_llm(*, repeatable: bool = False) -> LLM:
 
             seed = REPEATABLE_SEED if repeatable else None
             if url:
-                llm = openai_llm(url, model, seed=seed)
+                llm = openai_llm(url, model, seed=seed, slots=config.endpoint_slots())
             else:
                 from gaprag.llm.server import ensure_local_server
 
@@ -81,6 +86,7 @@ def default_llm(*, repeatable: bool = False) -> LLM:
                     structured_mode=server.structured_mode,
                     seed=seed,
                     context_window=config.context_window() or server.n_ctx,
+                    slots=server.slots,
                 )
             _defaults[key] = llm
         return llm

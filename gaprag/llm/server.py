@@ -17,7 +17,9 @@ The server runs under a small supervisor (:mod:`gaprag.llm._supervise`) in a pro
 its own; stopping it (:meth:`EmbeddedServer.stop`, at exit, or on SIGTERM/SIGINT of a
 ``gaprag`` command: :func:`stop_on_signals`) signals the whole group and escalates to SIGKILL
 after :data:`STOP_GRACE_S` seconds, a request in flight or not; when gaprag dies without
-stopping it (SIGKILL, a crashed notebook kernel), the supervisor stops it.
+stopping it (SIGKILL, a crashed notebook kernel), the supervisor stops it, and the server dies
+with its supervisor (a kept server's keeper) however that dies (:func:`sweep_orphans` stops one
+left behind where the system has no parent-death signal).
 ``repeatable=True`` serves so that the same prompts give the same answers run after run: one
 slot, a fixed seed, and the prompt cache set as measured (``REPEATABLE_CACHE_PROMPT``);
 the client sends temperature 0. :meth:`EmbeddedServer.settings` describes what is served.
@@ -640,6 +642,7 @@ def ensure_local_server(
                 "gaprag is stopping: no local LLM server is started", hint="run the command again"
             )
         server = local_server_config(name, engine=engine, repeatable=repeatable)
+        sweep_orphans()
         if not use_kept(server, quiet=quiet):
             server.port = free_port()
             server.start(quiet=quiet)
@@ -678,7 +681,9 @@ def keep_started() -> list[EmbeddedServer]:
 
 def kept_servers() -> list[dict[str, Any]]:
     """The entries of the kept servers of this ``GAPRAG_HOME`` that are up, each with
-    ``clients``: the pids holding a lease on it."""
+    ``clients``: the pids holding a lease on it (servers whose keeper is gone are stopped
+    first: :func:`sweep_orphans`)."""
+    sweep_orphans()
     return [
         {**entry, "clients": keep.live_leases(path)}
         for path, entry in keep.kept_entries()
@@ -686,14 +691,36 @@ def kept_servers() -> list[dict[str, Any]]:
     ]
 
 
-def stop_kept() -> list[dict[str, Any]]:
-    """Stop every kept server of this ``GAPRAG_HOME`` (each one's process group) and remove
-    the entries; the entries of the servers stopped."""
+def _orphaned(entry: dict[str, Any]) -> bool:
+    """Whether the server of ``entry`` lives on without its keeper: the keeper's process group
+    still has a member serving the entry's port."""
+    return _group_alive(entry["pid"], running=f"\0{entry['port']}\0")
+
+
+def sweep_orphans() -> list[dict[str, Any]]:
+    """Stop the kept servers of this ``GAPRAG_HOME`` whose keeper is gone (a keeper killed on
+    a system without a parent-death signal; a server a script of its own starts and forks)
+    and remove every entry whose keeper is gone; the entries of the servers stopped. Reads
+    only the entries' folder while every keeper is alive."""
+    if not (gaprag_home() / "servers").is_dir():
+        return []
     stopped = []
     for path, entry in keep.kept_entries():
-        # a server whose keeper was killed: its group lives on, serving the entry's port
-        orphan = _group_alive(entry["pid"], running=f"\0{entry['port']}\0")
-        if keep.is_keeper(entry["pid"], path) or orphan:
+        if keep.is_keeper(entry["pid"], path):
+            continue
+        if _orphaned(entry):
+            stop_process_group(entry["pid"])
+            stopped.append(entry)
+        keep.remove_entry(path, entry["pid"])
+    return stopped
+
+
+def stop_kept() -> list[dict[str, Any]]:
+    """Stop every kept server of this ``GAPRAG_HOME`` (each one's process group, a server whose
+    keeper is gone included) and remove the entries; the entries of the servers stopped."""
+    stopped = []
+    for path, entry in keep.kept_entries():
+        if keep.is_keeper(entry["pid"], path) or _orphaned(entry):
             stop_process_group(entry["pid"])
             stopped.append(entry)
         keep.remove_entry(path, entry["pid"])

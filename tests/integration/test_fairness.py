@@ -7,6 +7,11 @@ then Alice starts background runs of ``migres`` and ``ircot`` (tens of LLM calls
 every numeric setting at its maximum, two more than her in-flight limit. The server holds the
 first 10 and refuses the rest with HTTP 429; each of Bob's runs, timed again meanwhile, takes
 at most 3x his median time alone. Once Alice cancels hers, she may start runs again.
+
+On an endpoint that serves one request at a time (the fake endpoint with ``--slots 1``, 0.3 s a
+call; the server told so by ``GAPRAG_ENDPOINT_SLOTS=1``), the calls waiting for the slot take
+turns across clients: Bob's plain run beside Alice's 10 ``missing_knowledge`` runs at their
+maximum settings still takes at most 3x his time alone, and her runs all finish.
 """
 
 from __future__ import annotations
@@ -38,15 +43,21 @@ HEAVY = ("migres", "ircot")  # with the endpoint's reply: 26-45 LLM calls each
 ALICE_RUNS = SERVED_CLIENT_MAX_INFLIGHT + 2
 TIMED = 3  # Bob's runs timed alone (their median counts), and again under load (the slowest)
 MAX_SLOWDOWN = 3.0
+ONE_SLOT_LATENCY_S = 0.3
+ONE_SLOT_HEAVY = "missing_knowledge"
+ONE_SLOT_RUNS = SERVED_CLIENT_MAX_INFLIGHT  # all held: none refused
+FINISH_S = 150.0  # for Alice's runs to end, each call after the slot's others
 
 
 @contextlib.contextmanager
-def slow_endpoint(latency: float) -> Iterator[str]:
-    """``tests/fake_openai.py`` as its own process, answering ``CANNED`` after ``latency``."""
+def slow_endpoint(latency: float, slots: int | None = None) -> Iterator[str]:
+    """``tests/fake_openai.py`` as its own process, answering ``CANNED`` after ``latency``;
+    ``slots``: requests it serves at once (None: all)."""
     port = free_port()
+    limit = ("--slots", str(slots)) if slots is not None else ()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.fake_openai", "--port", str(port),
-         "--latency", str(latency), "--reply", CANNED],
+         "--latency", str(latency), "--reply", CANNED, *limit],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
@@ -67,6 +78,21 @@ def served_busy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         }
         args = ("--n-jobs-per-worker", "32")
         with serve(tmp_path_factory.mktemp("fairness"), operator, args) as server:
+            yield server
+
+
+@pytest.fixture(scope="module")
+def served_one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """The endpoint serves one request at a time, and the operator says so."""
+    with slow_endpoint(ONE_SLOT_LATENCY_S, slots=1) as url:
+        operator = {
+            "GAPRAG_STORE": "STORE",
+            "GAPRAG_BASE_URL": url,
+            "GAPRAG_ENDPOINT_SLOTS": "1",
+            "GAPRAG_CLIENT_TOKENS": f"alice={ALICE},bob={BOB}",
+        }
+        args = ("--n-jobs-per-worker", "32")
+        with serve(tmp_path_factory.mktemp("fairness-one-slot"), operator, args) as server:
             yield server
 
 
@@ -153,3 +179,38 @@ def test_one_clients_heavy_runs_leave_anothers_run_fast(served_busy: Served) -> 
         assert "\n" not in detail and "GAPRAG_CLIENT_MAX_INFLIGHT" in detail, detail
     assert under_load <= MAX_SLOWDOWN * alone, (alone, busy)
     assert again == 3  # cancelled runs count no more
+
+
+def wait_ended(http: httpx.Client, runs: list[dict[str, Any]], timeout_s: float) -> list[str]:
+    """The status of each run once none is pending or running (or ``timeout_s`` passed)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        statuses = [
+            ok(http.get(f"/threads/{r['thread_id']}/runs/{r['run_id']}"))["status"] for r in runs
+        ]
+        if not {"pending", "running"} & set(statuses) or time.monotonic() > deadline:
+            return statuses
+        time.sleep(1.0)
+
+
+def test_on_a_one_slot_endpoint_clients_take_turns_at_the_model(served_one_slot: Served) -> None:
+    with client(served_one_slot, ALICE) as alice, client(served_one_slot, BOB) as bob:
+        timed_run(bob)  # the first run loads what every run uses
+        alone = statistics.median(timed_run(bob) for _ in range(TIMED))
+        settings = maxima(alice, ONE_SLOT_HEAVY)
+        started = time.monotonic()
+        held = [ok(start_heavy(alice, ONE_SLOT_HEAVY, settings)) for _ in range(ONE_SLOT_RUNS)]
+        try:
+            time.sleep(4 * ONE_SLOT_LATENCY_S)  # her calls queue for the slot
+            busy = [timed_run(bob) for _ in range(TIMED)]
+            statuses = wait_ended(alice, held, FINISH_S)
+        finally:
+            for run in held:
+                alice.post(f"/threads/{run['thread_id']}/runs/{run['run_id']}/cancel")
+        finished = time.monotonic() - started
+    under_load = max(busy)
+    print(f"\none slot: bob's standard_rag alone {alone:.2f} s, beside alice's {len(held)} "
+          f"{ONE_SLOT_HEAVY} runs at most {under_load:.2f} s ({under_load / alone:.1f}x; "
+          f"{', '.join(f'{t:.2f}' for t in busy)}); her runs ended in {finished:.0f} s: {statuses}")  # fmt: skip
+    assert under_load <= MAX_SLOWDOWN * alone, (alone, busy)
+    assert statuses == ["success"] * ONE_SLOT_RUNS, statuses

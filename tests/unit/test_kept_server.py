@@ -215,17 +215,89 @@ def test_gaprag_llm_stop_stops_every_kept_server(env: dict[str, str], store: str
     assert gaprag(env, "llm", "status").stdout.strip() == "no local LLM server is kept"
 
 
-def test_gaprag_llm_stop_stops_a_server_whose_keeper_was_killed(
-    env: dict[str, str], store: str
-) -> None:
+def test_a_kept_server_stops_when_its_keeper_is_killed(env: dict[str, str], store: str) -> None:
     ask(env, store)
     entry = the_entry()
-    os.kill(entry["pid"], signal.SIGKILL)  # the keeper only: its server lives on, orphaned
-    assert wait_for(lambda: not keep.pid_alive(entry["pid"]), 10)
-    assert group_alive(entry["pid"]) and port_open(entry["port"])
-    done = gaprag(env, "llm", "stop")
-    assert f"stopped the local LLM server kept at http://127.0.0.1:{entry['port']}" in done.stdout
-    assert not group_alive(entry["pid"]) and keep.kept_entries() == []
+    os.kill(entry["pid"], signal.SIGKILL)  # the keeper only
+    # its server went with it (a killed process's threads may hold its port a moment longer)
+    assert wait_for(lambda: not group_alive(entry["pid"]) and not port_open(entry["port"]), 10)
+    assert gaprag(env, "llm", "status").stdout.strip() == "no local LLM server is kept"
+    assert keep.kept_entries() == []  # the dead keeper's entry is gone too
+
+
+def test_a_server_stops_when_its_supervisor_is_killed_while_a_command_uses_it(
+    env: dict[str, str],
+) -> None:
+    user = subprocess.Popen(
+        [sys.executable, "-c", USER], env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert user.stdout is not None
+        port = int(user.stdout.readline().strip().rsplit(":", 1)[1].removesuffix("/v1"))
+        (supervisor,) = [
+            int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and (keep.proc_stat(p.name) or ["", ""])[1] == str(user.pid)
+            and keep.KEEPER_MODULE.encode() in (p / "cmdline").read_bytes()
+        ]  # fmt: skip
+        _kept_groups.add(supervisor)
+        os.kill(supervisor, signal.SIGKILL)
+        assert wait_for(lambda: not group_alive(supervisor) and not port_open(port), 10)
+    finally:
+        user.kill()
+        user.wait()
+
+
+def test_the_xllamacpp_launcher_exits_when_its_parent_dies(tmp_path: Path) -> None:
+    watching, exited = tmp_path / "watching", tmp_path / "exited"
+    launcher = (
+        "import os\n"
+        "from gaprag.llm._xllama_launcher import wait_for_orphaning\n"
+        "parent = os.getppid()\n"
+        f"open({str(watching)!r}, 'w').close()\n"
+        "wait_for_orphaning(parent, poll_s=0.05)\n"
+        f"open({str(exited)!r}, 'w').close()\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys, time\n"
+         f"subprocess.Popen([sys.executable, '-c', {launcher!r}]); time.sleep(60)"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        assert wait_for(watching.exists, 30)
+        time.sleep(0.3)
+        assert not exited.exists()  # a live parent: the launcher serves on
+    finally:
+        parent.kill()
+        parent.wait()
+    assert wait_for(exited.exists, 10)
+
+
+def test_the_next_command_stops_a_server_whose_keeper_is_gone(env: dict[str, str]) -> None:
+    """A keeper whose server outlived it (no parent-death signal on this system; a server
+    script that forks) leaves a process group serving the entry's port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    serve = f'"{sys.executable}" -m tests.fake_openai --port {port} --reply Paris & wait'
+    leader = subprocess.Popen(["/bin/sh", "-c", serve], env=env, cwd=ROOT, start_new_session=True)
+    _kept_groups.add(leader.pid)
+    assert wait_for(lambda: port_open(port), 30)
+    base_url = f"http://127.0.0.1:{port}/v1"
+    keep.write_entry(
+        keep.entry_path("left"),
+        {"pid": leader.pid, "port": port, "keep_s": 600, "base_url": base_url},
+    )
+    leader.kill()  # the keeper dies; its server lives on
+    leader.wait()
+    assert group_alive(leader.pid) and port_open(port)
+    done = gaprag(env, "llm", "status")
+    assert (
+        f"gaprag: stopped the local LLM server left at http://127.0.0.1:{port} by a keeper that died"
+        in done.stderr
+    )
+    assert done.stdout.strip() == "no local LLM server is kept"
+    assert wait_for(lambda: not group_alive(leader.pid) and not port_open(port), 5)
+    assert keep.kept_entries() == []
 
 
 def test_a_kept_server_that_does_not_answer_in_time_stays_kept(

@@ -259,7 +259,7 @@ def test_the_default_llm_follows_the_endpoint_and_model_set_in_the_process(
         # environment itself, so a factory that stopped passing it fails here
         started.append(model)
         return SimpleNamespace(base_url=f"http://127.0.0.1:9/{model}/v1", model=model,
-                               structured_mode="json_schema", n_ctx=4096)  # fmt: skip
+                               structured_mode="json_schema", n_ctx=4096, slots=1)  # fmt: skip
 
     monkeypatch.setattr(server, "ensure_local_server", ensure_local_server)
     monkeypatch.delenv("GAPRAG_BASE_URL", raising=False)
