@@ -41,8 +41,10 @@ def first_sentence(text: str, *, keep_answer_line: bool = True) -> str:
 
 
 async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """Passages for the question (first step) or for the last thought: the K best not seen
-    before (``step_passages="new"``), or those of the top K not seen before (``"top"``).
+    """Passages for the question (first step) or for the last thought, not gathered before.
+
+    ``step_passages="new"``: the K best not gathered yet; ``"top"``: those of the top K not
+    gathered yet (same title and text: once), so possibly fewer than K.
 
     Reads: `question`, `thoughts`, `evidence`, `iterations`; writes: `evidence`, `queries`,
     `iterations`.
