@@ -232,3 +232,21 @@ def test_step_6_after_five_judge_rounds_a_final_call_forces_the_answer(tmp_path:
     assert out["status"] == "forced" and out["stop_reason"] == "max_iterations"
     assert out["answer"] == "No"  # the final call's answer, not rewritten by a short-answer step
     assert json.loads(FINAL_REPLY)["answer"]["text"] == "No"
+
+
+def test_released_code_a_round_that_adds_no_fact_is_not_judged(tmp_path: Path) -> None:
+    leaf = counter_reply(lambda n: leaf_json((f"Fact {1 if n < 3 else n} about a drama.", [0])))
+    out, chat, _ = run(
+        films(tmp_path),
+        [
+            (LEAF, leaf),  # round 2 finds only the fact round 1 found
+            (MAIN, counter_reply(lambda n: UNANSWERABLE if n == 1 else main_json("Film 7"))),
+            (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?")),
+        ],
+    )
+    assert len(users(chat, LEAF)) == 3 and len(users(chat, MAIN)) == 2  # round 2: no main call
+    assert len(users(chat, QUERY)) == 2
+    assert out["judge_rounds"] == 3 and out["answer"] == "Film 7"
+    assert [d["path"] for d in out["decisions"] if d["node"] == "sufficiency"] == [
+        "verdict", "rule", "verdict",
+    ]  # fmt: skip
