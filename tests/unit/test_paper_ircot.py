@@ -24,6 +24,7 @@ from gaprag.stores.store import Store
 from gaprag.testing import ScriptedChatModel
 
 Q = "Who designed the tower in the capital of France?"
+SEARCHED = "designed the tower in the capital of France?"  # the released code drops wh-words
 REASON_Q = f"Q: Answer the following question by reasoning step-by-step.\n{Q}\nA: "
 EIFFEL = "The tower in Paris was designed by Eiffel."
 TOWNS = [f"{a}{b}ville" for a in "bdfkmpst" for b in "aeiou"][:30]  # one word each
@@ -70,12 +71,12 @@ def test_step_1_the_top_k_bm25_paragraphs_for_the_question_reach_the_first_step(
     store: Store,
 ) -> None:
     out, model = run(store, "So the answer is: Eiffel.", "So the answer is: Eiffel.")
-    top = store.search(Q, 4, mode="bm25")
-    assert [d["id"] for d in top] != [d["id"] for d in store.search(Q, 4, mode="dense")]
+    top = store.search(SEARCHED, 4, mode="bm25")
+    assert [d["id"] for d in top] != [d["id"] for d in store.search(SEARCHED, 4, mode="dense")]
     first = user(model, 0)
     expected = [d["title"] for d in top if d["id"] != "eiffel"]  # its copy ranks above it
     assert shown(first, demonstrations("hotpotqa", "cot", 3)) == expected
-    assert out["queries"] == [Q]
+    assert out["queries"] == [SEARCHED]
 
 
 def test_step_2_each_step_continues_the_chain_over_the_demonstrations_and_the_paragraphs(
@@ -104,7 +105,7 @@ def test_step_2_only_the_first_sentence_of_a_reply_joins_the_chain(store: Store)
     )
     assert out["thoughts"] == ["Paris is the capital of France.", "So the answer is: Eiffel."]
     assert model.prompts()[1].endswith(REASON_Q + "Paris is the capital of France.")
-    assert out["queries"][1] == "Paris is the capital of France."
+    assert out["queries"][1] == "Paris the capital of France."  # "is" dropped
 
 
 def test_step_3_a_sentence_stating_the_answer_ends_the_reasoning(store: Store) -> None:
@@ -127,7 +128,7 @@ def test_step_3_otherwise_it_queries_with_the_last_sentence_that_states_a_fact(
     )
     # the "So ..." sentence is a reasoning step: the third query repeats the fact before it
     assert out["queries"] == [
-        Q, "Paris has a tower by a river.", "Paris has a tower by a river.", EIFFEL,
+        SEARCHED, "Paris has a tower by a river.", "Paris has a tower by a river.", EIFFEL,
     ]  # fmt: skip
     assert model.prompts()[2].endswith(
         REASON_Q + "Paris has a tower by a river. So the tower to look for is in Paris."
@@ -140,13 +141,13 @@ def test_step_3_a_step_adds_the_paragraphs_of_its_top_k_not_gathered_yet(store: 
     out, model = run(store, fact, "So the answer is: Eiffel.", "So the answer is: Eiffel.")
     demos = demonstrations("hotpotqa", "cot", 3)
     first = shown(user(model, 0), demos)
-    gathered = {(d["title"], d["text"]) for d in store.search(Q, 4, mode="bm25")}
+    gathered = {(d["title"], d["text"]) for d in store.search(SEARCHED, 4, mode="bm25")}
     top = store.search(fact, 4, mode="bm25")
     new = [d for d in top if (d["title"], d["text"]) not in gathered]
     assert 0 < len(new) < 4  # its top 4 hold gathered paragraphs (one a copy under another id)
     assert [e["round"] for e in out["evidence"]] == [1] * len(first) + [2] * len(new)
     assert shown(user(model, 1), demos) == first + [d["title"] for d in new]
-    assert out["queries"] == [Q, fact]
+    assert out["queries"] == [SEARCHED, fact]
 
 
 def test_step_4_a_step_that_writes_no_sentence_ends_the_reasoning(store: Store) -> None:

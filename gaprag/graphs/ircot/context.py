@@ -37,6 +37,11 @@ class Context(BaseContext):
     retrieval_mode: RetrievalMode = describe(
         "bm25", "bm25 (the paper's retriever), dense or hybrid (RRF of both)."
     )
+    drop_wh_words: bool = describe(
+        False,
+        "Drop 'who', 'what', 'when', 'where', 'why', 'which', 'how', 'does' and 'is' from each "
+        "query before it is searched (the released code's BM25 queries).",
+    )
     step_passages: StepPassages = describe(
         "new",
         "What a step adds: new (the K best passages not gathered yet, always K) or top (the "

@@ -11,7 +11,12 @@ from langgraph.runtime import Runtime
 from gaprag import nodes
 from gaprag.deps import Deps
 from gaprag.graphs.ircot.context import Context
-from gaprag.graphs.ircot.demonstrations import demonstrations, fact_query, first_line
+from gaprag.graphs.ircot.demonstrations import (
+    demonstrations,
+    fact_query,
+    first_line,
+    without_wh_words,
+)
 from gaprag.graphs.ircot.state import State
 from gaprag.nodes.pool import by_id
 from gaprag.nodes.select import answer_call, scored_update
@@ -44,13 +49,16 @@ async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[
     """Passages for the question (first step) or for the last thought, not gathered before.
 
     ``step_passages="new"``: the K best not gathered yet; ``"top"``: those of the top K not
-    gathered yet (same title and text: once), so possibly fewer than K.
+    gathered yet (same title and text: once), so possibly fewer than K. With
+    ``drop_wh_words`` the query searched (and recorded) has no wh-words.
 
     Reads: `question`, `thoughts`, `evidence`, `iterations`; writes: `evidence`, `queries`,
     `iterations`.
     """
     ctx = runtime.context
     query = next_query(state, ctx)
+    if ctx.drop_wh_words:
+        query = without_wh_words(query)
     round_ = state.iterations + 1
     new = ctx.step_passages == "new"
     hits = await nodes.retrieve(
