@@ -18,6 +18,9 @@ DemoSet = Literal["hotpotqa", "2wikimultihopqa", "musique"]
 QueryFrom = Literal["thought", "fact"]
 FinalReader = Literal["fallback", "always"]
 EmptyStep = Literal["continue", "stop"]
+StepPassages = Literal["new", "top"]
+ReaderStyle = Literal["direct", "cot"]
+StepSentence = Literal["answer_line", "first"]
 
 #: demonstrations in the smallest released set (2WikiMultiHopQA and MuSiQue: 20)
 MAX_DEMOS = 20
@@ -33,6 +36,17 @@ class Context(BaseContext):
     )
     retrieval_mode: RetrievalMode = describe(
         "bm25", "bm25 (the paper's retriever), dense or hybrid (RRF of both)."
+    )
+    drop_wh_words: bool = describe(
+        False,
+        "Drop 'who', 'what', 'when', 'where', 'why', 'which', 'how', 'does' and 'is' from each "
+        "query before it is searched (the released code's BM25 queries).",
+    )
+    step_passages: StepPassages = describe(
+        "new",
+        "What a step adds: new (the K best passages not gathered yet, always K) or top (the "
+        "released code: the top K for the query, of which those not gathered yet are added, "
+        "so possibly fewer).",
     )
     max_steps: int = describe(
         5,
@@ -52,6 +66,12 @@ class Context(BaseContext):
         "Passages are cut to this many words in prompts.",
         minimum=1,
         maximum=MAX_PASSAGE_WORDS,
+    )
+    step_sentence: StepSentence = describe(
+        "answer_line",
+        "What of a step's reply joins the chain: its first sentence; answer_line: the whole "
+        "first line when it states the answer (a chain written at once ends the reasoning), "
+        "first: always the first sentence (the released code).",
     )
     step_max_tokens: int = describe(
         64,
@@ -88,4 +108,11 @@ class Context(BaseContext):
         "the reasoning; always (the released code): a reader call over the gathered "
         "passages answers every question (with the direct-answer demonstrations when demos "
         "> 0).",
+    )
+    reader_style: ReaderStyle = describe(
+        "direct",
+        "The reader with final_reader=always and demos > 0: direct (the released direct-answer "
+        "demonstrations, the answer only) or cot (the released configuration for GPT3: the "
+        "chain-of-thought demonstrations, a whole chain written afresh, the answer read after "
+        "'answer is', else the whole first line).",
     )

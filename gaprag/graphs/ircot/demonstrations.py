@@ -55,6 +55,16 @@ def fact_query(thoughts: list[str], question: str) -> str:
     return facts[-1] if facts else question
 
 
+#: words the released retriever drops from a BM25 query
+_WH_WORDS = frozenset({"who", "what", "when", "where", "why", "which", "how", "does", "is"})
+
+
+def without_wh_words(query: str) -> str:
+    """The released code's BM25 query: the words (split on spaces) that are not "who",
+    "what", "when", "where", "why", "which", "how", "does" or "is" (any case)."""
+    return " ".join(w for w in query.split(" ") if w.strip().lower() not in _WH_WORDS)
+
+
 _ANSWER_IS = re.compile(r".* answer is:? (.*)", re.IGNORECASE)
 
 

@@ -11,11 +11,18 @@ from langgraph.runtime import Runtime
 from gaprag import nodes
 from gaprag.deps import Deps
 from gaprag.graphs.ircot.context import Context
-from gaprag.graphs.ircot.demonstrations import demonstrations, fact_query, first_line
+from gaprag.graphs.ircot.demonstrations import (
+    demonstrations,
+    fact_query,
+    first_line,
+    without_wh_words,
+)
 from gaprag.graphs.ircot.state import State
+from gaprag.nodes.pool import by_id
 from gaprag.nodes.select import answer_call, scored_update
 from gaprag.progress import emit
 from gaprag.prompts import Passages, RenderedPrompt, load_prompts
+from gaprag.state.base import Evidence
 
 PROMPTS = load_prompts(__package__)
 FORMATS = nodes.load_formats(__package__)
@@ -28,33 +35,51 @@ def final_answer(thought: str) -> str | None:
     return nodes.clean_answer(match.group(1)) if match else None
 
 
-def first_sentence(text: str) -> str:
-    """The reply's first sentence (the model may write more than one)."""
+def first_sentence(text: str, *, keep_answer_line: bool = True) -> str:
+    """The reply's first sentence (the model may write more than one); with
+    ``keep_answer_line`` the whole first line when it states the answer."""
     line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
     match = re.match(r"(.+?[.!?])(\s|$)", line)
-    return match.group(1) if match and not ANSWER.search(line) else line
+    if not match or (keep_answer_line and ANSWER.search(line)):
+        return line
+    return match.group(1)
 
 
 async def retrieve(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """K passages for the question (first step) or for the last thought, never seen before.
+    """Passages for the question (first step) or for the last thought, not gathered before.
+
+    ``step_passages="new"``: the K best not gathered yet; ``"top"``: those of the top K not
+    gathered yet (same title and text: once), so possibly fewer than K. With
+    ``drop_wh_words`` the query searched (and recorded) has no wh-words.
 
     Reads: `question`, `thoughts`, `evidence`, `iterations`; writes: `evidence`, `queries`,
     `iterations`.
     """
     ctx = runtime.context
     query = next_query(state, ctx)
+    if ctx.drop_wh_words:
+        query = without_wh_words(query)
     round_ = state.iterations + 1
+    new = ctx.step_passages == "new"
     hits = await nodes.retrieve(
         await deps.aretriever(ctx),
         [query],
         k=ctx.top_k,
         mode=ctx.retrieval_mode,
         round=round_,
-        exclude={e["id"] for e in state.evidence},
+        exclude={e["id"] for e in state.evidence} if new else (),
     )
-    pool, added = nodes.update_evidence_pool(state.evidence, hits)
+    pool, added = nodes.update_evidence_pool(
+        state.evidence, hits, key=by_id if new else _same_passage
+    )
     emit(round=round_, query=query, added=len(added))
     return {"evidence": pool, "queries": [query], "iterations": round_}
+
+
+def _same_passage(item: Evidence) -> tuple[str, str]:
+    """A passage's identity in the pool: its title and text (the released code skips a
+    retrieved paragraph whose title and text are already gathered)."""
+    return (item["title"], item["text"])
 
 
 def ends_empty(empty: bool, ctx: Context) -> bool:
@@ -73,7 +98,7 @@ async def reason(state: State, runtime: Runtime[Context], deps: Deps) -> dict[st
     reply, tokens = await answer_call(
         llm, reason_messages(state, ctx), ctx, max_tokens=ctx.step_max_tokens
     )
-    thought = first_sentence(reply)
+    thought = first_sentence(reply, keep_answer_line=ctx.step_sentence == "answer_line")
     stated = final_answer(thought)
     ends = stated is not None or ends_empty(not thought, ctx)
     last = state.iterations >= ctx.max_steps  # every step retrieves once: this bounds the loop
@@ -153,9 +178,17 @@ def reason_messages(state: State, ctx: Context) -> RenderedPrompt:
 
 def answer_messages(state: State, ctx: Context) -> RenderedPrompt:
     """The answer call's prompt: the reader over the passages alone (``final_reader="always"``;
-    with ``demos``, the released direct-answer demonstrations), else the fallback over the
-    passages and the reasoning."""
+    with ``demos``, the released direct-answer demonstrations, or with ``reader_style="cot"``
+    the chain-of-thought ones and a chain written afresh), else the fallback over the passages
+    and the reasoning."""
     passages = _passages(state, ctx)
+    if ctx.final_reader == "always" and ctx.demos and ctx.reader_style == "cot":
+        return PROMPTS["reason_demos"].render(
+            demos=demonstrations(ctx.demo_set, "cot", ctx.demos),
+            passages=passages,
+            question=state.question,
+            thoughts="",
+        )
     if ctx.final_reader == "always" and ctx.demos:
         return PROMPTS["answer_demos"].render(
             demos=demonstrations(ctx.demo_set, "direct", ctx.demos),

@@ -20,6 +20,7 @@ from gaprag.stores.store import RetrievalMode
 
 TaskType = Literal["multihop", "odqa", "strategyqa"]
 StopRule = Literal["probability", "answered"]
+JudgeFormat = Literal["reasoning_first", "answer_first"]
 # Paper, Table 11: T (most judge rounds) and delta (bge-reranker-base logits) per task type.
 TASK_T: dict[str, int] = {"multihop": 5, "odqa": 3, "strategyqa": 5}
 TASK_DELTA_LOGITS: dict[str, float] = {"multihop": 3.0, "odqa": 5.0, "strategyqa": 0.0}
@@ -90,6 +91,12 @@ class Context(BaseContext):
         "asked after the main call, P(Yes) against sufficiency_threshold; one more call a "
         "round) or answered (the paper: the main call gave an answer instead of "
         "'unanswerable'; no extra call).",
+    )
+    judge_format: JudgeFormat = describe(
+        "reasoning_first",
+        "The main call's JSON order: reasoning_first (what is missing and why, then the "
+        "answer) or answer_first (the paper's: the answer, its explanation, then what is "
+        "missing).",
     )
     sufficiency_threshold: float = describe(
         0.5,

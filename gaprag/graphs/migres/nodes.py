@@ -26,6 +26,7 @@ from gaprag.graphs.migres.filter import knowledge_filter
 from gaprag.graphs.migres.known_info import known_passages, retrieved_facts, seeds_for
 from gaprag.graphs.migres.parsing import (
     AnswerField,
+    AnswerFirstReply,
     FinalReply,
     LeafReply,
     MainReply,
@@ -368,21 +369,28 @@ def _skipped_judge(state: State, ctx: Context, rounds: int) -> dict[str, Any] | 
 async def _ask_judge(
     state: State, ctx: Context, llm: LLM
 ) -> tuple[RenderedPrompt, Structured[MainReply], Judgement]:
-    """The main call over the known facts (``main``, or ``main_yesno`` for StrategyQA): its
-    messages, its reply (raw text; token logprobs with answer selection on) and its verdict
-    (what is missing, an explanation, an answer or "unanswerable")."""
-    messages = prompt("main_yesno" if ctx.task_type == "strategyqa" else "main", ctx).render(
-        known_info=known_passages(state), question=state.question
-    )
-    reply = await answer_structured(
-        llm,
-        messages,
-        MainReply,
-        ctx,
-        default=MainReply(answer=AnswerField(text="unanswerable")),
-        max_tokens=ctx.judge_max_tokens,
-        call="main",
-    )
+    """The main call over the known facts (``main``, ``main_answer_first`` in the paper's
+    field order, or ``main_yesno`` for StrategyQA): its messages, its reply (raw text; token
+    logprobs with answer selection on) and its verdict (what is missing, an explanation, an
+    answer or "unanswerable")."""
+    if ctx.task_type == "strategyqa":
+        name = "main_yesno"
+    else:
+        name = "main_answer_first" if ctx.judge_format == "answer_first" else "main"
+    messages = prompt(name, ctx).render(known_info=known_passages(state), question=state.question)
+    default = MainReply(answer=AnswerField(text="unanswerable"))
+    if name == "main_answer_first":  # the same fields in the paper's order, read as one verdict
+        first = await answer_structured(
+            llm, messages, AnswerFirstReply, ctx, default=AnswerFirstReply(**default.model_dump()),
+            max_tokens=ctx.judge_max_tokens, call="main",
+        )  # fmt: skip
+        value = MainReply.model_validate(first.value.model_dump())
+        reply = Structured(value, first.path, first.raw, first.tokens)
+    else:
+        reply = await answer_structured(
+            llm, messages, MainReply, ctx, default=default, max_tokens=ctx.judge_max_tokens,
+            call="main",
+        )  # fmt: skip
     return messages, reply, _verdict(reply)
 
 

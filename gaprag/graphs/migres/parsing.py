@@ -70,6 +70,10 @@ def _text_field(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _missing_field(value: Any) -> str:
+    return "None" if value is None else str(value)
+
+
 class MainReply(BaseModel):
     """P2: missing_information, explanation, then answer (text, confidence).
 
@@ -81,11 +85,20 @@ class MainReply(BaseModel):
     explanation: str = ""
     answer: AnswerField = Field(default_factory=AnswerField)
 
-    @field_validator("missing_information", mode="before")
-    @classmethod
-    def _missing(cls, value: Any) -> str:
-        return "None" if value is None else str(value)
+    _missing = field_validator("missing_information", mode="before")(_missing_field)
+    _explanation = field_validator("explanation", mode="before")(_text_field)
+    _answer = field_validator("answer", mode="before")(_answer_field)
 
+
+class AnswerFirstReply(BaseModel):
+    """P2 in the paper's order: answer (text, confidence), explanation, missing_information
+    (the model commits to its answer before it says what is missing)."""
+
+    answer: AnswerField = Field(default_factory=AnswerField)
+    explanation: str = ""
+    missing_information: str = "None"
+
+    _missing = field_validator("missing_information", mode="before")(_missing_field)
     _explanation = field_validator("explanation", mode="before")(_text_field)
     _answer = field_validator("answer", mode="before")(_answer_field)
 
