@@ -161,18 +161,18 @@ class StoreAddress:
 
 def is_store_address(value: object) -> bool:
     """Whether ``value`` names a store on a server (``milvus://...``) rather than a path."""
-    return isinstance(value, str) and value.strip().lower().startswith(f"{MILVUS_SCHEME}://")
+    return isinstance(value, str) and value.lower().startswith(f"{MILVUS_SCHEME}://")
 
 
 def store_address(text: str, *, collection: bool = True) -> StoreAddress:
     """``milvus://HOST:PORT/COLLECTION`` parsed (``collection=False``: the collection may be
     left out), or an InputError saying what is wrong with it."""
     hint = "write it as milvus://HOST:PORT/COLLECTION, e.g. milvus://127.0.0.1:19530/docs"
-    if not is_store_address(text) or _ODD.search(text.strip()):
+    if not is_store_address(text) or _ODD.search(text):
         raise InputError(
             f"{_shown(text)} is not a milvus://HOST:PORT/COLLECTION address", hint=hint
         )
-    rest = text.strip()[len(MILVUS_SCHEME) + 3 :]
+    rest = text[len(MILVUS_SCHEME) + 3 :]
     netloc, _, path = rest.partition("/")
     host, sep, port_text = netloc.rpartition(":")
     name = path.rstrip("/")
