@@ -30,6 +30,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import sys
 import time
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
@@ -42,7 +43,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.indexing import IndexingResult
 
 from gaprag.accounting import record_retrieval
-from gaprag.config import quiet
+from gaprag.config import flag, quiet
 from gaprag.errors import DependencyError, StoreError
 from gaprag.operator import StoreAddress, store_address
 from gaprag.state.base import Evidence
@@ -182,6 +183,18 @@ class StoreEmbeddings(Embeddings):
         return [float(x) for x in self.embedder.embed([text])[0]]
 
 
+def connection(address: StoreAddress) -> dict[str, str]:
+    """How pymilvus reaches the server: ``http://HOST:PORT`` (``https`` with
+    ``GAPRAG_MILVUS_SECURE=1``, as a managed service asks) and the token in
+    ``GAPRAG_MILVUS_TOKEN`` (``user:password`` or an API key), if any."""
+    uri = (
+        address.uri.replace("http://", "https://", 1)
+        if flag("GAPRAG_MILVUS_SECURE")
+        else address.uri
+    )
+    return {"uri": uri, "token": os.environ.get("GAPRAG_MILVUS_TOKEN") or ""}
+
+
 def _client(address: StoreAddress) -> Any:
     """A connected ``MilvusClient``; a StoreError naming the server when it cannot be reached."""
     try:
@@ -190,11 +203,8 @@ def _client(address: StoreAddress) -> Any:
         raise DependencyError(
             "a milvus:// store needs pymilvus and langchain-milvus", hint=MILVUS_EXTRA
         ) from None
-    import os
-
-    token = os.environ.get("GAPRAG_MILVUS_TOKEN") or ""
     try:
-        return MilvusClient(uri=address.uri, token=token, timeout=10)
+        return MilvusClient(**connection(address), timeout=10)
     except Exception as exc:
         raise StoreError(
             f"cannot reach the Milvus server at milvus://{address.host}:{address.port} "
@@ -749,14 +759,12 @@ def _vectorstore(
         raise DependencyError(
             "a milvus:// store needs pymilvus and langchain-milvus", hint=MILVUS_EXTRA
         ) from None
-    import os
-
     lc = embeddings if isinstance(embeddings, Embeddings) else StoreEmbeddings(embeddings)
     try:
         return Milvus(
             embedding_function=lc,
             collection_name=address.collection,
-            connection_args={"uri": address.uri, "token": os.environ.get("GAPRAG_MILVUS_TOKEN") or ""},
+            connection_args=connection(address),
             consistency_level="Strong",
             primary_field=PK,
             text_field=TEXT,

@@ -19,7 +19,7 @@ from gaprag.errors import InputError, StoreError
 from gaprag.operator import OperatorPolicy, store_address
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.bm25 import BM25Settings
-from gaprag.stores.milvus import MilvusStore
+from gaprag.stores.milvus import MilvusStore, connection
 from gaprag.testing import scripted
 from tests.fake_openai import FakeOpenAI
 from tests.integration.conftest import free_port
@@ -33,7 +33,7 @@ def collection(milvus_server: str) -> Iterator[str]:
     address = f"{milvus_server}/gaprag_test_{uuid.uuid4().hex[:10]}"
     yield address
     where = store_address(address)
-    client = MilvusClient(uri=where.uri)
+    client = MilvusClient(**connection(where))
     client.drop_collection(where.collection)
     client.close()
 
@@ -151,7 +151,7 @@ def test_a_collection_made_by_something_else_is_refused(collection: str) -> None
     from pymilvus import MilvusClient
 
     where = store_address(collection)
-    client = MilvusClient(uri=where.uri)
+    client = MilvusClient(**connection(where))
     client.create_collection(where.collection, dimension=4)
     client.close()
     with pytest.raises(StoreError, match="was not made by gaprag") as err:

@@ -23,7 +23,7 @@ from gaprag.operator import is_store_address, store_address
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.bm25 import BM25Settings
 from gaprag.stores.documents import Document
-from gaprag.stores.milvus import MilvusStore
+from gaprag.stores.milvus import MilvusStore, connection
 from gaprag.stores.opening import open_store
 from gaprag.testing import scripted
 
@@ -91,7 +91,7 @@ def _drop(addresses: list[str]) -> None:
 
     for address in addresses:
         where = store_address(address)
-        client = MilvusClient(uri=where.uri)
+        client = MilvusClient(**connection(where))
         try:
             client.drop_collection(where.collection)
         finally:
