@@ -502,12 +502,15 @@ class MilvusStore:
         roots: Mapping[str, str] | None = None,
         embedder: Embedder | Any = None,
         language: str | None = None,
+        analyzer: Mapping[str, Any] | None = None,
         vectors: Mapping[str, Vectors] | None = None,
         progress: bool = True,
         batch_size: int = 64,
     ) -> MilvusStore:
         """Index ``docs`` into the collection at ``address``: create it when there is none
-        (BM25 analyzer from ``language``, default english: :func:`analyzer_for`), else update
+        (BM25 analyzer from ``language``, default english: :func:`analyzer_for`; or Milvus's
+        own ``analyzer`` parameters, e.g. ``{"tokenizer": "standard", "filter": ["lowercase",
+        {"type": "stemmer", "language": "english"}]}``), else update
         it as :meth:`gaprag.stores.Store.index` does (``cleanup``, ``sources``, ``keep``).
         ``roots`` (source -> the folder it was read from) is kept in the record, as a local
         store keeps it. ``vectors`` (id -> vector): passages whose vectors are known are not
@@ -527,8 +530,9 @@ class MilvusStore:
             chosen = given or default_embedder()
             record = {
                 "format": FORMAT, "embedder": chosen.name, "embedder_spec": spec_of(chosen),
-                "bm25_language": (language or "english").lower(),
-                "analyzer": analyzer_for(language or "english"), "keys": [],
+                "bm25_language": "custom" if analyzer else (language or "english").lower(),
+                "analyzer": dict(analyzer) if analyzer else analyzer_for(language or "english"),
+                "keys": [],
             }  # fmt: skip
             store = cls(where, client, record, chosen)
             old: dict[str, tuple[str, str | None]] = {}

@@ -171,3 +171,18 @@ def test_a_store_with_another_embedder_or_analyzer_is_not_updated_with_them(
         MilvusStore.index(collection, docs, embedder=HashingEmbedder(8), progress=False)
     with pytest.raises(StoreError, match="BM25 language none, not french"):
         MilvusStore.index(collection, docs, language="french", progress=False)
+
+
+def test_milvus_analyzer_parameters_are_the_collections_own(collection: str) -> None:
+    analyzer = {"tokenizer": "standard", "filter": ["lowercase"]}
+    docs = [
+        {"id": "a", "title": "A", "text": "Running fast"},
+        {"id": "b", "title": "B", "text": "x"},
+    ]
+    store = MilvusStore.index(
+        collection, docs, embedder=HashingEmbedder(), analyzer=analyzer, progress=False
+    )
+    assert store.record["analyzer"] == analyzer and store.record["bm25_language"] == "custom"
+    assert [h["id"] for h in MilvusStore.open(collection).search("RUNNING", 2, mode="bm25")] == [
+        "a"
+    ]
