@@ -32,6 +32,7 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -298,6 +299,7 @@ class MilvusStore:
     record: dict[str, Any]
     _embedder: Embedder | None = None
     _vs: Any = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
     #: what the update that made this object did (``index``, ``delete``)
     update: IndexingResult | None = None
     #: the sources whose passages that update added, updated or removed
@@ -368,9 +370,10 @@ class MilvusStore:
 
     def vectorstore(self) -> Any:
         """The collection as a ``langchain_milvus.Milvus`` vector store (dense + BM25)."""
-        if self._vs is None:
-            self._vs = _vectorstore(self.address, self.embedder, self.record["analyzer"])
-        return self._vs
+        with self._lock:
+            if self._vs is None:
+                self._vs = _vectorstore(self.address, self.embedder, self.record["analyzer"])
+            return self._vs
 
     def __len__(self) -> int:
         return self._count("")

@@ -24,6 +24,8 @@ from gaprag.testing import scripted
 from tests.fake_openai import FakeOpenAI
 from tests.integration.conftest import free_port
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def collection(milvus_server: str) -> Iterator[str]:
@@ -186,3 +188,40 @@ def test_milvus_analyzer_parameters_are_the_collections_own(collection: str) -> 
     assert [h["id"] for h in MilvusStore.open(collection).search("RUNNING", 2, mode="bm25")] == [
         "a"
     ]
+
+
+def test_a_served_graph_answers_from_the_operators_milvus_store(
+    tmp_path: Path, milvus_server: str
+) -> None:
+    """``langgraph dev`` with ``GAPRAG_STORE=milvus://...``: runs search it, a run names another
+    collection only as ``GAPRAG_ALLOWED_STORES`` allows."""
+    import httpx
+
+    from tests.integration.conftest import serve
+
+    names = [f"{milvus_server}/gaprag_test_{uuid.uuid4().hex[:10]}" for _ in range(3)]
+    operators, allowed, refused = names
+    for address, text in (
+        (operators, "Annual leave is 25 days."),
+        (allowed, "Laptops on day one."),
+    ):
+        MilvusStore.index(address, [{"id": address[-6:], "title": "T", "text": text}],
+                          embedder=HashingEmbedder(), language="none", progress=False)  # fmt: skip
+    env = {"GAPRAG_STORE": operators, "GAPRAG_ALLOWED_STORES": allowed}
+    run = {"assistant_id": "standard_rag", "input": {"question": "How many days of leave?"}}
+    try:
+        with serve(tmp_path, env) as server, httpx.Client(base_url=server.url, timeout=120) as http:
+            own = http.post("/runs/wait", json=run).json()
+            other = http.post("/runs/wait", json={**run, "context": {"store": allowed}}).json()
+            no = http.post("/runs/wait", json={**run, "context": {"store": refused}}).json()
+    finally:
+        from pymilvus import MilvusClient
+
+        client = MilvusClient(**connection(store_address(operators)))
+        for address in (operators, allowed):
+            client.drop_collection(store_address(address).collection)
+        client.close()
+    assert [e["id"] for e in own["evidence"]] == [operators[-6:]]
+    assert [e["id"] for e in other["evidence"]] == [allowed[-6:]]
+    assert no["__error__"]["error"] == "InputError"
+    assert "not a store address the operator allows" in no["__error__"]["message"]

@@ -27,6 +27,8 @@ from gaprag.stores.milvus import MilvusStore, connection
 from gaprag.stores.opening import open_store
 from gaprag.testing import scripted
 
+pytestmark = pytest.mark.integration
+
 HR = {"source": "hr/leave.md", "page": 2, "department": "hr"}
 IT = {"source": "it/vpn.md", "page": 1, "department": "it"}
 #: values that would change an expression if they were pasted into it
