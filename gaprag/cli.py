@@ -713,7 +713,7 @@ INDEX_ARGS: list[Arg] = [
     (("--bm25",), {"choices": ["bm25s", "rank_bm25"], "help": "BM25 engine (default: bm25s)"}),
     (("--bm25-language",), {"help": "BM25 stop words and stemmer: english, german, french, ... "
                             "or none (default: english); kept in the store and used for "
-                            "queries"}),
+                            "queries (a milvus:// store: the analyzer, docs/scale.md)"}),
     (("--embedder",), {"help": "minilm (the bundled MiniLM, default), a sentence-transformers "
                        "model folder, openai:MODEL[@BASE_URL] (an OpenAI-compatible "
                        "/v1/embeddings endpoint; key from GAPRAG_EMBEDDINGS_API_KEY or "

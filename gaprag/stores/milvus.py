@@ -5,16 +5,16 @@ BM25 and the embedder read it (``text``: title, ``": "``, text), its ``title``, 
 everything stored for it (``hash``, :func:`gaprag.stores.store.content_hash`), its metadata as
 JSON (``meta``), its ``dense`` vector (gaprag's embedder, cosine) and the ``sparse`` vector the
 server's BM25 function makes from ``text`` with its analyzer. What gaprag needs to reopen it
-(embedder, dimension, analyzer, the metadata keys its passages carry) is kept in the
+(embedder, dimension, analyzer, the metadata keys its passages have carried) is kept in the
 collection's property :data:`RECORD`; a collection without it was made by something else and
 is refused.
 
 Writing and hybrid search go through ``langchain-milvus`` (``Milvus.add_embeddings``,
 ``upsert``, ``similarity_search_with_score`` with an RRF reranker); BM25 alone and dense alone
 search one field with pymilvus's ``MilvusClient.search``, which the integration has no mode
-for. Every expression sent to the server is built here (:func:`milvus_filter`): metadata keys
-come from the collection's record and values are quoted as JSON string literals, so no value
-can change an expression.
+for. Every expression sent to the server is built here (:func:`milvus_filter`, :func:`ids_filter`):
+metadata keys, string values and ids are quoted as JSON string literals, so none can change an
+expression.
 
 An update follows gaprag's own change detection: the stored ``hash`` of each id decides what is
 added, updated (``upsert``), left alone or removed (``delete`` by id). Unlike a local store,
@@ -232,7 +232,8 @@ def _first_line(exc: BaseException) -> str:
 def _server_error(address: StoreAddress, what: str, exc: BaseException) -> StoreError:
     return StoreError(
         f"the Milvus server at {address} refused to {what}: {_first_line(exc)}",
-        hint="check the server's log; nothing else was changed by this request",
+        hint="check the server and its log; an interrupted `gaprag index` can be run again "
+        "(what it wrote is then unchanged and skipped)",
     )
 
 
