@@ -204,8 +204,10 @@ def _client(address: StoreAddress) -> Any:
         raise DependencyError(
             "a milvus:// store needs pymilvus and langchain-milvus", hint=MILVUS_EXTRA
         ) from None
+    _hush_libraries()
     try:
-        return MilvusClient(**connection(address), timeout=10)
+        with _quiet():
+            return MilvusClient(**connection(address), timeout=10)
     except Exception as exc:
         raise StoreError(
             f"cannot reach the Milvus server at milvus://{address.host}:{address.port} "
@@ -214,14 +216,35 @@ def _client(address: StoreAddress) -> Any:
         ) from None
 
 
-def _no_session_ts(record: logging.LogRecord) -> bool:
-    """Leaves out pymilvus's warning that a server gave a query iterator no session timestamp
-    (Milvus Lite does not; the iterator then uses the client's clock, which is what gaprag's
-    reads after its own writes need)."""
-    return "mvccTs" not in record.getMessage()
+_calls = threading.local()
+_hushed: set[int] = set()
 
 
-logging.getLogger("pymilvus.client.iterator.query_iterator").addFilter(_no_session_ts)
+def _outside_gaprag(record: logging.LogRecord) -> bool:
+    """Whether pymilvus's or the integration's log record is shown: not while gaprag is calling
+    them (gaprag's own one-line error says what failed), and never pymilvus's warning that a
+    server gave a query iterator no session timestamp (Milvus Lite gives none)."""
+    return not getattr(_calls, "depth", 0) and "mvccTs" not in record.getMessage()
+
+
+def _hush_libraries() -> None:
+    """Put :func:`_outside_gaprag` on pymilvus's own log handlers and the integration's logger."""
+    handlers = [h for name in ("pymilvus", "pymilvus.milvus_client")
+                for h in logging.getLogger(name).handlers]  # fmt: skip
+    for target in [*handlers, logging.getLogger("langchain_milvus.vectorstores.milvus")]:
+        if id(target) not in _hushed:
+            _hushed.add(id(target))
+            target.addFilter(_outside_gaprag)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """gaprag is calling the server: the libraries' log records wait for gaprag's error."""
+    _calls.depth = getattr(_calls, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _calls.depth -= 1
 
 
 def _first_line(exc: BaseException) -> str:
@@ -326,9 +349,10 @@ class MilvusStore:
     def _record(client: Any, address: StoreAddress) -> dict[str, Any] | None:
         """The collection's gaprag record; None when there is no such collection."""
         try:
-            if not client.has_collection(address.collection):
-                return None
-            described = client.describe_collection(address.collection)
+            with _quiet():
+                if not client.has_collection(address.collection):
+                    return None
+                described = client.describe_collection(address.collection)
         except Exception as exc:
             raise StoreError(
                 f"cannot reach the Milvus server at milvus://{address.host}:{address.port} "
@@ -381,7 +405,8 @@ class MilvusStore:
 
     def _count(self, expr: str) -> int:
         try:
-            rows = self.client.query(self.collection, filter=expr, output_fields=["count(*)"])
+            with _quiet():
+                rows = self.client.query(self.collection, filter=expr, output_fields=["count(*)"])
         except Exception as exc:
             raise _server_error(self.address, "count passages", exc) from None
         return int(rows[0]["count(*)"]) if rows else 0
@@ -400,20 +425,10 @@ class MilvusStore:
 
     def _rows(self, expr: str, fields: list[str]) -> list[dict[str, Any]]:
         try:
-            return list(self.client.query(self.collection, filter=expr, output_fields=fields))
+            with _quiet():
+                return list(self.client.query(self.collection, filter=expr, output_fields=fields))
         except Exception as exc:
             raise _server_error(self.address, "read passages", exc) from None
-
-    def documents(self, batch_size: int = 1000) -> Iterator[Document]:
-        """Every passage of the collection, read ``batch_size`` at a time."""
-        iterator = self.client.query_iterator(
-            self.collection, batch_size=batch_size, filter="", output_fields=OUTPUT
-        )
-        try:
-            while rows := iterator.next():
-                yield from (_document(r) for r in rows)
-        finally:
-            iterator.close()
 
     def source_counts(self, sources: Iterable[str]) -> dict[str, int]:
         """How many passages each of ``sources`` has in the collection."""
@@ -446,11 +461,12 @@ class MilvusStore:
         out: list[Evidence] = []
         if query.strip() and k > 0:
             try:
-                hits = (
-                    self._hybrid(query, k, expr)
-                    if mode == "hybrid"
-                    else self._one(query, k, expr, mode)
-                )
+                with _quiet():
+                    hits = (
+                        self._hybrid(query, k, expr)
+                        if mode == "hybrid"
+                        else self._one(query, k, expr, mode)
+                    )
             except StoreError:
                 raise
             except Exception as exc:
@@ -591,14 +607,15 @@ class MilvusStore:
 
     def _scan(self, expr: str, fields: list[str]) -> Iterator[dict[str, Any]]:
         try:
-            iterator = self.client.query_iterator(
-                self.collection, batch_size=1000, filter=expr, output_fields=fields
-            )
-            try:
-                while rows := iterator.next():
-                    yield from rows
-            finally:
-                iterator.close()
+            with _quiet():
+                iterator = self.client.query_iterator(
+                    self.collection, batch_size=1000, filter=expr, output_fields=fields
+                )
+                try:
+                    while rows := iterator.next():
+                        yield from rows
+                finally:
+                    iterator.close()
         except StoreError:
             raise
         except Exception as exc:
@@ -624,12 +641,13 @@ class MilvusStore:
         if change.write and not self.record.get("dim"):
             self.record["dim"] = len(embeddings.known[passage_text(change.write[0])])
         try:
-            self._write(change.write, embeddings)
-            for start in range(0, len(change.drop), BATCH):
-                self.client.delete(
-                    self.collection, filter=ids_filter(change.drop[start : start + BATCH])
-                )
-            self._save_record()
+            with _quiet():
+                self._write(change.write, embeddings)
+                for start in range(0, len(change.drop), BATCH):
+                    self.client.delete(
+                        self.collection, filter=ids_filter(change.drop[start : start + BATCH])
+                    )
+                self._save_record()
         except StoreError:
             raise
         except Exception as exc:
@@ -685,18 +703,38 @@ class MilvusStore:
             rows = [_row(d) for d in batch]
             ids = [d["id"] for d in batch]
             if not created:
-                texts = [r.page_content for r in rows]
-                vs.add_embeddings(
-                    texts=texts,
-                    embeddings=embeddings.embed_documents(texts),
-                    metadatas=[r.metadata for r in rows],
-                    ids=ids,
-                )
-                self._save_record()  # the collection is gaprag's from its first batch on
+                self._create(vs, rows, ids, embeddings)
                 created = True
             else:
                 vs.upsert(ids=ids, documents=rows)
         self._vs = None
+
+    def _create(
+        self, vs: Any, rows: list[LCDocument], ids: list[str], embeddings: StoreEmbeddings
+    ) -> None:
+        """The collection made with its first batch, and gaprag's record on it; a collection
+        that could not be completed is dropped (no half-made collection is left to refuse)."""
+        texts = [r.page_content for r in rows]
+        try:
+            vs.add_embeddings(
+                texts=texts,
+                embeddings=embeddings.embed_documents(texts),
+                metadatas=[r.metadata for r in rows],
+                ids=ids,
+            )
+            self._save_record()  # the collection is gaprag's from its first batch on
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                self.client.drop_collection(self.collection)
+            text = _first_line(exc)
+            if "tokenizer" in text or "analyzer" in text:
+                raise StoreError(
+                    f"the Milvus server at {self.address} refused the BM25 analyzer "
+                    f"{json.dumps(self.record['analyzer'])}: {text}",
+                    hint="Milvus Lite has only the standard analyzer: index with "
+                    "--bm25-language none (a Milvus server has english and the others)",
+                ) from None
+            raise
 
     def delete(self, ids: Iterable[str], *, progress: bool = True) -> MilvusStore:
         """Remove the passages with these ids. An id the store does not have is an error, and
@@ -769,32 +807,33 @@ def _vectorstore(
         ) from None
     lc = embeddings if isinstance(embeddings, Embeddings) else StoreEmbeddings(embeddings)
     try:
-        return Milvus(
-            embedding_function=lc,
-            collection_name=address.collection,
-            connection_args=connection(address),
-            consistency_level="Strong",
-            primary_field=PK,
-            text_field=TEXT,
-            vector_field=[DENSE, SPARSE],
-            builtin_function=BM25BuiltInFunction(
-                input_field_names=TEXT, output_field_names=SPARSE, analyzer_params=analyzer,
-                function_name="gaprag_bm25",
-            ),
-            index_params=[
-                {"metric_type": "COSINE", "index_type": "AUTOINDEX", "params": {}},
-                {"metric_type": "BM25", "index_type": "SPARSE_INVERTED_INDEX", "params": {}},
-            ],
-            search_params=[
-                {"metric_type": "COSINE", "params": {}},
-                {"metric_type": "BM25", "params": {}},
-            ],
-            metadata_schema={
-                TITLE: {"dtype": DataType.VARCHAR, "kwargs": {"max_length": 65_535}},
-                HASH: {"dtype": DataType.VARCHAR, "kwargs": {"max_length": 64}},
-                META: {"dtype": DataType.JSON},
-            },
-            auto_id=False,
-        )  # fmt: skip
+        with _quiet():
+            return Milvus(
+                embedding_function=lc,
+                collection_name=address.collection,
+                connection_args=connection(address),
+                consistency_level="Strong",
+                primary_field=PK,
+                text_field=TEXT,
+                vector_field=[DENSE, SPARSE],
+                builtin_function=BM25BuiltInFunction(
+                    input_field_names=TEXT, output_field_names=SPARSE, analyzer_params=analyzer,
+                    function_name="gaprag_bm25",
+                ),
+                index_params=[
+                    {"metric_type": "COSINE", "index_type": "AUTOINDEX", "params": {}},
+                    {"metric_type": "BM25", "index_type": "SPARSE_INVERTED_INDEX", "params": {}},
+                ],
+                search_params=[
+                    {"metric_type": "COSINE", "params": {}},
+                    {"metric_type": "BM25", "params": {}},
+                ],
+                metadata_schema={
+                    TITLE: {"dtype": DataType.VARCHAR, "kwargs": {"max_length": 65_535}},
+                    HASH: {"dtype": DataType.VARCHAR, "kwargs": {"max_length": 64}},
+                    META: {"dtype": DataType.JSON},
+                },
+                auto_id=False,
+            )  # fmt: skip
     except Exception as exc:
         raise _server_error(address, "open the collection", exc) from None

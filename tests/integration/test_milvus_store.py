@@ -225,3 +225,20 @@ def test_a_served_graph_answers_from_the_operators_milvus_store(
     assert [e["id"] for e in other["evidence"]] == [allowed[-6:]]
     assert no["__error__"]["error"] == "InputError"
     assert "not a store address the operator allows" in no["__error__"]["message"]
+
+
+def test_an_analyzer_the_server_refuses_is_one_line_and_leaves_no_collection(
+    collection: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """English stemming on a server with only the standard analyzer (Milvus Lite): refused with
+    the way out, nothing created; a Milvus server with the English analyzer indexes."""
+    docs = [{"id": "a", "title": "A", "text": "Running fast"}]
+    try:
+        store = MilvusStore.index(collection, docs, embedder=HashingEmbedder(), progress=False)
+    except StoreError as err:
+        assert "refused the BM25 analyzer" in err.message and "--bm25-language none" in err.hint
+        with pytest.raises(StoreError, match="no gaprag store"):
+            MilvusStore.open(collection)
+        assert "Traceback" not in capsys.readouterr().err  # the libraries' logs stay quiet
+    else:
+        assert [h["id"] for h in store.search("run", 1, mode="bm25")] == ["a"]  # stemmed
