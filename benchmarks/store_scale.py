@@ -36,14 +36,14 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 DIM = 384
 WORDS = 50_000
 PASSAGE_WORDS = 60
-QUERIES = 50
+QUERIES = int(os.environ.get("STORE_SCALE_QUERIES", "50"))  # --milvus-queries sets it there
 
 
 def log(msg: str) -> None:
@@ -78,7 +78,7 @@ class RandomEmbedder:
 
     name = "random-384"
     dim = DIM
-    spec = {"kind": "name", "name": "random-384"}
+    spec: ClassVar[dict[str, str]] = {"kind": "name", "name": "random-384"}
 
     def embed(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False) -> Any:
         out = np.empty((len(texts), DIM), dtype=np.float32)
@@ -154,9 +154,11 @@ def milvus_run(address: str, size: int) -> dict[str, Any]:
     return {"index_s": round(took, 1), **timed_queries(store), "client_peak_mib": peak_mib()}
 
 
-def child(step: str, *args: str) -> dict[str, Any]:
+def child(step: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--step", step, *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})}
+    )
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1][:300] if done.stderr else "failed"}
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -186,6 +188,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--local", default="10000,100000,1000000")
     parser.add_argument("--milvus", default="10000,100000")
+    parser.add_argument(
+        "--milvus-queries",
+        type=int,
+        default=10,
+        help="queries per mode on Milvus Lite (its BM25 takes seconds)",
+    )
     parser.add_argument("--out", default=str(Path(__file__).with_name("results_store_scale.json")))
     parser.add_argument("--step", help=argparse.SUPPRESS)
     parser.add_argument("args", nargs="*", help=argparse.SUPPRESS)
@@ -202,7 +210,7 @@ def main() -> None:
         "passages": f"synthetic, {PASSAGE_WORDS} Zipf words + a 2-word title",
         "vectors": f"random {DIM}-d unit vectors (no embedding in the times)",
         "command": " ".join(["python", "benchmarks/store_scale.py", *sys.argv[1:]]),
-        "local": {}, "milvus_lite": {},
+        "local": {}, "milvus_lite": {}, "load_average_at_start": os.getloadavg(),
     }  # fmt: skip
 
     def save() -> None:
@@ -233,7 +241,11 @@ def main() -> None:
                 time.sleep(8)
                 for size in sizes:
                     log(f"Milvus Lite, {size:,} passages")
-                    row = child("milvus", f"milvus://127.0.0.1:{port}/scale_{size}", str(size))
+                    row = child(
+                        "milvus", f"milvus://127.0.0.1:{port}/scale_{size}", str(size),
+                        env={"STORE_SCALE_QUERIES": str(opts.milvus_queries)},
+                    )  # fmt: skip
+                    row["queries_per_mode"] = opts.milvus_queries
                     row["server_peak_mib"] = server_hwm(server.pid)
                     results["milvus_lite"][str(size)] = row
                     save()
@@ -242,6 +254,7 @@ def main() -> None:
                 server.wait(timeout=30)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    results["load_average_at_end"] = os.getloadavg()
     save()
     log(f"written {out_path}")
 
