@@ -45,12 +45,11 @@ from langchain_core.indexing import IndexingResult
 
 from gaprag.accounting import record_retrieval
 from gaprag.config import flag, quiet
-from gaprag.errors import DependencyError, StoreError
+from gaprag.errors import DependencyError, GapragError, StoreError
 from gaprag.operator import StoreAddress, store_address
 from gaprag.state.base import Evidence
 from gaprag.stores.documents import Document, as_document, passage_text
 from gaprag.stores.embeddings import (
-    ENCODE_CHUNK,
     Embedder,
     Vectors,
     as_embedder,
@@ -634,21 +633,17 @@ class MilvusStore:
                 f"the passages carry {len(keys)} metadata keys (at most {MAX_KEYS})",
                 hint="keep per-passage fields under a few keys",
             )
-        t0 = time.perf_counter()
-        embeddings = StoreEmbeddings(self.embedder)
-        embed_s = self._embed(change.write, vectors, embeddings, progress, batch_size)
         self.record["keys"] = sorted(keys)
-        if change.write and not self.record.get("dim"):
-            self.record["dim"] = len(embeddings.known[passage_text(change.write[0])])
+        t0 = time.perf_counter()
         try:
             with _quiet():
-                self._write(change.write, embeddings)
+                embed_s = self._write(change.write, vectors, progress, batch_size)
                 for start in range(0, len(change.drop), BATCH):
                     self.client.delete(
                         self.collection, filter=ids_filter(change.drop[start : start + BATCH])
                     )
                 self._save_record()
-        except StoreError:
+        except GapragError:  # gaprag's own line: the embedder's endpoint, an analyzer refused
             raise
         except Exception as exc:
             raise _server_error(self.address, "write passages", exc) from None
@@ -660,54 +655,70 @@ class MilvusStore:
             self.collection, properties={RECORD: json.dumps(self.record)}
         )
 
-    def _embed(
+    def _write(
         self,
         docs: Sequence[Document],
         vectors: Mapping[str, Vectors],
-        embeddings: StoreEmbeddings,
         progress: bool,
         batch_size: int,
     ) -> float:
-        """Vectors for every passage written (given ones kept), under one bar; seconds."""
-        t0 = time.perf_counter()
-        for d in docs:
-            if (given := vectors.get(d["id"])) is not None:
-                embeddings.known[passage_text(d)] = [float(x) for x in given]
-        todo = list(
-            dict.fromkeys(t for d in docs if (t := passage_text(d)) not in embeddings.known)
-        )
-        if progress and not quiet() and docs:
+        """New and changed passages, :data:`BATCH` at a time, each batch's vectors given
+        (``vectors``) or embedded just before it is written: the collection's first batch
+        through ``add_embeddings`` (which creates it), later ones through ``upsert``. Only one
+        batch's vectors are held at a time. The seconds spent embedding."""
+        if not docs:
+            return 0.0
+        todo = len({passage_text(d) for d in docs if d["id"] not in vectors})
+        if progress and not quiet():
             print(
                 f"gaprag: writing {len(docs)} passages to {self.address} "
-                f"(server-side BM25 + {len(todo)} {self.embedder.name} vectors to embed)...",
+                f"(server-side BM25 + {todo} {self.embedder.name} vectors to embed)...",
                 file=sys.stderr,
                 flush=True,
             )
-        with embedding_bar(len(todo), progress) as bar:
-            for start in range(0, len(todo), ENCODE_CHUNK):
-                chunk = todo[start : start + ENCODE_CHUNK]
-                made = self.embedder.embed(chunk, batch_size=batch_size)
-                embeddings.known.update(zip(chunk, made.tolist(), strict=True))
-                bar.update(len(chunk))
-        return time.perf_counter() - t0
-
-    def _write(self, docs: Sequence[Document], embeddings: StoreEmbeddings) -> None:
-        """New and changed passages: the collection's first through ``add_embeddings`` (which
-        creates it), later ones through ``upsert``, :data:`BATCH` at a time."""
-        if not docs:
-            return
+        embeddings = StoreEmbeddings(self.embedder)
         vs = _vectorstore(self.address, embeddings, self.record["analyzer"], self.record)
         created = self.client.has_collection(self.collection)
-        for start in range(0, len(docs), BATCH):
-            batch = docs[start : start + BATCH]
-            rows = [_row(d) for d in batch]
-            ids = [d["id"] for d in batch]
-            if not created:
-                self._create(vs, rows, ids, embeddings)
-                created = True
-            else:
-                vs.upsert(ids=ids, documents=rows)
+        embed_s = 0.0
+        with embedding_bar(todo, progress) as bar:
+            for start in range(0, len(docs), BATCH):
+                batch = docs[start : start + BATCH]
+                t0 = time.perf_counter()
+                made = self._vectors(batch, vectors, embeddings, batch_size)
+                embed_s += time.perf_counter() - t0
+                bar.update(made)
+                if not self.record.get("dim"):
+                    self.record["dim"] = len(embeddings.known[passage_text(batch[0])])
+                rows = [_row(d) for d in batch]
+                ids = [d["id"] for d in batch]
+                if not created:
+                    self._create(vs, rows, ids, embeddings)
+                    created = True
+                else:
+                    vs.upsert(ids=ids, documents=rows)
+                embeddings.known.clear()
         self._vs = None
+        return embed_s
+
+    def _vectors(
+        self,
+        batch: Sequence[Document],
+        vectors: Mapping[str, Vectors],
+        embeddings: StoreEmbeddings,
+        batch_size: int,
+    ) -> int:
+        """The vectors of ``batch`` into ``embeddings.known``: given ones kept, the others
+        embedded; how many texts were embedded."""
+        for d in batch:
+            if (given := vectors.get(d["id"])) is not None:
+                embeddings.known[passage_text(d)] = [float(x) for x in given]
+        todo = list(
+            dict.fromkeys(t for d in batch if (t := passage_text(d)) not in embeddings.known)
+        )
+        if todo:
+            made = self.embedder.embed(todo, batch_size=batch_size)
+            embeddings.known.update(zip(todo, made.tolist(), strict=True))
+        return len(todo)
 
     def _create(
         self, vs: Any, rows: list[LCDocument], ids: list[str], embeddings: StoreEmbeddings

@@ -242,3 +242,21 @@ def test_an_analyzer_the_server_refuses_is_one_line_and_leaves_no_collection(
         assert "Traceback" not in capsys.readouterr().err  # the libraries' logs stay quiet
     else:
         assert [h["id"] for h in store.search("run", 1, mode="bm25")] == ["a"]  # stemmed
+
+
+def test_a_corpus_is_written_and_updated_batch_by_batch(
+    collection: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gaprag.stores import milvus
+    from tests.integration.test_store_contract import DOCS
+
+    monkeypatch.setattr(milvus, "BATCH", 2)  # 7 passages: a creating batch, then upserts
+    store = MilvusStore.index(collection, DOCS, embedder=HashingEmbedder(), language="none",
+                              progress=False)  # fmt: skip
+    assert len(store) == len(DOCS) and all(store.get(d["id"]) == d for d in DOCS)
+    changed = [{**d, "text": d["text"] + " Revised."} for d in DOCS[:5]]
+    again = MilvusStore.index(collection, changed, cleanup="full", progress=False)
+    assert again.update == {"num_added": 0, "num_updated": 5, "num_deleted": 2, "num_skipped": 0}
+    assert sorted(d["id"] for d in changed) == sorted(
+        h["id"] for h in again.search("revised", 10, mode="bm25")
+    )
