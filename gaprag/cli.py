@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from gaprag.errors import EndpointError, GapragError, InputError, one_line
+from gaprag.errors import EndpointError, GapragError, InputError, StoreError, one_line
 
 
 def _fail(err: GapragError) -> int:
@@ -118,9 +118,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
         raise
     retriever = None
     if args.store:
-        from gaprag.stores.store import Store
+        from gaprag.stores.opening import open_store
 
-        retriever = Store.open(args.store)
+        retriever = open_store(args.store)
     options = options_for(args.method, parse_sets(args.set or [], args.method))
     if args.filter:
         options["filter"] = {**options.get("filter", {}), **parse_filter(args.filter)}
@@ -307,35 +307,46 @@ def _listed(what: str, items: list[str]) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    from gaprag.operator import is_store_address
     from gaprag.stores.bm25 import BM25Settings
     from gaprag.stores.embeddings import parse_embedder
     from gaprag.stores.loaders import keep_apart, load_corpus, supported
+    from gaprag.stores.opening import open_store
     from gaprag.stores.store import Store
     from gaprag.stores.versions import source_roots
 
     if args.delete:
-        if args.paths:
+        if args.paths or args.from_store:
             raise InputError(
                 "give paths to index or --delete ids, not both",
                 hint="run `gaprag index` once for each",
             )
-        store = Store.open(args.store).delete(args.delete, progress=not args.quiet)
+        store = open_store(args.store).delete(args.delete, progress=not args.quiet)
         print(
             f"gaprag: deleted {len(set(args.delete))} passage(s); {args.store} holds {len(store)}"
         )
         return 0
+    if args.from_store:
+        return _copy_store(args)
     if not args.paths:
         raise InputError(
             "nothing to index", hint=f"give folders or files ({supported()}), or --delete IDS"
+        )
+    milvus = is_store_address(args.store)
+    if milvus and (args.bm25 or args.chroma_url):
+        raise InputError(
+            "--bm25 and --chroma-url are settings of a local store",
+            hint="a milvus:// store runs BM25 and dense search on the server; "
+            "--bm25-language picks its analyzer",
         )
     corpus = load_corpus(
         args.paths,
         chunk_size=args.chunk_size,
         overlap=args.overlap,
-        exclude=[args.store],
+        exclude=[] if milvus else [args.store],
         follow_symlinks=args.follow_symlinks,
     )
-    keep_apart(corpus, source_roots(Path(args.store)))
+    keep_apart(corpus, _milvus_roots(args.store) if milvus else source_roots(Path(args.store)))
     if corpus.duplicates:
         _listed(f"{len(corpus.duplicates)} duplicate(s)", corpus.duplicates)  # fmt: skip
     if not corpus.documents and not corpus.sources and not corpus.failed:
@@ -349,6 +360,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         f"gaprag: {len(corpus.documents)} passages from {len(corpus.sources)} file(s) "
         f"in {len(args.paths)} path(s)"
     )
+    if milvus:
+        return _index_milvus(args, corpus)
     bm25 = None  # an update keeps the store's own BM25 settings and embedder unless named
     if args.bm25_language is not None:
         bm25 = BM25Settings(engine=args.bm25 or "bm25s", language=args.bm25_language)
@@ -368,11 +381,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     _report(corpus, store)
     _prepare_queries(store)
     done = cast(dict[str, int], store.update or {})
-    counts = ", ".join(
-        f"{done.get(key, 0)} {word}"
-        for key, word in (("num_added", "added"), ("num_updated", "updated"),
-                          ("num_deleted", "deleted"), ("num_skipped", "unchanged"))
-    )  # fmt: skip
+    counts = _counts(done)
     if not (done.get("num_added") or done.get("num_updated") or done.get("num_deleted")):
         print(f"gaprag: {args.store} is up to date ({len(store)} passages; {counts})")
         return 0
@@ -385,6 +394,86 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def _counts(done: dict[str, int]) -> str:
+    return ", ".join(
+        f"{done.get(key, 0)} {word}"
+        for key, word in (("num_added", "added"), ("num_updated", "updated"),
+                          ("num_deleted", "deleted"), ("num_skipped", "unchanged"))
+    )  # fmt: skip
+
+
+def _milvus_roots(address: str) -> dict[str, str]:
+    """The folder each source of the Milvus store was read from (none for a new store)."""
+    from gaprag.stores.milvus import MilvusStore
+
+    try:
+        return dict(MilvusStore.open(address).record.get("roots", {}))
+    except StoreError as err:
+        if err.message.startswith("no gaprag store"):
+            return {}
+        raise
+
+
+def _index_milvus(args: argparse.Namespace, corpus: Any) -> int:
+    """``gaprag index PATHS --store milvus://...``: the corpus written to the collection."""
+    from gaprag.stores.embeddings import parse_embedder
+    from gaprag.stores.milvus import MilvusStore
+
+    store = MilvusStore.index(
+        args.store,
+        corpus.documents,
+        cleanup=args.cleanup,
+        sources=list(corpus.sources),
+        keep=corpus.failed,
+        roots={k: str(v) for k, v in corpus.sources.items()},
+        embedder=parse_embedder(args.embedder) if args.embedder else None,
+        language=args.bm25_language,
+        progress=not args.quiet,
+    )
+    held = store.source_counts(corpus.failed) if corpus.failed else {}
+    _report(corpus, None, held=held, touched=store.touched)
+    return _done(args.store, store, len(store))
+
+
+def _done(name: str, store: Any, size: int) -> int:
+    """The last line of an index run into a Milvus store."""
+    done = cast(dict[str, int], store.update or {})
+    if not (done.get("num_added") or done.get("num_updated") or done.get("num_deleted")):
+        print(f"gaprag: {name} is up to date ({size} passages; {_counts(done)})")
+        return 0
+    t = store.timings
+    print(
+        f"gaprag: indexed into {name}: {_counts(done)}; {size} passages "
+        f"(embed {t.get('embed', 0)}s, milvus {t.get('milvus', 0)}s)"
+    )
+    return 0
+
+
+def _copy_store(args: argparse.Namespace) -> int:
+    """``gaprag index --from-store ./mystore --store milvus://...``: a local store's passages,
+    metadata and vectors written to a Milvus collection, no document read or embedded again."""
+    from gaprag.operator import is_store_address
+    from gaprag.stores.milvus import MilvusStore
+    from gaprag.stores.store import Store
+
+    if args.paths or not is_store_address(args.store) or is_store_address(args.from_store):
+        raise InputError(
+            "--from-store copies a local store into a milvus:// store, without paths",
+            hint="gaprag index --from-store ./mystore --store milvus://HOST:PORT/COLLECTION",
+        )
+    source = Store.open(args.from_store)
+    try:
+        language = source.bm25.settings.language if source.bm25.settings.stemmer else "none"
+        vectors = source.vectors([d["id"] for d in source.docs])
+        store = MilvusStore.index(
+            args.store, source.docs, cleanup="full", embedder=source.embedder,
+            language=args.bm25_language or language, vectors=vectors, progress=not args.quiet,
+        )  # fmt: skip
+    finally:
+        source.close()
+    return _done(args.store, store, len(store))
+
+
 def _prepare_queries(store: Any) -> None:
     """A store embedded by MiniLM: its model exported for quick queries, once (later asks
     embed their question without loading torch)."""
@@ -395,14 +484,22 @@ def _prepare_queries(store: Any) -> None:
         _progress("gaprag: queries load torch (pip install onnx to make them start faster)")
 
 
-def _report(corpus: Any, store: Any) -> None:
+def _report(
+    corpus: Any,
+    store: Any,
+    *,
+    held: dict[str, int] | None = None,
+    touched: frozenset[str] = frozenset(),
+) -> None:
     """One line per file found: indexed (its passages), unchanged, or skipped with its reason
-    and hint; a file that could not be read says how many of its passages the store keeps."""
-    held: dict[str, int] = {}
-    for doc in store.docs if store is not None else []:
-        source = str(doc.get("metadata", {}).get("source", ""))
-        held[source] = held.get(source, 0) + 1
-    touched = store.touched if store is not None else frozenset()
+    and hint; a file that could not be read says how many of its passages the store keeps
+    (``held``: those counts, else counted in ``store``; ``touched``: else ``store.touched``)."""
+    if held is None:
+        held = {}
+        for doc in store.docs if store is not None else []:
+            source = str(doc.get("metadata", {}).get("source", ""))
+            held[source] = held.get(source, 0) + 1
+    touched = store.touched if store is not None else touched
     for f in corpus.files:
         if f.skipped:
             kept = held.get(f.source, 0) if f.failed else 0
@@ -574,7 +671,8 @@ QUIET: Arg = (("--quiet",), {"action": "store_true", "help": "no progress messag
 ASK_ARGS: list[Arg] = [
     (("question",), {}),
     (("--method",), {"default": "standard_rag", "choices": METHOD_NAMES}),
-    (("--store",), {"help": "a store built by `gaprag index` (default: the bundled demo corpus)"}),
+    (("--store",), {"help": "a store built by `gaprag index`: a directory or "
+                    "milvus://HOST:PORT/COLLECTION (default: the bundled demo corpus)"}),
     (("--json",), {"action": "store_true", "help": "print the full output as one JSON object"}),
     (("--profile",), {"default": "auto",
                       "help": "model profile: auto (the shipped profile of the model in use), "
@@ -601,7 +699,11 @@ SETTINGS_ARGS: list[Arg] = [
 INDEX_ARGS: list[Arg] = [
     (("paths",), {"nargs": "*", "help": "folders and files: .txt .md .pdf .html .csv .docx, "
                   "JSONL {id,title,text} or dataset JSONL"}),
-    (("--store",), {"required": True, "help": "directory of the store"}),
+    (("--store",), {"required": True, "help": "directory of the store, or a Milvus "
+                    "collection: milvus://HOST:PORT/COLLECTION"}),
+    (("--from-store",), {"metavar": "DIR", "help": "copy this local store's passages, "
+                         "metadata and vectors into the milvus:// --store (nothing re-read or "
+                         "re-embedded)"}),
     (("--cleanup",), {"default": "incremental", "choices": ["none", "incremental", "full"],
                       "help": "what an update removes: incremental (default) the passages of "
                       "the files indexed now that they no longer have; full also every file "
@@ -611,7 +713,7 @@ INDEX_ARGS: list[Arg] = [
     (("--bm25",), {"choices": ["bm25s", "rank_bm25"], "help": "BM25 engine (default: bm25s)"}),
     (("--bm25-language",), {"help": "BM25 stop words and stemmer: english, german, french, ... "
                             "or none (default: english); kept in the store and used for "
-                            "queries"}),
+                            "queries (a milvus:// store: the analyzer, docs/scale.md)"}),
     (("--embedder",), {"help": "minilm (the bundled MiniLM, default), a sentence-transformers "
                        "model folder, openai:MODEL[@BASE_URL] (an OpenAI-compatible "
                        "/v1/embeddings endpoint; key from GAPRAG_EMBEDDINGS_API_KEY or "

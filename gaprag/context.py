@@ -225,8 +225,8 @@ class BaseContext(metaclass=_Checked):
     )
     store: str = describe(
         "",
-        "Path of a gaprag store (`gaprag index`); empty uses GAPRAG_STORE, else the bundled "
-        "demo corpus.",
+        "Path of a gaprag store (`gaprag index`) or milvus://HOST:PORT/COLLECTION; empty uses "
+        "GAPRAG_STORE, else the bundled demo corpus.",
         operator="path",
     )
     filter: MetadataFilter = describe(

@@ -35,6 +35,7 @@ from gaprag.llm.client import LLM
 from gaprag.llm.factory import default_llm, openai_llm, resolve_llm
 from gaprag.llm.memo import current_run
 from gaprag.operator import operator_endpoint, policy_of
+from gaprag.stores.milvus import MilvusStore
 from gaprag.stores.pairs import PairStore
 from gaprag.stores.retriever import (
     LangChainRetrieverAdapter,
@@ -164,9 +165,9 @@ class Deps:
         if not where:
             return ""
         store = unwrap(await self.aretriever(ctx))
-        if not isinstance(store, Store):
+        if not isinstance(store, Store | MilvusStore):
             return ""
-        keys = store.metadata_keys()
+        keys = await to_thread(store.metadata_keys)
         unknown = [k for k in where if k not in keys]
         if unknown and not policy_of(type(ctx)).hide_paths:
             raise InputError(
@@ -221,8 +222,9 @@ def _endpoint_env() -> tuple[tuple[str, str], ...]:
 
 
 def _open_store(path: str) -> Retriever:
-    """The store at ``path``, or the bundled demo corpus's (built on first use)."""
+    """The store at ``path`` (a directory or a ``milvus://`` address), or the bundled demo
+    corpus's (built on first use)."""
     from gaprag.stores.demo import demo_store
-    from gaprag.stores.store import Store
+    from gaprag.stores.opening import open_store
 
-    return Store.open(path) if path else demo_store()
+    return open_store(path) if path else demo_store()

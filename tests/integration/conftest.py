@@ -157,3 +157,61 @@ def served_default(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]
     the bundled demo store, built on first use into an empty GAPRAG_HOME."""
     with serve(tmp_path_factory.mktemp("studio-default"), {}) as server:
         yield server
+
+
+# -- a Milvus server -------------------------------------------------------------------------
+MILVUS_LITE = Path(sys.executable).with_name("milvus-lite")
+MILVUS_STARTUP_S = 60.0
+
+
+def wait_tcp(host: str, port: int, timeout: float, *, alive: object = None) -> None:
+    """Wait until ``host:port`` accepts a TCP connection; ``alive()`` False aborts early."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if callable(alive) and not alive():
+            raise RuntimeError(f"the server for {host}:{port} exited while starting")
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"{host}:{port} accepted no connection within {timeout:.0f} s")
+
+
+@pytest.fixture(scope="session")
+def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``milvus://HOST:PORT`` of a Milvus server: the one ``GAPRAG_TEST_MILVUS_URI`` names (a
+    standalone or managed Milvus), else Milvus Lite's development server (``milvus-lite
+    server``) started on a free loopback port for the session and stopped by its process id.
+    A server that cannot start fails the tests that need it, with its log."""
+    given = os.environ.get("GAPRAG_TEST_MILVUS_URI", "").strip().rstrip("/")
+    if given:
+        yield given
+        return
+    if not MILVUS_LITE.exists():
+        raise AssertionError(
+            f"{MILVUS_LITE} not found: the Milvus tests need the milvus extra "
+            "(pip install -e '.[milvus]'; scripts/setup.sh --dev installs it)"
+        )
+    data = tmp_path_factory.mktemp("milvus")
+    port = free_port()
+    log = data / "milvus-lite.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(MILVUS_LITE), "server", "--data-dir", str(data / "data"),
+             "--host", "127.0.0.1", "--port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        try:
+            wait_tcp("127.0.0.1", port, MILVUS_STARTUP_S, alive=lambda: proc.poll() is None)
+        except (TimeoutError, RuntimeError) as exc:
+            raise AssertionError(
+                f"{exc}\n--- milvus-lite log ---\n{log.read_text()[-4000:]}"
+            ) from None
+        yield f"milvus://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the server's process group, nothing else
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)

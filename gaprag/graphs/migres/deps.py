@@ -14,6 +14,7 @@ from gaprag.graphs.migres.context import Context
 from gaprag.graphs.migres.filter import CrossEncoderScorer, EmbeddingScorer, Scorer
 from gaprag.graphs.migres.verify import Verifier
 from gaprag.stores.embeddings import default_embedder
+from gaprag.stores.milvus import MilvusStore
 from gaprag.stores.retriever import unwrap
 from gaprag.stores.store import Store
 
@@ -43,6 +44,8 @@ def scorer_for(ctx: Context, deps: MigresDeps) -> Scorer:
     def make() -> Scorer:
         if isinstance(retriever, Store):
             return EmbeddingScorer(retriever.embedder, store=retriever)
+        if isinstance(retriever, MilvusStore):
+            return EmbeddingScorer(retriever.embedder)
         return EmbeddingScorer(default_embedder())
 
     return deps.cached(("migres.embedding_scorer", id(retriever)), make)

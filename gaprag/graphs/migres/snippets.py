@@ -11,6 +11,7 @@ from gaprag.graphs.migres.prompting import FORMATS, WHOLE
 from gaprag.graphs.migres.state import Snippet
 from gaprag.prompts import Passages
 from gaprag.state.base import Evidence
+from gaprag.stores.milvus import MilvusStore
 from gaprag.stores.retriever import Retriever, unwrap
 from gaprag.stores.store import Store
 
@@ -37,7 +38,7 @@ async def round_candidates(
     hits is searched again with :data:`RETRY_PREFIX` (``retry_prefix``) while the store holds
     more passages."""
     store = unwrap(retriever)
-    total = len(store) if isinstance(store, Store) and not ctx.filter else None
+    total = len(store) if isinstance(store, Store | MilvusStore) and not ctx.filter else None
     seen: set[str] = set()
     out: list[Evidence] = []
     for query in queries:

@@ -1,0 +1,263 @@
+"""How a store grows: a local store (bm25s + Chroma in a folder) at increasing sizes, and a
+Milvus collection on Milvus Lite's development server at 10k and 100k passages.
+
+Passages are synthetic: 60 words drawn from a Zipf distribution over 50,000 made-up words, each
+with a title of two of them and a ``source`` in its metadata; queries are 5 such words. Vectors
+are random 384-d unit vectors seeded by the text (the shape of the shipped MiniLM's), so the
+times exclude embedding (MiniLM embeds ~20 passages/s on this machine's CPU: embed elsewhere, or
+through an embeddings endpoint, at these sizes).
+
+For each local size, two child processes: one builds the store (``Store.build``: index time,
+peak memory), one opens it and runs the queries (open time, memory to serve, query p50 per
+mode). For Milvus, the server is started on a free loopback port and the passages are written
+with ``MilvusStore.index`` given the vectors; its peak memory is the server process's
+(``VmHWM``). The development server is a Python reimplementation of part of Milvus: its speed is
+not a Milvus cluster's, and no cluster was measured.
+
+    nice -n 10 python benchmarks/store_scale.py --local 10000,100000,1000000 \\
+        --milvus 10000,100000 --out benchmarks/results_store_scale.json
+
+Results are written to ``--out`` after every step (a long run keeps what it measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+DIM = 384
+WORDS = 50_000
+PASSAGE_WORDS = 60
+QUERIES = int(os.environ.get("STORE_SCALE_QUERIES", "50"))  # --milvus-queries sets it there
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def vocabulary() -> list[str]:
+    rng = np.random.default_rng(7)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    return ["".join(rng.choice(letters, size=int(n))) for n in rng.integers(4, 10, size=WORDS)]
+
+
+def passages(n: int) -> Iterator[dict[str, Any]]:
+    """``n`` synthetic passages, the same for every run."""
+    words = vocabulary()
+    rng = np.random.default_rng(11)
+    for i in range(n):
+        ids = np.minimum(rng.zipf(1.3, size=PASSAGE_WORDS + 2), WORDS) - 1
+        text = " ".join(words[j] for j in ids[2:])
+        yield {"id": f"doc{i // 10}.md#{i % 10}", "title": f"{words[ids[0]]} {words[ids[1]]}",
+               "text": text, "metadata": {"source": f"doc{i // 10}.md"}}  # fmt: skip
+
+
+def queries() -> list[str]:
+    words = vocabulary()
+    rng = np.random.default_rng(13)
+    return [" ".join(words[j] for j in rng.integers(0, 2000, size=5)) for _ in range(QUERIES)]
+
+
+class RandomEmbedder:
+    """Random unit vectors seeded by the text: MiniLM's shape, no model."""
+
+    name = "random-384"
+    dim = DIM
+    spec: ClassVar[dict[str, str]] = {"kind": "name", "name": "random-384"}
+
+    def embed(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False) -> Any:
+        out = np.empty((len(texts), DIM), dtype=np.float32)
+        for row, text in enumerate(texts):
+            seed = int.from_bytes(text.encode()[:8].ljust(8, b"\0"), "little") ^ len(text)
+            v = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+            out[row] = v / np.linalg.norm(v)
+        return out
+
+
+def peak_mib() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def timed_queries(store: Any, modes: Sequence[str] = ("bm25", "dense", "hybrid")) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for mode in modes:
+        store.search(queries()[0], 5, mode=mode)  # warm
+        times = []
+        for q in queries():
+            t0 = time.perf_counter()
+            store.search(q, 5, mode=mode)
+            times.append(time.perf_counter() - t0)
+        out[f"{mode}_p50_ms"] = round(1000 * statistics.median(times), 2)
+    return out
+
+
+# -- one step in a child process -----------------------------------------------------------
+def local_build(root: Path, size: int) -> dict[str, Any]:
+    from gaprag.stores.store import Store
+
+    docs = list(passages(size))
+    before = rss_mib()
+    t0 = time.perf_counter()
+    store = Store.build(root, docs, embedder=RandomEmbedder(), progress=False, batch_size=256)
+    took = time.perf_counter() - t0
+    return {"index_s": round(took, 1), "build_peak_mib": peak_mib(), "rss_before_mib": before,
+            "timings_s": store.manifest["timings_s"]}  # fmt: skip
+
+
+def local_serve(root: Path) -> dict[str, Any]:
+    from gaprag.stores.store import Store
+
+    t0 = time.perf_counter()
+    store = Store.open(root, embedder=RandomEmbedder())
+    opened = time.perf_counter() - t0
+    out = {"open_s": round(opened, 2), **timed_queries(store)}
+    out["serve_peak_mib"] = peak_mib()
+    out["disk_mib"] = round(sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 2**20)
+    return out
+
+
+def milvus_run(address: str, size: int) -> dict[str, Any]:
+    from gaprag.stores.milvus import MilvusStore
+
+    docs = list(passages(size))
+    embedder = RandomEmbedder()
+    from gaprag.stores.documents import passage_text
+
+    vectors = {d["id"]: v for d, v in zip(docs, embedder.embed([passage_text(d) for d in docs]),
+                                           strict=True)}  # fmt: skip
+    t0 = time.perf_counter()
+    store = MilvusStore.index(address, docs, embedder=embedder, language="none", vectors=vectors,
+                              progress=False)  # fmt: skip
+    took = time.perf_counter() - t0
+    return {"index_s": round(took, 1), **timed_queries(store), "client_peak_mib": peak_mib()}
+
+
+def child(step: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--step", step, *args]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})}
+    )
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1][:300] if done.stderr else "failed"}
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def server_hwm(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def commit() -> str:
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    return done.stdout.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--local", default="10000,100000,1000000")
+    parser.add_argument("--milvus", default="10000,100000")
+    parser.add_argument(
+        "--milvus-queries",
+        type=int,
+        default=10,
+        help="queries per mode on Milvus Lite (its BM25 takes seconds)",
+    )
+    parser.add_argument("--out", default=str(Path(__file__).with_name("results_store_scale.json")))
+    parser.add_argument("--step", help=argparse.SUPPRESS)
+    parser.add_argument("args", nargs="*", help=argparse.SUPPRESS)
+    opts = parser.parse_args()
+    if opts.step:
+        steps = {"local_build": lambda a: local_build(Path(a[0]), int(a[1])),
+                 "local_serve": lambda a: local_serve(Path(a[0])),
+                 "milvus": lambda a: milvus_run(a[0], int(a[1]))}  # fmt: skip
+        print(json.dumps(steps[opts.step](opts.args)))
+        return
+    out_path = Path(opts.out)
+    results: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d"), "commit": commit(), "cpus": os.cpu_count(),
+        "passages": f"synthetic, {PASSAGE_WORDS} Zipf words + a 2-word title",
+        "vectors": f"random {DIM}-d unit vectors (no embedding in the times)",
+        "command": " ".join(["python", "benchmarks/store_scale.py", *sys.argv[1:]]),
+        "local": {}, "milvus_lite": {}, "load_average_at_start": os.getloadavg(),
+    }  # fmt: skip
+
+    def save() -> None:
+        out_path.write_text(json.dumps(results, indent=2) + "\n")
+
+    work = Path(tempfile.mkdtemp(prefix="store-scale-"))
+    try:
+        for size in [int(s) for s in opts.local.split(",") if s]:
+            log(f"local store, {size:,} passages: build")
+            root = work / f"local-{size}"
+            row = child("local_build", str(root), str(size))
+            if "error" not in row:
+                log(f"local store, {size:,} passages: open and query")
+                row.update(child("local_serve", str(root)))
+            results["local"][str(size)] = row
+            save()
+            shutil.rmtree(root, ignore_errors=True)
+        sizes = [int(s) for s in opts.milvus.split(",") if s]
+        if sizes:
+            port = free_port()
+            lite = Path(sys.executable).with_name("milvus-lite")
+            server = subprocess.Popen(
+                [str(lite), "server", "--data-dir", str(work / "milvus"), "--host", "127.0.0.1",
+                 "--port", str(port)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+            try:
+                time.sleep(8)
+                for size in sizes:
+                    log(f"Milvus Lite, {size:,} passages")
+                    row = child(
+                        "milvus", f"milvus://127.0.0.1:{port}/scale_{size}", str(size),
+                        env={"STORE_SCALE_QUERIES": str(opts.milvus_queries)},
+                    )  # fmt: skip
+                    row["queries_per_mode"] = opts.milvus_queries
+                    row["server_peak_mib"] = server_hwm(server.pid)
+                    results["milvus_lite"][str(size)] = row
+                    save()
+            finally:
+                os.killpg(server.pid, signal.SIGTERM)
+                server.wait(timeout=30)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    results["load_average_at_end"] = os.getloadavg()
+    save()
+    log(f"written {out_path}")
+
+
+if __name__ == "__main__":
+    main()
