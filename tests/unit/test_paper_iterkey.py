@@ -119,10 +119,11 @@ def test_p3_judges_query_answer_and_the_same_documents_by_a_forced_choice_within
 def test_p3_true_in_round_one_ends_the_run_after_three_calls_with_that_answer(
     module_store: Store,
 ) -> None:
-    fake = role_fake(verdicts=("True",), answers=("Eagle",))
+    answer = "The lunar module Eagle, which landed in July 1969 with Armstrong and Aldrin"
+    fake = role_fake(verdicts=("True",), answers=(answer,))
     out = run(module_store, fake)
     assert kinds(fake) == ["keywords", "answer", "validate"]  # no gate before, no rewrite after
-    assert out["answer"] == "Eagle" and out["stop_reason"] == "validated"
+    assert out["answer"] == answer and out["stop_reason"] == "validated"  # as P2 wrote it
     assert out["iterations"] == 1 and out["usage"]["llm_calls"] == 3
 
 
