@@ -48,11 +48,27 @@ def judge(missing: bool, queries: list[str]) -> str:
     )
 
 
+FINAL = "Gustave Eiffel, the French engineer whose company built the tower in 1889"
+
+
+def record_searches(store: Store) -> list[tuple[str, int, Any, set[str]]]:
+    """Every search the store serves: (query, k, mode, excluded ids)."""
+    searches: list[tuple[str, int, Any, set[str]]] = []
+    search = store.search
+
+    def recorded(query: str, k: int = 5, **kw: Any) -> Any:
+        searches.append((query, k, kw.get("mode"), set(kw.get("exclude") or ())))
+        return search(query, k, **kw)
+
+    store.search = recorded  # type: ignore[method-assign]
+    return searches
+
+
 def run(store: Store, verdict: str, **options: Any) -> tuple[dict[str, Any], ScriptedChatModel]:
     model = ScriptedChatModel(
         rules=[
             ("## First Round Answer", verdict),
-            ("## Missing Knowledge Context", "Gustave Eiffel, the French engineer"),
+            ("## Missing Knowledge Context", FINAL),
         ],
         default="Paris",
     )
@@ -84,9 +100,11 @@ def titles(block: str) -> list[str]:
 def test_step_1_the_first_retrieval_takes_the_topk_over_two_best_chunks_for_the_question(
     store: Store,
 ) -> None:
+    ranked = [h["title"] for h in store.search(Q, k=3, mode="dense")]
+    searches = record_searches(store)
     out, model = run(store, judge(False, []))
     assert out["queries"][0] == Q
-    ranked = [h["title"] for h in store.search(Q, k=3, mode="dense")]
+    assert searches == [(Q, 2, "dense", set())]  # one dense search: TopK/2 chunks
     draft = real_part(model.prompts()[kinds(model).index("draft")])
     assert titles(draft) == ranked[:2]  # TopK = 4 split evenly between KB A and KB B
 
@@ -140,9 +158,14 @@ def test_step_4_a_not_missing_verdict_answers_with_the_thought_and_no_new_chunks
 def test_step_4_a_missing_verdict_retrieves_each_querys_top_chunks_and_drops_repeats(
     store: Store,
 ) -> None:
+    searches = record_searches(store)
     out, model = run(store, judge(True, ["Eiffel Tower designer", "Gustave Eiffel engineer"]))
     assert kinds(model) == ["draft", "judge", "final"]
     assert out["queries"][1:] == ["Eiffel Tower designer", "Gustave Eiffel engineer"]
+    assert searches[1:] == [  # each query: its top TopK - TopK/2 over the whole KB
+        ("Eiffel Tower designer", 2, "dense", set()),
+        ("Gustave Eiffel engineer", 2, "dense", set()),
+    ]
     first = [e["id"] for e in out["evidence"] if e["round"] == 1]
     tops = [[h["id"] for h in store.search(q, k=2, mode="dense")] for q in out["queries"][1:]]
     new = {i for top in tops for i in top} - set(first)
@@ -150,6 +173,17 @@ def test_step_4_a_missing_verdict_retrieves_each_querys_top_chunks_and_drops_rep
     added = [e["id"] for e in out["evidence"] if e["round"] == 2]
     assert added == sorted(new)  # repeats dropped, not replaced by lower-ranked chunks
     assert out["decisions"][-1]["decision"] == "continue"
+
+
+def test_step_4_the_queries_chunks_merge_rank_by_rank_within_topk_minus_topk_over_two(
+    store: Store,
+) -> None:
+    queries = ["Rome Italy", "Gustave Eiffel French engineer"]
+    tops = [[h["id"] for h in store.search(q, k=2, mode="dense")] for q in queries]
+    assert tops == [["rome", "lon"], ["eng", "eiffel"]]  # three new chunks among them
+    out, _ = run(store, judge(True, queries))
+    added = [e["id"] for e in out["evidence"] if e["round"] == 2]
+    assert added == ["rome", "eng"]  # each query's best first, two in all
 
 
 def test_step_4_a_query_that_finds_only_retrieved_chunks_adds_none(store: Store) -> None:
@@ -174,7 +208,7 @@ def test_step_5_the_final_answer_holds_both_contexts_and_is_returned_as_written(
     assert "designer of the Eiffel Tower" not in final  # the missing list is not shown
     assert question.startswith(f"\n{Q}")
     # the paper's answer, not rewritten by a short-answer step
-    assert out["answer"] == "Gustave Eiffel, the French engineer" and len(model.calls) == 3
+    assert out["answer"] == FINAL and len(model.calls) == 3
     assert out["stop_reason"] == "answered_after_missing_knowledge"
 
 
