@@ -105,6 +105,12 @@ def test_eq2_geometric_mean_at_gamma_half_picks_and_orders_the_top_5_pairs(
     assert scores == pytest.approx([expected[n] for n in EQ2_TOP5], abs=1e-5)
 
 
+def test_eq2_gamma_weighs_the_question_similarity(pairs: PairStore) -> None:
+    chat = model()
+    run(pairs, chat, gamma=1.0)  # the question factor alone
+    assert qa_lines(chat.prompts()[0]) == ["P6", "P1", "P3", "P2", "P5"]
+
+
 def test_the_prompt_lists_the_qa_lines_then_the_unique_chunks_then_the_question_last(
     pairs: PairStore,
 ) -> None:
