@@ -32,7 +32,7 @@ REPLY = "the answer as the model wrote it, in nine words"
 
 # (name, sim(q, q_i), sim(q, c_i), chunk): the chunk of P5 is P2's, so N < K.
 # Eq. 2 at gamma = 0.5 ranks P2 .450, P3 .431, P4 .412, P5 .335, P1 .300 | P7 .280, P6 .138;
-# the arithmetic mean would rank P4, P1, P6, P3, P2 and gamma = 1.0 P6, P1, P3, P2, P5.
+# the arithmetic mean would rank P4, P1, P6, P3, P2 and gamma = 1.0 P6, P1, P3, P2, P7.
 PAIRS: list[tuple[str, float, float, str]] = [
     ("P1", 0.90, 0.10, "Chunk one."),
     ("P2", 0.45, 0.45, "Chunk two, shared by two pairs."),
@@ -108,7 +108,7 @@ def test_eq2_geometric_mean_at_gamma_half_picks_and_orders_the_top_5_pairs(
 def test_eq2_gamma_weighs_the_question_similarity(pairs: PairStore) -> None:
     chat = model()
     run(pairs, chat, gamma=1.0)  # the question factor alone
-    assert qa_lines(chat.prompts()[0]) == ["P6", "P1", "P3", "P2", "P5"]
+    assert qa_lines(chat.prompts()[0]) == ["P6", "P1", "P3", "P2", "P7"]
 
 
 def test_the_prompt_lists_the_qa_lines_then_the_unique_chunks_then_the_question_last(
