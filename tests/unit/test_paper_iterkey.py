@@ -20,7 +20,7 @@ from gaprag import build_graph
 from gaprag.llm.client import LLM
 from gaprag.stores import HashingEmbedder, Store
 from gaprag.stores.documents import Document
-from tests.methods.iterkey import CORPUS, Q, Q_NO_HITS, TEXT, RoleFake, kind_of, kinds, role_fake
+from tests.methods.iterkey import CORPUS, Q_NO_HITS, TEXT, Q, RoleFake, kind_of, kinds, role_fake
 
 LONG_WORDS = [f"w{i}" for i in range(400)]
 # a chunk longer than the paper's 256-token chunks, found only by the keyword "Selene"
@@ -109,7 +109,12 @@ def test_p3_judges_query_answer_and_the_same_documents_by_a_forced_choice_within
     (p3,) = calls_of(fake, "validate")
     text = prompt(p3)
     documents = p2.split("Documents:\n", 1)[1].split("\n\nGive a clear", 1)[0]
-    order = [f"Query: {Q_NO_HITS}", "Answer: Eagle", "Previous Retrieval Documents:", "True or False"]
+    order = [
+        f"Query: {Q_NO_HITS}",
+        "Answer: Eagle",
+        "Previous Retrieval Documents:",
+        "True or False",
+    ]
     assert [text.index(part) for part in order] == sorted(text.index(part) for part in order)
     assert documents in text  # the documents P2 answered from
     assert p3["kwargs"]["logprobs"] is True and p3["kwargs"]["top_logprobs"] >= 2
@@ -175,11 +180,16 @@ def test_no_true_in_five_rounds_returns_the_last_answer_after_fifteen_calls(
 ) -> None:
     fake = role_fake(verdicts=("False",))
     out = run(module_store, fake)
-    assert kinds(fake) == ["keywords", "answer", "validate"] + [
-        "regenerate",
-        "answer",
-        "validate",
-    ] * 4
+    assert (
+        kinds(fake)
+        == ["keywords", "answer", "validate"]
+        + [
+            "regenerate",
+            "answer",
+            "validate",
+        ]
+        * 4
+    )
     assert out["iterations"] == 5 and out["stop_reason"] == "max_iterations"
     assert out["answer"] == "a5" and len(out["queries"]) == 5
 

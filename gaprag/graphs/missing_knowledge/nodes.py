@@ -265,9 +265,11 @@ async def answer_without_new_chunks(state: State, ctx: Context, deps: Deps, lang
 
 
 async def retrieve_missing(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """Each query's top chunks: among those not retrieved yet (``mk_dedup="exclude_seen"``: the
-    first chunks and the earlier queries' chunks are excluded, so every query brings new ones),
-    or over the whole knowledge base (``"md5"``: repeats are dropped afterwards).
+    """Each query's top chunks from the second knowledge base.
+
+    Among those not retrieved yet (``mk_dedup="exclude_seen"``: the first chunks and the earlier
+    queries' chunks are excluded, so every query brings new ones), or over the whole knowledge
+    base (``"md5"``, the paper's: repeats are dropped by the merge).
 
     Reads: `mk_queries`, `initial_contexts`; writes: `mk_candidates`, `queries`, `iterations`.
     """
