@@ -12,6 +12,7 @@ validation."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -142,6 +143,18 @@ def test_p3_the_more_probable_option_wins_and_a_tie_is_no_true(module_store: Sto
         (0.51, "accept"),
     ]
     assert out["answer"] == "Eagle" and out["iterations"] == 3
+
+
+def test_p3_p_true_is_read_from_the_two_options_alone(module_store: Store) -> None:
+    other = {"True": math.log(0.4), "False": math.log(0.2), "Maybe": math.log(0.4)}
+    out = run(module_store, role_fake(logprobs=other))
+    decision = out["decisions"][0]
+    assert decision["p"] == pytest.approx(2 / 3) and decision["decision"] == "accept"
+
+    no_true = {"False": math.log(0.5), "Maybe": math.log(0.5)}
+    out = run(module_store, role_fake(logprobs=no_true))
+    assert [d["p"] for d in out["decisions"]] == [0.0] * 5  # True absent: P(True) = 0
+    assert out["stop_reason"] == "max_iterations"
 
 
 def test_p4_rewrites_the_keywords_from_the_query_and_the_previous_keywords_alone(
