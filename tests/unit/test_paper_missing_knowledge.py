@@ -1,9 +1,12 @@
-"""Missing-Knowledge RAG in its paper configuration, step by step, with a scripted model.
+"""Missing-Knowledge RAG in its paper configuration, judged at the model boundary: the public
+``build_graph("missing_knowledge", profile="paper")`` with a scripted model over a small store.
 
-Paper steps: retrieve TopK/2 chunks for the question (KB A); a draft answer over them; ONE judge
-call writes its thought, its verdict (knowledge missing or not), the missing knowledge and a
-query for each; the verdict routes: missing -> each query retrieves from KB B, new chunks only,
-TopK - TopK/2 in all -> the final answer over the context and the missing-knowledge context;
+Each test is named after the paper step it proves: retrieve TopK/2 chunks for the question
+(KB A); a draft answer over them; ONE judge call, under the paper's three criteria and four
+steps, writes its thought, its verdict (knowledge missing or not), the missing knowledge and a
+query for each; the verdict routes: missing -> each query retrieves its top chunks from KB B,
+chunks already retrieved are dropped by md5 (not replaced), TopK - TopK/2 in all -> the final
+answer over the context and the missing-knowledge context (the thought, then the new chunks);
 not missing -> the final answer with the judge's thought and no new chunks."""
 
 from __future__ import annotations
@@ -45,11 +48,27 @@ def judge(missing: bool, queries: list[str]) -> str:
     )
 
 
+FINAL = "Gustave Eiffel, the French engineer whose company built the tower in 1889"
+
+
+def record_searches(store: Store) -> list[tuple[str, int, Any, set[str]]]:
+    """Every search the store serves: (query, k, mode, excluded ids)."""
+    searches: list[tuple[str, int, Any, set[str]]] = []
+    search = store.search
+
+    def recorded(query: str, k: int = 5, **kw: Any) -> Any:
+        searches.append((query, k, kw.get("mode"), set(kw.get("exclude") or ())))
+        return search(query, k, **kw)
+
+    store.search = recorded  # type: ignore[method-assign]
+    return searches
+
+
 def run(store: Store, verdict: str, **options: Any) -> tuple[dict[str, Any], ScriptedChatModel]:
     model = ScriptedChatModel(
         rules=[
             ("## First Round Answer", verdict),
-            ("## Missing Knowledge Context", "Gustave Eiffel, the French engineer"),
+            ("## Missing Knowledge Context", FINAL),
         ],
         default="Paris",
     )
@@ -69,28 +88,56 @@ def kinds(model: ScriptedChatModel) -> list[str]:
     return out
 
 
-def test_step_1_the_first_retrieval_takes_topk_over_two_chunks(store: Store) -> None:
-    out, _ = run(store, judge(False, []))
-    first = [e for e in out["evidence"] if e["round"] == 1]
-    assert len(first) == 2  # TopK = 4, split evenly between KB A and KB B
+def real_part(prompt: str) -> str:
+    """The prompt after its one-shot example: from the last ``## Context`` heading on."""
+    return "## Context\n" + prompt.rsplit("## Context\n", 1)[1]
+
+
+def titles(block: str) -> list[str]:
+    return [ln.split(": ", 2)[1] for ln in block.splitlines() if ln.startswith("Document[")]
+
+
+def test_step_1_the_first_retrieval_takes_the_topk_over_two_best_chunks_for_the_question(
+    store: Store,
+) -> None:
+    ranked = [h["title"] for h in store.search(Q, k=3, mode="dense")]
+    searches = record_searches(store)
+    out, model = run(store, judge(False, []))
     assert out["queries"][0] == Q
+    assert searches == [(Q, 2, "dense", set())]  # one dense search: TopK/2 chunks
+    draft = real_part(model.prompts()[kinds(model).index("draft")])
+    assert titles(draft) == ranked[:2]  # TopK = 4 split evenly between KB A and KB B
 
 
-def test_step_2_the_draft_sees_whole_passages(store: Store) -> None:
+def test_step_2_the_draft_answers_over_whole_chunks_alone(store: Store) -> None:
     _, model = run(store, judge(False, []))
-    draft = model.prompts()[kinds(model).index("draft")]
+    draft = real_part(model.prompts()[kinds(model).index("draft")])
     assert draft.count("word399") == 2  # both chunks whole: no 150-word cut
     assert "## Missing Knowledge Context" not in draft
+    assert draft.index("## Context") < draft.index(f"## Question\n{Q}") < draft.index("## Answer")
 
 
-def test_step_3_one_judge_call_with_the_papers_criteria(store: Store) -> None:
+def test_step_3_one_judge_call_sees_question_context_and_draft_under_the_papers_criteria(
+    store: Store,
+) -> None:
     _, model = run(store, judge(False, []))
-    prompt = model.prompts()[kinds(model).index("judge")]
-    assert "(c) the answer is vague or off topic." in prompt
-    assert "does not support it" not in prompt and "encyclopedia title" not in prompt
-    for slot in ("## Query", "## Context", "## First Round Answer", "## Output"):
-        assert slot in prompt
     assert kinds(model).count("judge") == 1
+    prompt = model.prompts()[kinds(model).index("judge")]
+    criteria = [
+        "(a) the answer is incomplete and leaves out key points or details the question asks for;",
+        "(b) the answer holds wrong information or contradicts the context or known facts;",
+        "(c) the answer is vague or off topic.",
+    ]
+    steps = ["1. From the question", "2. If so, list the missing", "3. Give your reasoning",
+             "4. Queries are short"]  # fmt: skip
+    for line in [*criteria, *steps]:
+        assert line in prompt
+    assert "does not support it" not in prompt and "encyclopedia title" not in prompt
+    for field in ('"thought"', '"judge"', '"missing_knowledge"', '"query"'):
+        assert field in prompt
+    slots = [f"## Query\n{Q}", "## Context", "## First Round Answer\nParis", "## Output"]
+    assert [prompt.index(s) for s in slots] == sorted(prompt.index(s) for s in slots)
+    assert prompt.count("word399") == 2  # the draft's chunks, whole
 
 
 def test_step_4_a_not_missing_verdict_answers_with_the_thought_and_no_new_chunks(
@@ -98,39 +145,74 @@ def test_step_4_a_not_missing_verdict_answers_with_the_thought_and_no_new_chunks
 ) -> None:
     out, model = run(store, judge(False, []))
     assert kinds(model) == ["draft", "judge", "final"]  # no Yes/No call after the judge
-    final = model.prompts()[-1]
-    assert "The context does not say who designed the tower." in final
-    assert {e["round"] for e in out["evidence"]} == {1}
+    final = real_part(model.prompts()[-1])
+    mk = final.split("## Missing Knowledge Context", 1)[1].split("## Question", 1)[0]
+    assert "The context does not say who designed the tower." in mk and "Document[" not in mk
+    assert {e["round"] for e in out["evidence"]} == {1} and out["queries"] == [Q]
+    assert out["stop_reason"] == "enough_knowledge"
     decision = out["decisions"][-1]
     assert decision["decision"] == "stop" and decision["path"] == "verdict"
     assert decision["p"] is None and decision["threshold"] is None
 
 
-def test_step_4_a_missing_verdict_retrieves_for_each_query_within_the_budget(
+def test_step_4_a_missing_verdict_retrieves_each_querys_top_chunks_and_drops_repeats(
     store: Store,
 ) -> None:
+    searches = record_searches(store)
     out, model = run(store, judge(True, ["Eiffel Tower designer", "Gustave Eiffel engineer"]))
     assert kinds(model) == ["draft", "judge", "final"]
     assert out["queries"][1:] == ["Eiffel Tower designer", "Gustave Eiffel engineer"]
-    first = {e["id"] for e in out["evidence"] if e["round"] == 1}
-    added = [e for e in out["evidence"] if e["round"] == 2]
-    assert len(added) == 2 and not first & {e["id"] for e in added}  # TopK - TopK/2, new only
+    assert searches[1:] == [  # each query: its top TopK - TopK/2 over the whole KB
+        ("Eiffel Tower designer", 2, "dense", set()),
+        ("Gustave Eiffel engineer", 2, "dense", set()),
+    ]
+    first = [e["id"] for e in out["evidence"] if e["round"] == 1]
+    tops = [[h["id"] for h in store.search(q, k=2, mode="dense")] for q in out["queries"][1:]]
+    new = {i for top in tops for i in top} - set(first)
+    assert len(new) == 1  # the queries' top 2 hold one chunk not retrieved before
+    added = [e["id"] for e in out["evidence"] if e["round"] == 2]
+    assert added == sorted(new)  # repeats dropped, not replaced by lower-ranked chunks
     assert out["decisions"][-1]["decision"] == "continue"
+
+
+def test_step_4_the_queries_chunks_merge_rank_by_rank_within_topk_minus_topk_over_two(
+    store: Store,
+) -> None:
+    queries = ["Rome Italy", "Gustave Eiffel French engineer"]
+    tops = [[h["id"] for h in store.search(q, k=2, mode="dense")] for q in queries]
+    assert tops == [["rome", "lon"], ["eng", "eiffel"]]  # three new chunks among them
+    out, _ = run(store, judge(True, queries))
+    added = [e["id"] for e in out["evidence"] if e["round"] == 2]
+    assert added == ["rome", "eng"]  # each query's best first, two in all
+
+
+def test_step_4_a_query_that_finds_only_retrieved_chunks_adds_none(store: Store) -> None:
+    out, model = run(store, judge(True, ["tower in Paris"]))
+    first = {e["id"] for e in out["evidence"] if e["round"] == 1}
+    assert {h["id"] for h in store.search("tower in Paris", k=2, mode="dense")} == first
+    assert [e for e in out["evidence"] if e["round"] == 2] == []
+    final = real_part(model.prompts()[-1])
+    assert titles(final.split("## Missing Knowledge Context", 1)[1]) == []
 
 
 def test_step_5_the_final_answer_holds_both_contexts_and_is_returned_as_written(
     store: Store,
 ) -> None:
     out, model = run(store, judge(True, ["Eiffel Tower designer"]))
-    final = model.prompts()[-1]
+    final = real_part(model.prompts()[-1])
     context, _, rest = final.partition("## Missing Knowledge Context")
-    assert "## Context" in context and "## Question" in rest
-    assert "The context does not say who designed the tower." in rest
+    mk, _, question = rest.partition("## Question")
+    assert titles(context) == [e["title"] for e in out["evidence"] if e["round"] == 1]
+    assert mk.index("The context does not say who designed the tower.") < mk.index("Document[1]")
+    assert titles(mk) == [e["title"] for e in out["evidence"] if e["round"] == 2] != []
+    assert "designer of the Eiffel Tower" not in final  # the missing list is not shown
+    assert question.startswith(f"\n{Q}")
     # the paper's answer, not rewritten by a short-answer step
-    assert out["answer"] == "Gustave Eiffel, the French engineer" and len(model.calls) == 3
+    assert out["answer"] == FINAL and len(model.calls) == 3
+    assert out["stop_reason"] == "answered_after_missing_knowledge"
 
 
 def test_a_missing_verdict_without_queries_answers_without_retrieving(store: Store) -> None:
     out, model = run(store, json.dumps({"thought": "", "judge": True, "query": []}))
     assert kinds(model) == ["draft", "judge", "final"]
-    assert {e["round"] for e in out["evidence"]} == {1}
+    assert {e["round"] for e in out["evidence"]} == {1} and out["queries"] == [Q]

@@ -19,6 +19,7 @@ from gaprag.stores.store import RetrievalMode
 Language = Literal["auto", "en", "zh"]
 BudgetMode = Literal["matched", "additive"]
 MkBudget = Literal["round_robin", "per_query"]
+MkDedup = Literal["exclude_seen", "md5"]
 MergedOrder = Literal["score", "interleave"]
 FinalWhenNotMissing = Literal["regenerate", "reuse_draft"]
 JudgeRoute = Literal["probability", "verdict"]
@@ -79,6 +80,13 @@ class Context(BaseContext):
         "round_robin",
         "round_robin: merge the queries' results rank by rank and stop at the budget; "
         "per_query: keep every query's top k_mk_per_query (after md5 dedup).",
+    )
+    mk_dedup: MkDedup = describe(
+        "exclude_seen",
+        "How the missing-knowledge queries avoid chunks already retrieved: exclude_seen (each "
+        "query searches only chunks not retrieved yet, so the budget is filled with new ones) "
+        "or md5 (each query takes its top chunks; copies are then dropped by md5, the paper's "
+        "deduplication, so fewer may be added).",
     )
     max_mk_queries: int = describe(
         5,

@@ -265,9 +265,11 @@ async def answer_without_new_chunks(state: State, ctx: Context, deps: Deps, lang
 
 
 async def retrieve_missing(state: State, runtime: Runtime[Context], deps: Deps) -> dict[str, Any]:
-    """Each query's top chunks among those not retrieved yet.
+    """Each query's top chunks from the second knowledge base.
 
-    The first chunks and the earlier queries' chunks are excluded, so every query brings new ones.
+    Among those not retrieved yet (``mk_dedup="exclude_seen"``: the first chunks and the earlier
+    queries' chunks are excluded, so every query brings new ones), or over the whole knowledge
+    base (``"md5"``, the paper's: repeats are dropped by the merge).
 
     Reads: `mk_queries`, `initial_contexts`; writes: `mk_candidates`, `queries`, `iterations`.
     """
@@ -277,8 +279,9 @@ async def retrieve_missing(state: State, runtime: Runtime[Context], deps: Deps) 
     seen = {c["id"] for c in state.initial_contexts}
     candidates = []
     for q in state.mk_queries:
+        exclude = seen if ctx.mk_dedup == "exclude_seen" else set()
         found = await base.achunks(
-            q, per_query, mode=ctx.retrieval_mode, retrieved_by="mk", round=2, exclude=seen
+            q, per_query, mode=ctx.retrieval_mode, retrieved_by="mk", round=2, exclude=exclude
         )
         seen.update(c["id"] for c in found)
         emit(round=2, query=q, kb=ctx.kb_secondary, found=len(found))
