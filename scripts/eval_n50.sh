@@ -36,10 +36,14 @@ BEFORE_COMMIT=b99a6b7  # that commit's code defaults: 64049d9 + this script's me
 AFTER_COMMIT=a2f8522  # the calibrated profile, the short-answer step, MIGRES's empty-pool forced answer
 GATED_COMMIT=3bbe2bc  # the profile with the gate and reader settings chosen on questions 60+
 ESCALATION_COMMIT=15e5281  # escalating_rag and its profile as chosen on questions 60+
-PAPER_COMMIT=f681d21  # the paper configuration (gaprag/profiles/paper.toml), prompt cache on
+PAPER_COMMIT=c1e100a  # the paper configuration (gaprag/profiles/paper.toml), prompt cache on
 # (its first rows, with the cache off at c55005c, are in docs/results/n50/paper-cache-off/).
-# The first rows were made at 62bfc0e, whose code differs from f681d21's only in IRCoT (a step
-# with no sentence now ends the chain): its IRCoT rows with such a step were made again here.
+# The rows of standard_rag and iterkey_paper were made at f681d21 (the first at 62bfc0e, whose
+# code differs from f681d21's only in IRCoT): their paper-mode code is c1e100a's (IterKey's one
+# change, the forced choice on an endpoint without logprobs, reaches no row: every validation
+# had logprobs). Missing-Knowledge (md5 de-duplication), MIGRES (the answer-first main call),
+# RFM-RAG (Prompt 1 on the round's query) and IRCoT (the released code's step rules and CoT
+# reader) changed in paper mode at c1e100a: their rows are made at c1e100a.
 RAG_EF_PAPER_COMMIT=62bfc0e  # the ladder with --synth-prompt paper --profile paper
 RAG_EF_COMMIT=2b0d498  # RAG-EF's ladder: E_r (near copies replaced by sampled rewordings)
 # beside S and E. The code that builds S and E and evaluates rag_ef_S/SE/standard is the same as
