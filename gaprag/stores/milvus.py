@@ -60,10 +60,10 @@ from gaprag.stores.embeddings import (
 )
 from gaprag.stores.store import (
     CLEANUPS,
-    MODES,
     Cleanup,
     RetrievalMode,
     _evidence,
+    checked_mode,
     content_hash,
     source_of,
 )
@@ -451,11 +451,7 @@ class MilvusStore:
         the ``dense`` field, ``hybrid`` (default) both fused by RRF on the server; ``exclude``
         and ``filter`` are conditions of the search itself."""
         asked = mode
-        mode = mode or "hybrid"
-        if mode not in MODES:
-            raise StoreError(
-                f"unknown retrieval mode {mode!r}", hint=f"use one of {', '.join(MODES)}"
-            )
+        mode = checked_mode(mode)
         expr = milvus_filter(dict(filter or {}), exclude)
         out: list[Evidence] = []
         if query.strip() and k > 0:

@@ -59,6 +59,17 @@ from gaprag.stores.hybrid import rrf
 
 RetrievalMode = Literal["bm25", "dense", "hybrid"]
 MODES: tuple[RetrievalMode, ...] = ("bm25", "dense", "hybrid")
+
+
+def checked_mode(mode: str | None) -> RetrievalMode:
+    """A search's retrieval mode (``hybrid`` when none is given), or a StoreError naming the
+    modes there are."""
+    for known in MODES:
+        if (mode or "hybrid") == known:
+            return known
+    raise StoreError(f"unknown retrieval mode {mode!r}", hint=f"use one of {', '.join(MODES)}")
+
+
 Cleanup = Literal["none", "incremental", "full"]
 CLEANUPS: tuple[Cleanup, ...] = ("none", "incremental", "full")
 FORMAT_VERSION = 2  # 2: bm25s tokenisation (stemming, stop words per language), bm25/settings.json
@@ -622,11 +633,7 @@ class Store:
         keeps passages whose metadata matches (:mod:`gaprag.stores.filters`): Chroma's
         ``where`` on the dense side, BM25 fetching deeper until enough match."""
         asked = mode
-        mode = mode or "hybrid"
-        if mode not in MODES:
-            raise StoreError(
-                f"unknown retrieval mode {mode!r}", hint=f"use one of {', '.join(MODES)}"
-            )
+        mode = checked_mode(mode)
         want = k + len(exclude)
         where = dict(filter or {})
         if mode == "bm25":
