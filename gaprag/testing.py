@@ -40,6 +40,8 @@ class ScriptedChatModel(BaseChatModel):
     # generated token first; used (before ``logprobs``) when a call asks for logprobs
     reply_logprobs: dict[str, list[list[tuple[str, float]]]] = Field(default_factory=dict)
     latency: float = 0.0  # seconds each call takes (time.sleep, or asyncio.sleep when async)
+    # the model it stands for: a build with profile="auto" applies that model's shipped profile
+    model: str | None = None
     _calls: list[dict[str, Any]] = PrivateAttr(default_factory=list)
     _index: int = PrivateAttr(default=0)
 

@@ -1,16 +1,23 @@
-"""Golden outputs: every registered method on fixed questions with a deterministic scripted model.
+"""Golden outputs: every registered method on fixed questions with a deterministic scripted model,
+in each of its configurations.
 
 Each method runs through the public API (``build_graph``) over a tiny HashingEmbedder store,
 with a scripted chat model whose reply to each call is picked by a hash of the prompt. Any
 change to a prompt, a parser, a route or a state update changes the recorded prompts or
 outputs, so comparing two snapshots shows whether a refactoring kept behaviour. Wall times are
-dropped; everything else is kept. ``tests/unit/test_golden.py`` compares each method with
-``tests/golden/outputs.json``.
+dropped; everything else is kept. The configurations (:data:`CONFIGS`), one file each:
 
-``python -m tests.golden.snapshot OUT.json`` writes every method's runs to ``OUT.json``;
-``python -m tests.golden.snapshot OUT.json --method NAME [--method NAME ...]`` runs only those
-methods and replaces their runs in ``OUT.json``, keeping the others (how a new method's
-snapshot is made, or a deliberate change of one method's behaviour is recorded).
+- ``defaults`` (``outputs.json``): a model gaprag has no profile for, so the code defaults;
+- ``shipped`` (``outputs_shipped.json``): the scripted model named as the embedded default
+  model, so ``profile="auto"`` applies its shipped profile (gate, reader, tuned settings);
+- ``paper`` (``outputs_paper.json``): ``profile="paper"``, the method as its paper gives it.
+
+``tests/unit/test_golden.py`` compares each method in each configuration with its file.
+
+``python -m tests.golden.snapshot --config CONFIG`` writes every method's runs to the
+configuration's file; ``--method NAME`` (repeatable) runs only those methods and replaces their
+runs in the file, keeping the others (how a new method's snapshot is made, or a deliberate
+change of one method's behaviour is recorded); ``--out`` writes elsewhere (to compare).
 """
 
 from __future__ import annotations
@@ -21,10 +28,13 @@ import json
 import os
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import BaseMessage
+
+from gaprag.config import DEFAULT_LOCAL_MODEL
 
 QUESTIONS = [
     "Who wrote Hamlet?",
@@ -94,8 +104,25 @@ def _clean(value: Any) -> Any:
     return value
 
 
-GOLDEN = Path(__file__).parent / "outputs.json"
-COMMAND = "python -m tests.golden.snapshot tests/golden/outputs.json --method {method}"
+HERE = Path(__file__).parent
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration of every method: the name the scripted model stands for (None: a model
+    without a shipped profile), the ``profile`` given to ``build_graph`` and the snapshot file."""
+
+    model: str | None
+    profile: str
+    file: Path
+
+
+CONFIGS = {
+    "defaults": Config(None, "auto", HERE / "outputs.json"),
+    "shipped": Config(DEFAULT_LOCAL_MODEL, "auto", HERE / "outputs_shipped.json"),
+    "paper": Config(None, "paper", HERE / "outputs_paper.json"),
+}
+COMMAND = "python -m tests.golden.snapshot --config {config} --method {method}"
 
 
 def build_store(root: Path) -> Any:
@@ -113,15 +140,17 @@ def build_store(root: Path) -> Any:
     return store
 
 
-def run_method(method: str, store: Any) -> dict[str, Any]:
-    """``method``'s runs on every question, by ``"method|question"`` (unstable runs left out)."""
+def run_method(method: str, store: Any, config: str = "defaults") -> dict[str, Any]:
+    """``method``'s runs on every question in configuration ``config``, by
+    ``"method|question"`` (unstable runs left out)."""
     from gaprag import build_graph
     from gaprag.testing import ScriptedChatModel
 
+    chosen = CONFIGS[config]
     result: dict[str, Any] = {}
     for question in QUESTIONS:
-        llm = ScriptedChatModel(default=pick)
-        graph = build_graph(method, llm=llm, retriever=store)
+        llm = ScriptedChatModel(default=pick, model=chosen.model)
+        graph = build_graph(method, llm=llm, retriever=store, profile=chosen.profile)
         output = graph.invoke({"question": question})
         prompts = ["\n".join(f"{r}:{t}" for r, t in c["messages"]) for c in llm.calls]
         key = f"{method}|{question}"
@@ -142,9 +171,10 @@ def of_method(runs: dict[str, Any], method: str) -> dict[str, Any]:
     return {k: v for k, v in runs.items() if k.split("|", 1)[0] == method}
 
 
-def run(out: Path, methods: Sequence[str] | None = None) -> None:
-    """Write the runs of ``methods`` (default: every registered method) to ``out``; with
-    ``methods`` given, the runs of other methods already in ``out`` are kept."""
+def run(out: Path, methods: Sequence[str] | None = None, config: str = "defaults") -> None:
+    """Write the runs of ``methods`` (default: every registered method) in configuration
+    ``config`` to ``out``; with ``methods`` given, the runs of other methods already in ``out``
+    are kept."""
     from gaprag import list_methods
 
     chosen = list(methods) if methods else list_methods()
@@ -156,14 +186,23 @@ def run(out: Path, methods: Sequence[str] | None = None) -> None:
     # the snapshot is compared as data: keys that vary between identical runs are skipped
     result = dict(kept)
     for method in chosen:
-        result.update(run_method(method, store))
+        result.update(run_method(method, store, config))
     out.write_text(json.dumps(result, indent=1, sort_keys=True, default=str), encoding="utf-8")
-    print(f"wrote {out}: {len(result)} runs ({', '.join(chosen)} run now)")
+    print(f"wrote {out}: {len(result)} runs in {config} ({', '.join(chosen)} run now)")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.golden.snapshot", description=__doc__)
-    parser.add_argument("out", type=Path, help="the snapshot file to write")
+    parser.add_argument(
+        "--config",
+        choices=sorted(CONFIGS),
+        default="defaults",
+        help="the configuration: defaults (a model without a profile), shipped (the embedded "
+        "model's profile) or paper (profile paper)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="the file to write (default: the configuration's)"
+    )
     parser.add_argument(
         "--method",
         action="append",
@@ -172,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "methods' runs are kept",
     )
     args = parser.parse_args(argv)
-    run(args.out, args.method or None)
+    run(args.out or CONFIGS[args.config].file, args.method or None, args.config)
 
 
 if __name__ == "__main__":
