@@ -153,14 +153,26 @@ def test_step_3_a_step_adds_the_paragraphs_of_its_top_k_not_gathered_yet(store: 
 def test_step_4_a_step_that_writes_no_sentence_ends_the_reasoning(store: Store) -> None:
     out, model = run(store, "Paris is the capital of France.", "  \n", "So the answer is: Eiffel.")
     assert out["iterations"] == 2 and out["stop_reason"] == "empty_step"
+    rule = {"node": "reason", "p": None, "path": "rule", "threshold": None}
+    assert out["decisions"] == [
+        {**rule, "round": 1, "decision": "retrieve"},
+        {**rule, "round": 2, "decision": "answer"},
+    ]
     assert out["thoughts"] == ["Paris is the capital of France."]
     assert len(model.calls) == 3  # two steps, then the reader
     assert out["answer"] == "Eiffel"
 
 
+def test_step_4_an_empty_first_step_goes_to_the_reader_with_no_reasoning(store: Store) -> None:
+    out, model = run(store, "\n", "So the answer is: Eiffel.")
+    assert out["stop_reason"] == "empty_step" and out["thoughts"] == []
+    assert len(model.calls) == 2 and out["answer"] == "Eiffel"
+
+
 def test_step_4_the_step_limit_of_ten_sentences_bounds_the_reasoning(store: Store) -> None:
     out, model = run(store, *[f"Town {w} has a tower." for w in TOWNS[:12]])
     assert out["iterations"] == 10 and out["stop_reason"] == "max_iterations"
+    assert [d["decision"] for d in out["decisions"]] == ["retrieve"] * 9 + ["answer"]
     assert len(model.calls) == 11  # 10 sentences, then the reader
     assert model.calls[-1]["kwargs"]["max_tokens"] == 300
 
@@ -211,4 +223,5 @@ def test_the_demonstrations_of_each_set_are_the_released_files() -> None:
 def test_reasoning_sentences_are_not_queries() -> None:
     assert is_reasoning("So the answer is: Paris.") and is_reasoning("Thus, both are French.")
     assert is_reasoning("That is, 1990 + 5 = 1995") and not is_reasoning("Paris is in France.")
+    assert is_reasoning("It opened in 1990 + 5 = 1995.")  # arithmetic, whatever its start
     assert fact_query(["So it is Paris."], "the question") == "the question"
