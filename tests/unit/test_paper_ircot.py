@@ -13,6 +13,7 @@ the gathered paragraphs (at most 15), its answer read after "answer is"."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ import pytest
 from gaprag import build_graph
 from gaprag.graphs.ircot.demonstrations import count, demonstrations, fact_query, is_reasoning
 from gaprag.llm.client import LLM
+from gaprag.stores.embeddings import HashingEmbedder
 from gaprag.stores.store import Store
 from gaprag.testing import ScriptedChatModel
 
@@ -96,6 +98,14 @@ def test_step_2_each_step_continues_the_chain_over_the_demonstrations_and_the_pa
         assert not call["kwargs"].get("logprobs")
 
 
+def test_step_2_a_paragraph_over_150_words_is_shown_whole(tmp_path: Path) -> None:
+    long_text = EIFFEL + " " + " ".join(f"word{i}" for i in range(200))
+    docs = [{"id": "eiffel", "title": "Eiffel Tower", "text": long_text}]
+    store = Store.build(tmp_path / "store", docs, embedder=HashingEmbedder(), progress=False)
+    _, model = run(store, "So the answer is: Eiffel.", "So the answer is: Eiffel.")
+    assert f"Wikipedia Title: Eiffel Tower\n{long_text}" in user(model, 0)
+
+
 def test_step_2_only_the_first_sentence_of_a_reply_joins_the_chain(store: Store) -> None:
     out, model = run(
         store,
@@ -134,6 +144,11 @@ def test_step_3_otherwise_it_queries_with_the_last_sentence_that_states_a_fact(
         REASON_Q + "Paris has a tower by a river. So the tower to look for is in Paris."
     )
     assert out["iterations"] == 4 and out["stop_reason"] == "answered"
+
+
+def test_step_3_a_chain_of_reasoning_steps_alone_queries_with_the_question(store: Store) -> None:
+    out, _ = run(store, "So the tower is in Paris.", "So the answer is: Eiffel.", "X")
+    assert out["queries"] == [SEARCHED, SEARCHED]
 
 
 def test_step_3_a_step_adds_the_paragraphs_of_its_top_k_not_gathered_yet(store: Store) -> None:
@@ -203,6 +218,18 @@ def test_step_5_a_reader_reply_without_answer_is_gives_its_whole_first_line(
 ) -> None:
     out, _ = run(store, "So the answer is: Paris.", "Gustave Eiffel designed it.\nMore text")
     assert out["answer"] == "Gustave Eiffel designed it"
+
+
+def test_step_5_the_readers_answer_loses_its_last_full_stop_even_after_an_initial(
+    store: Store,
+) -> None:
+    out, _ = run(store, "So the answer is: Paris.", "So the answer is: Washington D.C.")
+    assert out["answer"] == "Washington D.C"
+
+
+def test_step_5_an_empty_reader_reply_gives_an_empty_answer(store: Store) -> None:
+    out, _ = run(store, "So the answer is: Paris.", "")
+    assert out["answer"] == "" and out["stop_reason"] == "answered"
 
 
 def test_nothing_else_runs_no_gate_selection_or_short_answer_step(store: Store) -> None:
