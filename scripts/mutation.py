@@ -240,6 +240,7 @@ def survivors(work: Path) -> list[str]:
 def run(name: str, *, rerun_survivors: bool, summary_only: bool, max_children: int | None) -> int:
     work = prepare(name)
     command = f"python scripts/mutation.py {name}"
+    at = commit()  # the code the mutants were made from, not what changed while they ran
     seconds = 0.0
     if not summary_only:
         argv = [str(Path(sys.executable).with_name("mutmut")), "run"]
@@ -275,7 +276,7 @@ def run(name: str, *, rerun_survivors: bool, summary_only: bool, max_children: i
         return 1
     info = RunInfo(
         date=datetime.now(UTC).strftime("%Y-%m-%d"),
-        commit=commit(),
+        commit=at,
         machine=machine(),
         command=f"nice -n 10 {command}",
         duration=f"{seconds / 60:.0f} min (this invocation)" if seconds else "(summary only)",

@@ -103,7 +103,7 @@ def test_step_2_a_paragraph_over_150_words_is_shown_whole(tmp_path: Path) -> Non
     docs = [{"id": "eiffel", "title": "Eiffel Tower", "text": long_text}]
     store = Store.build(tmp_path / "store", docs, embedder=HashingEmbedder(), progress=False)
     _, model = run(store, "So the answer is: Eiffel.", "So the answer is: Eiffel.")
-    assert f"Wikipedia Title: Eiffel Tower\n{long_text}" in user(model, 0)
+    assert f"Wikipedia Title: Eiffel Tower\n{long_text}\n\nQ: " in user(model, 0)  # no "..."
 
 
 def test_step_2_only_the_first_sentence_of_a_reply_joins_the_chain(store: Store) -> None:
