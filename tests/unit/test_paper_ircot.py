@@ -245,6 +245,9 @@ def test_the_demonstrations_of_each_set_are_the_released_files() -> None:
     assert (count("hotpotqa"), count("2wikimultihopqa"), count("musique")) == (29, 20, 20)
     assert count("musique", "direct") == 20
     assert demonstrations("musique", "cot", 1).startswith("Wikipedia Title:")
+    # two blank lines between demonstrations, as the released prompts have them
+    two = demonstrations("hotpotqa", "cot", 2)
+    assert two.startswith(demonstrations("hotpotqa", "cot", 1) + "\n\n\nWikipedia Title: ")
 
 
 def test_reasoning_sentences_are_not_queries() -> None:
