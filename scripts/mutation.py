@@ -8,9 +8,11 @@ mutmut table) and links to `gaprag/` and `tests/`; `mutmut run` there (resumable
 the verdicts of finished mutants); then `docs/results/mutation/METHOD.md`, killed / mutants per
 function with the survivors by name, from mutmut's state (`mutants/**/*.py.meta`).
 `--rerun-survivors` tests the survivors again (after a test was added); `--summary-only` rewrites
-the summary from the state without running mutmut. One mutant by hand, from the working
-directory: `mutmut show NAME`; `mutmut apply NAME` writes it into the repository's source (the
-link), `git checkout gaprag/` takes it back out.
+the summary from the state without running mutmut. One mutant by hand: `mutmut show NAME` in
+the working directory; whether a test kills it, without touching the source (an edited source
+file, even one put back, has its mutants made anew and their verdicts dropped on the next run):
+in a copy of `.mutation/METHOD/mutants/` holding the current test file,
+`MUTANT_UNDER_TEST=NAME PYTHONPATH=$PWD python -m pytest tests/unit/test_paper_METHOD.py`.
 """
 
 from __future__ import annotations
