@@ -13,6 +13,7 @@ the gathered paragraphs (at most 15), its answer read after "answer is"."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ import pytest
 from gaprag import build_graph
 from gaprag.graphs.ircot.demonstrations import count, demonstrations, fact_query, is_reasoning
 from gaprag.llm.client import LLM
+from gaprag.stores.embeddings import HashingEmbedder
 from gaprag.stores.store import Store
 from gaprag.testing import ScriptedChatModel
 
@@ -96,6 +98,14 @@ def test_step_2_each_step_continues_the_chain_over_the_demonstrations_and_the_pa
         assert not call["kwargs"].get("logprobs")
 
 
+def test_step_2_a_paragraph_over_150_words_is_shown_whole(tmp_path: Path) -> None:
+    long_text = EIFFEL + " " + " ".join(f"word{i}" for i in range(200))
+    docs = [{"id": "eiffel", "title": "Eiffel Tower", "text": long_text}]
+    store = Store.build(tmp_path / "store", docs, embedder=HashingEmbedder(), progress=False)
+    _, model = run(store, "So the answer is: Eiffel.", "So the answer is: Eiffel.")
+    assert f"Wikipedia Title: Eiffel Tower\n{long_text}\n\nQ: " in user(model, 0)  # no "..."
+
+
 def test_step_2_only_the_first_sentence_of_a_reply_joins_the_chain(store: Store) -> None:
     out, model = run(
         store,
@@ -136,6 +146,11 @@ def test_step_3_otherwise_it_queries_with_the_last_sentence_that_states_a_fact(
     assert out["iterations"] == 4 and out["stop_reason"] == "answered"
 
 
+def test_step_3_a_chain_of_reasoning_steps_alone_queries_with_the_question(store: Store) -> None:
+    out, _ = run(store, "So the tower is in Paris.", "So the answer is: Eiffel.", "X")
+    assert out["queries"] == [SEARCHED, SEARCHED]
+
+
 def test_step_3_a_step_adds_the_paragraphs_of_its_top_k_not_gathered_yet(store: Store) -> None:
     fact = f"Paris and Town {TOWNS[5]} were designed by Eiffel."
     out, model = run(store, fact, "So the answer is: Eiffel.", "So the answer is: Eiffel.")
@@ -153,14 +168,26 @@ def test_step_3_a_step_adds_the_paragraphs_of_its_top_k_not_gathered_yet(store: 
 def test_step_4_a_step_that_writes_no_sentence_ends_the_reasoning(store: Store) -> None:
     out, model = run(store, "Paris is the capital of France.", "  \n", "So the answer is: Eiffel.")
     assert out["iterations"] == 2 and out["stop_reason"] == "empty_step"
+    rule = {"node": "reason", "p": None, "path": "rule", "threshold": None}
+    assert out["decisions"] == [
+        {**rule, "round": 1, "decision": "retrieve"},
+        {**rule, "round": 2, "decision": "answer"},
+    ]
     assert out["thoughts"] == ["Paris is the capital of France."]
     assert len(model.calls) == 3  # two steps, then the reader
     assert out["answer"] == "Eiffel"
 
 
+def test_step_4_an_empty_first_step_goes_to_the_reader_with_no_reasoning(store: Store) -> None:
+    out, model = run(store, "\n", "So the answer is: Eiffel.")
+    assert out["stop_reason"] == "empty_step" and out["thoughts"] == []
+    assert len(model.calls) == 2 and out["answer"] == "Eiffel"
+
+
 def test_step_4_the_step_limit_of_ten_sentences_bounds_the_reasoning(store: Store) -> None:
     out, model = run(store, *[f"Town {w} has a tower." for w in TOWNS[:12]])
     assert out["iterations"] == 10 and out["stop_reason"] == "max_iterations"
+    assert [d["decision"] for d in out["decisions"]] == ["retrieve"] * 9 + ["answer"]
     assert len(model.calls) == 11  # 10 sentences, then the reader
     assert model.calls[-1]["kwargs"]["max_tokens"] == 300
 
@@ -193,6 +220,18 @@ def test_step_5_a_reader_reply_without_answer_is_gives_its_whole_first_line(
     assert out["answer"] == "Gustave Eiffel designed it"
 
 
+def test_step_5_the_readers_answer_loses_its_last_full_stop_even_after_an_initial(
+    store: Store,
+) -> None:
+    out, _ = run(store, "So the answer is: Paris.", "So the answer is: Washington D.C.")
+    assert out["answer"] == "Washington D.C"
+
+
+def test_step_5_an_empty_reader_reply_gives_an_empty_answer(store: Store) -> None:
+    out, _ = run(store, "So the answer is: Paris.", "")
+    assert out["answer"] == "" and out["stop_reason"] == "answered"
+
+
 def test_nothing_else_runs_no_gate_selection_or_short_answer_step(store: Store) -> None:
     out, model = run(
         store, "So the answer is: Eiffel.", "The engineer who designed it was Gustave Eiffel"
@@ -206,9 +245,13 @@ def test_the_demonstrations_of_each_set_are_the_released_files() -> None:
     assert (count("hotpotqa"), count("2wikimultihopqa"), count("musique")) == (29, 20, 20)
     assert count("musique", "direct") == 20
     assert demonstrations("musique", "cot", 1).startswith("Wikipedia Title:")
+    # two blank lines between demonstrations, as the released prompts have them
+    two = demonstrations("hotpotqa", "cot", 2)
+    assert two.startswith(demonstrations("hotpotqa", "cot", 1) + "\n\n\nWikipedia Title: ")
 
 
 def test_reasoning_sentences_are_not_queries() -> None:
     assert is_reasoning("So the answer is: Paris.") and is_reasoning("Thus, both are French.")
     assert is_reasoning("That is, 1990 + 5 = 1995") and not is_reasoning("Paris is in France.")
+    assert is_reasoning("It opened in 1990 + 5 = 1995.")  # arithmetic, whatever its start
     assert fact_query(["So it is Paris."], "the question") == "the question"

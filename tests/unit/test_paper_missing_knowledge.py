@@ -173,6 +173,7 @@ def test_step_4_a_missing_verdict_retrieves_each_querys_top_chunks_and_drops_rep
     added = [e["id"] for e in out["evidence"] if e["round"] == 2]
     assert added == sorted(new)  # repeats dropped, not replaced by lower-ranked chunks
     assert out["decisions"][-1]["decision"] == "continue"
+    assert out["iterations"] == 2  # the first retrieval, then the one missing-knowledge round
 
 
 def test_step_4_the_queries_chunks_merge_rank_by_rank_within_topk_minus_topk_over_two(
@@ -184,6 +185,15 @@ def test_step_4_the_queries_chunks_merge_rank_by_rank_within_topk_minus_topk_ove
     out, _ = run(store, judge(True, queries))
     added = [e["id"] for e in out["evidence"] if e["round"] == 2]
     assert added == ["rome", "eng"]  # each query's best first, two in all
+
+
+def test_step_4_a_chunk_two_queries_find_is_merged_once(store: Store) -> None:
+    queries = ["Rome Italy", "Italy Rome"]
+    tops = [[h["id"] for h in store.search(q, k=2, mode="dense")] for q in queries]
+    assert tops == [["rome", "lon"], ["rome", "lon"]]
+    out, _ = run(store, judge(True, queries))
+    added = [e["id"] for e in out["evidence"] if e["round"] == 2]
+    assert added == ["rome", "lon"]  # the repeat skipped, the budget filled by the next rank
 
 
 def test_step_4_a_query_that_finds_only_retrieved_chunks_adds_none(store: Store) -> None:
