@@ -149,7 +149,7 @@ def test_step_4_a_not_missing_verdict_answers_with_the_thought_and_no_new_chunks
     mk = final.split("## Missing Knowledge Context", 1)[1].split("## Question", 1)[0]
     assert "The context does not say who designed the tower." in mk and "Document[" not in mk
     assert {e["round"] for e in out["evidence"]} == {1} and out["queries"] == [Q]
-    assert out["stop_reason"] == "enough_knowledge"
+    assert out["stop_reason"] == "enough_knowledge" and out["iterations"] == 1
     decision = out["decisions"][-1]
     assert decision["decision"] == "stop" and decision["path"] == "verdict"
     assert decision["p"] is None and decision["threshold"] is None
