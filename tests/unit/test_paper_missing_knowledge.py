@@ -153,6 +153,9 @@ def test_step_4_a_not_missing_verdict_answers_with_the_thought_and_no_new_chunks
     decision = out["decisions"][-1]
     assert decision["decision"] == "stop" and decision["path"] == "verdict"
     assert decision["p"] is None and decision["threshold"] is None
+    assert decision["node"] == "judge_missing" and decision["round"] == 1
+    judge_call = model.calls[kinds(model).index("judge")]
+    assert judge_call["kwargs"]["max_tokens"] == 512  # the judge's reply cap
 
 
 def test_step_4_a_missing_verdict_retrieves_each_querys_top_chunks_and_drops_repeats(
