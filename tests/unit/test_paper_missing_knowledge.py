@@ -177,6 +177,8 @@ def test_step_4_a_missing_verdict_retrieves_each_querys_top_chunks_and_drops_rep
     assert added == sorted(new)  # repeats dropped, not replaced by lower-ranked chunks
     assert out["decisions"][-1]["decision"] == "continue"
     assert out["iterations"] == 2  # the first retrieval, then the one missing-knowledge round
+    assert out["judge_verdict"] is True and out["judge_parse_ok"] is True
+    assert out["missing_knowledge"] == ["designer of the Eiffel Tower"]
 
 
 def test_step_4_the_queries_chunks_merge_rank_by_rank_within_topk_minus_topk_over_two(
