@@ -158,6 +158,13 @@ def test_step_4_a_not_missing_verdict_answers_with_the_thought_and_no_new_chunks
     assert judge_call["kwargs"]["max_tokens"] == 512  # the judge's reply cap
 
 
+def test_step_4_a_not_missing_verdict_sends_none_of_the_judges_queries(store: Store) -> None:
+    searches = record_searches(store)
+    out, _ = run(store, judge(False, ["Eiffel Tower designer"]))
+    assert len(searches) == 1 and out["queries"] == [Q]
+    assert out["stop_reason"] == "enough_knowledge"
+
+
 def test_step_4_a_missing_verdict_retrieves_each_querys_top_chunks_and_drops_repeats(
     store: Store,
 ) -> None:
