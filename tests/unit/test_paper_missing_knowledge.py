@@ -228,6 +228,7 @@ def test_step_5_the_final_answer_holds_both_contexts_and_is_returned_as_written(
     assert mk.index("The context does not say who designed the tower.") < mk.index("Document[1]")
     assert titles(mk) == [e["title"] for e in out["evidence"] if e["round"] == 2] != []
     assert "designer of the Eiffel Tower" not in final  # the missing list is not shown
+    assert final.count("word399") == len(out["evidence"])  # every chunk whole
     assert question.startswith(f"\n{Q}")
     # the paper's answer, not rewritten by a short-answer step
     assert out["answer"] == FINAL and len(model.calls) == 3
@@ -238,3 +239,4 @@ def test_a_missing_verdict_without_queries_answers_without_retrieving(store: Sto
     out, model = run(store, json.dumps({"thought": "", "judge": True, "query": []}))
     assert kinds(model) == ["draft", "judge", "final"]
     assert {e["round"] for e in out["evidence"]} == {1} and out["queries"] == [Q]
+    assert out["stop_reason"] == "enough_knowledge" and out["iterations"] == 1
