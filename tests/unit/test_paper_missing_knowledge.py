@@ -149,10 +149,20 @@ def test_step_4_a_not_missing_verdict_answers_with_the_thought_and_no_new_chunks
     mk = final.split("## Missing Knowledge Context", 1)[1].split("## Question", 1)[0]
     assert "The context does not say who designed the tower." in mk and "Document[" not in mk
     assert {e["round"] for e in out["evidence"]} == {1} and out["queries"] == [Q]
-    assert out["stop_reason"] == "enough_knowledge"
+    assert out["stop_reason"] == "enough_knowledge" and out["iterations"] == 1
     decision = out["decisions"][-1]
     assert decision["decision"] == "stop" and decision["path"] == "verdict"
     assert decision["p"] is None and decision["threshold"] is None
+    assert decision["node"] == "judge_missing" and decision["round"] == 1
+    judge_call = model.calls[kinds(model).index("judge")]
+    assert judge_call["kwargs"]["max_tokens"] == 512  # the judge's reply cap
+
+
+def test_step_4_a_not_missing_verdict_sends_none_of_the_judges_queries(store: Store) -> None:
+    searches = record_searches(store)
+    out, _ = run(store, judge(False, ["Eiffel Tower designer"]))
+    assert len(searches) == 1 and out["queries"] == [Q]
+    assert out["stop_reason"] == "enough_knowledge"
 
 
 def test_step_4_a_missing_verdict_retrieves_each_querys_top_chunks_and_drops_repeats(
@@ -174,6 +184,8 @@ def test_step_4_a_missing_verdict_retrieves_each_querys_top_chunks_and_drops_rep
     assert added == sorted(new)  # repeats dropped, not replaced by lower-ranked chunks
     assert out["decisions"][-1]["decision"] == "continue"
     assert out["iterations"] == 2  # the first retrieval, then the one missing-knowledge round
+    assert out["judge_verdict"] is True and out["judge_parse_ok"] is True
+    assert out["missing_knowledge"] == ["designer of the Eiffel Tower"]
 
 
 def test_step_4_the_queries_chunks_merge_rank_by_rank_within_topk_minus_topk_over_two(
@@ -216,6 +228,7 @@ def test_step_5_the_final_answer_holds_both_contexts_and_is_returned_as_written(
     assert mk.index("The context does not say who designed the tower.") < mk.index("Document[1]")
     assert titles(mk) == [e["title"] for e in out["evidence"] if e["round"] == 2] != []
     assert "designer of the Eiffel Tower" not in final  # the missing list is not shown
+    assert final.count("word399") == len(out["evidence"])  # every chunk whole
     assert question.startswith(f"\n{Q}")
     # the paper's answer, not rewritten by a short-answer step
     assert out["answer"] == FINAL and len(model.calls) == 3
@@ -226,3 +239,4 @@ def test_a_missing_verdict_without_queries_answers_without_retrieving(store: Sto
     out, model = run(store, json.dumps({"thought": "", "judge": True, "query": []}))
     assert kinds(model) == ["draft", "judge", "final"]
     assert {e["round"] for e in out["evidence"]} == {1} and out["queries"] == [Q]
+    assert out["stop_reason"] == "enough_knowledge" and out["iterations"] == 1
