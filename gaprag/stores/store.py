@@ -428,7 +428,7 @@ class Store:
             self.root, docs, embedder=self.embedder,
             bm25=BM25Settings.from_dict(self.manifest["bm25"]),
             chroma_url=self.manifest["chroma"].get("url"), progress=progress,
-            batch_size=batch_size, reuse=self, result=result,
+            batch_size=batch_size, reuse=self, result=result, bm25_mmap=self.bm25.mmap,
         )  # fmt: skip
         store.update = result
         return store
@@ -456,8 +456,10 @@ class Store:
         batch_size: int,
         reuse: Store | None = None,
         result: IndexingResult | None = None,
+        bm25_mmap: bool = BM25_MMAP,
     ) -> Store:
-        """Write ``docs`` as a new version and make it live (the writer lock is held).
+        """Write ``docs`` as a new version, make it live (the writer lock is held) and open it
+        (``bm25_mmap`` as :meth:`open` takes it).
 
         With ``reuse``, a passage whose embedded text is unchanged there keeps its vector.
         """
@@ -502,7 +504,7 @@ class Store:
             raise
         versions.fsync_tree(final)  # the new version is on disk before anything points at it
         versions.switch(root, final.name)  # the atomic switch
-        return cls._open(root, embedder, (final.name, docs) if exact else None)
+        return cls._open(root, embedder, (final.name, docs) if exact else None, bm25_mmap=bm25_mmap)
 
     # -- opening --------------------------------------------------------------------------
     @classmethod
