@@ -270,7 +270,9 @@ def checked_mmap(mmap: object) -> bool:
 
 
 class BM25Index:
-    def __init__(self, settings: BM25Settings, model: Any, size: int, *, mmap: bool = False):
+    def __init__(
+        self, settings: BM25Settings, model: Any, size: int, *, mmap: bool = False
+    ) -> None:
         self.settings = settings
         self._model = model
         self.size = size
