@@ -255,11 +255,29 @@ def _numba_available() -> bool:
         return _numba_ready
 
 
+#: whether a store opens its bm25s score arrays memory-mapped (``Store.open(bm25_mmap=)``)
+MMAP = True
+
+
+def checked_mmap(mmap: object) -> bool:
+    """``mmap`` if it is a bool, else a :class:`StoreError` naming the setting."""
+    if not isinstance(mmap, bool):
+        raise StoreError(
+            f"bm25_mmap must be True or False, not {mmap!r}",
+            hint="True memory-maps the BM25 score arrays, False reads them into memory",
+        )
+    return mmap
+
+
 class BM25Index:
-    def __init__(self, settings: BM25Settings, model: Any, size: int) -> None:
+    def __init__(
+        self, settings: BM25Settings, model: Any, size: int, *, mmap: bool = False
+    ) -> None:
         self.settings = settings
         self._model = model
         self.size = size
+        #: whether bm25s's score arrays are memory-mapped from the index's files
+        self.mmap = mmap
 
     @property
     def engine(self) -> Engine:
@@ -308,7 +326,12 @@ class BM25Index:
         (directory / "settings.json").write_text(json.dumps(self.settings.as_dict()))
 
     @classmethod
-    def load(cls, directory: Path, size: int) -> BM25Index:
+    def load(cls, directory: Path, size: int, *, mmap: bool = MMAP) -> BM25Index:
+        """The index saved in ``directory``; ``mmap`` memory-maps bm25s's score arrays
+        (``bm25s.BM25.load(mmap=True)``: read-only ``numpy.memmap`` arrays, paged in from the
+        file as queries read them) instead of reading them into memory. The vocabulary and
+        parameters are read either way; ``rank_bm25``'s JSON state is always read whole."""
+        checked_mmap(mmap)
         try:
             settings = BM25Settings.from_dict(json.loads((directory / "settings.json").read_text()))
         except (OSError, ValueError) as exc:
@@ -319,11 +342,11 @@ class BM25Index:
         if settings.engine == "bm25s":
             import bm25s
 
-            model: Any = bm25s.BM25.load(str(directory), show_progress=False)
+            model: Any = bm25s.BM25.load(str(directory), mmap=mmap, show_progress=False)
             model.backend = "numba" if _numba_available() else "numpy"
         else:
             model = _load_rank_bm25(directory)
-        return cls(settings, model, size)
+        return cls(settings, model, size, mmap=mmap and settings.engine == "bm25s")
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         """(row, score) pairs, best first, only rows with a positive score."""

@@ -41,7 +41,8 @@ from gaprag.config import quiet
 from gaprag.errors import StoreError
 from gaprag.state.base import Evidence
 from gaprag.stores import versions
-from gaprag.stores.bm25 import BM25Index, BM25Settings, Engine
+from gaprag.stores.bm25 import MMAP as BM25_MMAP
+from gaprag.stores.bm25 import BM25Index, BM25Settings, Engine, checked_mmap
 from gaprag.stores.dense import BATCH, DenseIndex, make_client
 from gaprag.stores.documents import Document, as_document, corpus_hash, passage_text
 from gaprag.stores.embeddings import (
@@ -370,7 +371,7 @@ class Store:
         live = (self.root / versions.CURRENT).read_text().strip()
         if live == self.version_dir.name:
             return self
-        return Store.open(self.root, embedder=self._embedder)
+        return Store.open(self.root, embedder=self._embedder, bm25_mmap=self.bm25.mmap)
 
     def _check_settings(
         self,
@@ -427,7 +428,7 @@ class Store:
             self.root, docs, embedder=self.embedder,
             bm25=BM25Settings.from_dict(self.manifest["bm25"]),
             chroma_url=self.manifest["chroma"].get("url"), progress=progress,
-            batch_size=batch_size, reuse=self, result=result,
+            batch_size=batch_size, reuse=self, result=result, bm25_mmap=self.bm25.mmap,
         )  # fmt: skip
         store.update = result
         return store
@@ -455,8 +456,10 @@ class Store:
         batch_size: int,
         reuse: Store | None = None,
         result: IndexingResult | None = None,
+        bm25_mmap: bool = BM25_MMAP,
     ) -> Store:
-        """Write ``docs`` as a new version and make it live (the writer lock is held).
+        """Write ``docs`` as a new version, make it live (the writer lock is held) and open it
+        (``bm25_mmap`` as :meth:`open` takes it).
 
         With ``reuse``, a passage whose embedded text is unchanged there keeps its vector.
         """
@@ -501,7 +504,7 @@ class Store:
             raise
         versions.fsync_tree(final)  # the new version is on disk before anything points at it
         versions.switch(root, final.name)  # the atomic switch
-        return cls._open(root, embedder, (final.name, docs) if exact else None)
+        return cls._open(root, embedder, (final.name, docs) if exact else None, bm25_mmap=bm25_mmap)
 
     # -- opening --------------------------------------------------------------------------
     @classmethod
@@ -520,18 +523,27 @@ class Store:
         return bool(manifest.get("format") == FORMAT_VERSION)
 
     @classmethod
-    def open(cls, root: str | Path, *, embedder: Embedder | Any = None) -> Store:
+    def open(
+        cls, root: str | Path, *, embedder: Embedder | Any = None, bm25_mmap: bool = BM25_MMAP
+    ) -> Store:
         """The store's live version; ``embedder`` (a gaprag Embedder or LangChain Embeddings)
-        replaces the one its manifest records."""
-        return cls._open(root, embedder, None)
+        replaces the one its manifest records. ``bm25_mmap`` memory-maps the BM25 score arrays
+        (the default) rather than reading them into memory (:meth:`BM25Index.load`)."""
+        return cls._open(root, embedder, None, bm25_mmap=bm25_mmap)
 
     @classmethod
     def _open(
-        cls, root: str | Path, embedder: Any, written: tuple[str, Sequence[Document]] | None
+        cls,
+        root: str | Path,
+        embedder: Any,
+        written: tuple[str, Sequence[Document]] | None,
+        *,
+        bm25_mmap: bool = BM25_MMAP,
     ) -> Store:
         """:meth:`open`; ``written``: the version just written and its passages, which read
         back from its docs.jsonl as they are, so they are copied (their strings shared)
         rather than read again."""
+        checked_mmap(bm25_mmap)
         root = Path(root)
         current = root / versions.CURRENT
         for _ in range(5):  # a version removed between reading CURRENT and leasing it: again
@@ -569,7 +581,11 @@ class Store:
                 f"this gaprag reads format {FORMAT_VERSION}",
                 hint="rebuild it with `gaprag index` (the BM25 tokenisation changed)",
             )
-        bm25 = BM25Index.load(version_dir / "bm25", len(docs))
+        try:
+            bm25 = BM25Index.load(version_dir / "bm25", len(docs), mmap=bm25_mmap)
+        except StoreError:
+            lease.close()
+            raise
         store = cls(
             root=root,
             version_dir=version_dir,

@@ -187,3 +187,41 @@ def test_streamed_tokens_score_as_bm25s_tokenize(
         mine = model.get_scores([model.vocab_dict[t] for t in terms if t in model.vocab_dict])
         theirs = reference.get_scores([t for t in terms if t in reference.vocab_dict])
         assert np.array_equal(mine, theirs), query
+
+
+@pytest.mark.parametrize("numba", [True, False])
+def test_memory_mapped_store_answers_as_one_read_into_memory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, numba: bool
+) -> None:
+    """``Store.open`` memory-maps bm25s's score arrays by default; ``bm25_mmap=False`` reads
+    them into memory. Both answer every query with the same ids and scores, on either backend,
+    and an update of a store keeps the loading it was opened with."""
+    if not numba:
+        monkeypatch.setattr(bm25_module, "_numba_ready", False)
+    texts = _eval_texts(300)[:300]
+    docs: list[Document] = [{"id": f"p{i}", "title": "", "text": t} for i, t in enumerate(texts)]
+    root = tmp_path / "s"
+    Store.build(root, docs, embedder=HashingEmbedder(), progress=False).close()
+    mapped, loaded = Store.open(root), Store.open(root, bm25_mmap=False)
+    arrays = ("data", "indices", "indptr")
+    assert all(isinstance(mapped.bm25._model.scores[a], np.memmap) for a in arrays)
+    assert not any(isinstance(loaded.bm25._model.scores[a], np.memmap) for a in arrays)
+    assert mapped.bm25._model.backend == ("numba" if numba else "numpy")
+    for query in ("Scott Derrickson director", "American film", "Ed Wood 1994", "river city"):
+        for mode in ("bm25", "hybrid"):
+            got = mapped.search(query, 8, mode=mode)
+            want = loaded.search(query, 8, mode=mode)
+            assert got, query
+            assert [(e["id"], e["score"]) for e in got] == [(e["id"], e["score"]) for e in want]
+    more: list[Document] = [{"id": "new", "title": "", "text": "a new passage on glaciers"}]
+    updated = loaded.add(more, progress=False)
+    assert not isinstance(updated.bm25._model.scores["data"], np.memmap)
+    assert updated.search("glaciers", 1, mode="bm25")[0]["id"] == "new"
+    for store in (mapped, loaded, updated):
+        store.close()
+
+
+def test_memory_mapping_setting_is_checked_before_the_store_is_read(tmp_path: Path) -> None:
+    with pytest.raises(StoreError) as err:
+        Store.open(tmp_path / "no-store-here", bm25_mmap="yes")  # type: ignore[arg-type]
+    assert "bm25_mmap must be True or False" in str(err.value) and err.value.hint
