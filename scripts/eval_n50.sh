@@ -12,9 +12,12 @@
 #                                     # ESCALATION_COMMIT below (one run: escalating_rag's plain
 #                                     # RAG call is answered from standard_rag's); turns of 10
 #   bash scripts/eval_n50.sh paper    # the paper configuration (--profile paper) of every
-#                                     # iterative method beside plain RAG, at PAPER_COMMIT below,
-#                                     # questions 0-19 in turns of 10, a 32k-token context,
-#                                     # the prompt cache on (GAPRAG_LOCAL_CACHE_PROMPT=1)
+#                                     # iterative method but IRCoT beside plain RAG, at
+#                                     # PAPER_COMMIT below, questions 0-19 in turns of 10, a
+#                                     # 32k-token context, the prompt cache on
+#                                     # (GAPRAG_LOCAL_CACHE_PROMPT=1)
+#   bash scripts/eval_n50.sh paper-ircot  # IRCoT's paper configuration at PAPER_IRCOT_COMMIT,
+#                                     # the same questions and serving, into the same folder
 #   bash scripts/eval_n50.sh both     # set by set: after, then before (a paired set at a time)
 #   bash scripts/eval_n50.sh rag_ef   # RAG-EF's ladder (S, S ∪ E, Eq. 1) beside standard_rag,
 #                                     # on the corpus of those questions (benchmarks/rag_ef_n50.py);
@@ -44,6 +47,10 @@ PAPER_COMMIT=c1e100a  # the paper configuration (gaprag/profiles/paper.toml), pr
 # had logprobs). Missing-Knowledge (md5 de-duplication), MIGRES (the answer-first main call),
 # RFM-RAG (Prompt 1 on the round's query) and IRCoT (the released code's step rules and CoT
 # reader) changed in paper mode at c1e100a: their rows are made at c1e100a.
+# IRCoT's paper mode answers with the direct reader from PAPER_IRCOT_COMMIT on (the reader the
+# paper's rule picks for the embedded model on development questions: docs/methods/ircot.md);
+# its rows at c1e100a (the chain-of-thought reader) left the tree with that change.
+PAPER_IRCOT_COMMIT=PAPER_IRCOT_PIN
 RAG_EF_PAPER_COMMIT=62bfc0e  # the ladder with --synth-prompt paper --profile paper
 RAG_EF_COMMIT=2b0d498  # RAG-EF's ladder: E_r (near copies replaced by sampled rewordings)
 # beside S and E. The code that builds S and E and evaluates rag_ef_S/SE/standard is the same as
@@ -119,13 +126,20 @@ case "$LABEL" in
     # the prompt cache on: each IRCoT step repeats most of the previous step's prompt
     export GAPRAG_LOCAL_CTX=${GAPRAG_LOCAL_CTX:-32768} GAPRAG_LOCAL_CACHE_PROMPT=1
     METHODS=standard_rag
-    for m in missing_knowledge iterkey migres rfm_rag ircot; do
+    for m in missing_knowledge iterkey migres rfm_rag; do
       variant+=(--variant "${m}_paper=$m:profile=paper")
       METHODS+=",${m}_paper"
     done
     METHODS=${METHODS_PAPER:-$METHODS}
     STEPS=${STEPS:-10 20} ;;
-  *) echo "usage: bash scripts/eval_n50.sh before|after|gated|escalation|paper|both|rag_ef|rag_ef_paper" >&2; exit 2 ;;
+  paper-ircot)
+    COMMIT=$PAPER_IRCOT_COMMIT
+    export GAPRAG_LOCAL_CTX=${GAPRAG_LOCAL_CTX:-32768} GAPRAG_LOCAL_CACHE_PROMPT=1
+    variant+=(--variant "ircot_paper=ircot:profile=paper")
+    METHODS=ircot_paper
+    OUT=$ROOT/docs/results/n50/paper
+    STEPS=${STEPS:-10 20} ;;
+  *) echo "usage: bash scripts/eval_n50.sh before|after|gated|escalation|paper|paper-ircot|both|rag_ef|rag_ef_paper" >&2; exit 2 ;;
 esac
 CODE=$ROOT/.eval-$LABEL
 pinned_worktree "$CODE" "$COMMIT"
@@ -137,10 +151,8 @@ for limit in ${STEPS:-50}; do
     # MIGRES's released code seeds 2Wiki's kinship definitions (docs/methods/migres.md)
     if [[ $LABEL != before && $ds == 2wikimultihopqa && $METHODS == *migres* ]]; then extra=(--set migres.seed_facts=true); fi
     # the paper run: MIGRES's seeded definitions as above, IRCoT's demonstrations of the set
-    if [[ $LABEL == paper ]]; then
-      extra=(--set "ircot_paper.demo_set=$ds")
-      if [[ $ds == 2wikimultihopqa ]]; then extra+=(--set migres_paper.seed_facts=true); fi
-    fi
+    if [[ $LABEL == paper && $ds == 2wikimultihopqa ]]; then extra=(--set migres_paper.seed_facts=true); fi
+    if [[ $LABEL == paper-ircot ]]; then extra=(--set "ircot_paper.demo_set=$ds"); fi
     gaprag eval --methods "$METHODS" --dataset "$ds" --limit "$limit" --resume --out "$OUT/$ds" "${extra[@]}" "${variant[@]}"
   done
 done
@@ -149,7 +161,7 @@ mapfile -t dirs < <(sets_with_rows "$OUT")
 versus=()
 # after is compared with before (b99a6b7's code defaults), gated with after (the ungated profile),
 # escalation with gated (each method with its own gate)
-case "$LABEL" in after) earlier=before ;; gated) earlier=after ;; escalation) earlier=gated ;; paper) earlier=gated ;; *) earlier= ;; esac
+case "$LABEL" in after) earlier=before ;; gated) earlier=after ;; escalation) earlier=gated ;; paper|paper-ircot) earlier=gated ;; *) earlier= ;; esac
 if [[ -n $earlier ]]; then
   while read -r b; do versus+=(--before "$b"); done < <(sets_with_rows "$ROOT/docs/results/n50/$earlier")
 fi

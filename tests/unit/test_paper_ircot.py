@@ -7,8 +7,10 @@ arXiv 2212.10509; the released code: StonyBrookNLP/ircot (``commaqa/inference/ir
 Paper steps: retrieve the top K paragraphs for the question (BM25); generate one chain-of-thought
 sentence over N demonstrations and every paragraph so far; stop when it says "answer is", when a
 step writes no sentence, or after the step limit; else query with the last sentence that states a
-fact and add the paragraphs of its top K not gathered yet; a chain-of-thought reader answers over
-the gathered paragraphs (at most 15), its answer read after "answer is"."""
+fact and add the paragraphs of its top K not gathered yet; a reader answers over the gathered
+paragraphs (at most 15): the direct reader (the released direct-answer demonstrations), chosen
+as the paper chooses the reader for a model, or with ``reader_style="cot"`` the
+chain-of-thought reader of the GPT3 configuration, its answer read after "answer is"."""
 
 from __future__ import annotations
 
@@ -192,13 +194,32 @@ def test_step_4_the_step_limit_of_ten_sentences_bounds_the_reasoning(store: Stor
     assert model.calls[-1]["kwargs"]["max_tokens"] == 300
 
 
-def test_step_5_a_chain_of_thought_reader_answers_over_at_most_15_gathered_paragraphs(
+def test_step_5_the_direct_reader_answers_over_at_most_15_gathered_paragraphs(
+    store: Store,
+) -> None:
+    steps = [" ".join(TOWNS[i : i + 4]) + " are towns." for i in range(0, 28, 4)]
+    out, model = run(store, *steps, "So the answer is: Paris.", "Gustave Eiffel\nQ: more")
+    (_, system), (_, reader) = model.calls[-1]["messages"]
+    assert "answer only" in system
+    demos = demonstrations("hotpotqa", "direct", 3)  # the released direct-answer files
+    assert demonstrations("hotpotqa", "cot", 1) not in reader
+    assert reader.endswith(f"Q: Answer the following question.\n{Q}\nA:")
+    assert "are towns" not in reader  # the reasoning is not shown to the reader
+    assert len(out["evidence"]) > 15
+    assert shown(reader, demos) == [e["title"] for e in out["evidence"][:15]]
+    assert model.calls[-1]["kwargs"]["max_tokens"] == 300
+    # the reader's first line is the answer; the chain's "Paris" is not it
+    assert out["answer"] == "Gustave Eiffel" and out["stop_reason"] == "answered"
+
+
+def test_step_5_with_reader_style_cot_a_chain_of_thought_reader_answers_over_15_paragraphs(
     store: Store,
 ) -> None:
     steps = [" ".join(TOWNS[i : i + 4]) + " are towns." for i in range(0, 28, 4)]
     out, model = run(
         store, *steps, "So the answer is: Paris.",
         "Eiffel designed it. So the answer is: Gustave Eiffel.\nQ: more",
+        reader_style="cot",
     )  # fmt: skip
     (_, system), (_, reader) = model.calls[-1]["messages"]
     assert 'after "A:"' in system
