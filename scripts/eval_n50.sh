@@ -50,7 +50,7 @@ PAPER_COMMIT=c1e100a  # the paper configuration (gaprag/profiles/paper.toml), pr
 # IRCoT's paper mode answers with the direct reader from PAPER_IRCOT_COMMIT on (the reader the
 # paper's rule picks for the embedded model on development questions: docs/methods/ircot.md);
 # its rows at c1e100a (the chain-of-thought reader) left the tree with that change.
-PAPER_IRCOT_COMMIT=PAPER_IRCOT_PIN
+PAPER_IRCOT_COMMIT=c0d2b3d
 RAG_EF_PAPER_COMMIT=62bfc0e  # the ladder with --synth-prompt paper --profile paper
 RAG_EF_COMMIT=2b0d498  # RAG-EF's ladder: E_r (near copies replaced by sampled rewordings)
 # beside S and E. The code that builds S and E and evaluates rag_ef_S/SE/standard is the same as
