@@ -198,9 +198,25 @@ RAG-EF on its HotpotQA ladder instead (its own corpus and plain RAG, one expert 
 """
 
 
+def not_yet(found: Sequence[Comparison]) -> str:
+    """A line naming the methods the paper run has no rows of yet (a method whose paper mode
+    changed has its rows made again at its own pinned commit)."""
+    have = {c.method for c in found if c.ours}
+    missing = [METHODS[m] for m in METHODS if m != "rag_ef" and m not in have]
+    if not missing:
+        return ""
+    return (
+        f"No paper-mode rows yet: {', '.join(missing)} (IRCoT's are made at commit "
+        f"`{pinned_commit('PAPER_IRCOT_COMMIT')}` by `bash scripts/eval_n50.sh paper-ircot`; "
+        "[its page](docs/methods/ircot.md#paper-mode-beside-the-shipped-profile))."
+    )
+
+
 def readme_section(found: Sequence[Comparison], done: str, commit: str) -> str:
     rag_ef = any(c.method == "rag_ef" for c in found)
     note = LADDER_NOTE.format(commit=pinned_commit("RAG_EF_PAPER_COMMIT")) if rag_ef else ""
+    if missing := not_yet(found):
+        note = f"\n{missing} {note.lstrip()}" if note else f"\n{missing}\n"
     return f"""{HEADING}
 
 `--profile paper` beside the shipped profile, each paired per question with plain RAG of its own run, on what the
