@@ -221,7 +221,7 @@ def readme_section(found: Sequence[Comparison], done: str, commit: str) -> str:
 
 `--profile paper` beside the shipped profile, each paired per question with plain RAG of its own run, on what the
 paper run has answered ({done}; {verdict(found)}):
-commit `{commit}` (earlier rows: see `scripts/eval_n50.sh`), the same model, a 32k context, the prompt cache on ([it changes some replies](docs/evaluation.md#repeatability); off in the shipped run, whose seconds are not comparable),
+commit `{commit}`, IRCoT `{pinned_commit("PAPER_IRCOT_COMMIT")}` (earlier rows: see `scripts/eval_n50.sh`), the same model, a 32k context, the prompt cache on ([it changes some replies](docs/evaluation.md#repeatability); off in the shipped run, whose seconds are not comparable),
 2-core CPU, 2026-11-28 (plain RAG, IterKey) and 2026-12-02 (the others) (`bash scripts/eval_n50.sh paper`, `python scripts/paper_table.py --help`).
 
 {table(found)}{note}
@@ -331,7 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.pages:
         shipped_commit = pinned_commit("GATED_COMMIT")
         for c in found:
-            section = page_section(c, done, commit, shipped_commit)
+            pin = pinned_commit("PAPER_IRCOT_COMMIT") if c.method == "ircot" else commit
+            section = page_section(c, done, pin, shipped_commit)
             write_page_section(args.pages / f"{c.method}.md", section)
     return 0
 
