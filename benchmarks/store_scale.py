@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import shutil
 import signal
 import socket
@@ -55,6 +56,16 @@ DIM = 384
 WORDS = 50_000
 PASSAGE_WORDS = 60
 QUERIES = int(os.environ.get("STORE_SCALE_QUERIES", "50"))  # --milvus-queries sets it there
+
+
+def recorded_command(args: Sequence[str]) -> str:
+    """The command line as a results file records it: shell-quoted, the ``--work`` folder (a
+    path of the measuring machine) written as ``DIR``."""
+    shown = list(args)
+    for i, arg in enumerate(shown[:-1]):
+        if arg == "--work":
+            shown[i + 1] = "DIR"
+    return shlex.join(["python", "benchmarks/store_scale.py", *shown])
 
 
 def log(msg: str) -> None:
@@ -265,7 +276,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"), "commit": commit(), "cpus": os.cpu_count(),
         "passages": f"synthetic, {PASSAGE_WORDS} Zipf words + a 2-word title",
         "vectors": f"random {DIM}-d unit vectors (no embedding in the times)",
-        "command": " ".join(["python", "benchmarks/store_scale.py", *sys.argv[1:]]),
+        "command": recorded_command(sys.argv[1:]),
         "memory_total_mib": round(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**20),
         "local": {}, "bm25_only": {}, "milvus_lite": {}, "load_average_at_start": os.getloadavg(),
     }  # fmt: skip
