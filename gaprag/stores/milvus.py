@@ -183,16 +183,30 @@ class StoreEmbeddings(Embeddings):
         return [float(x) for x in self.embedder.embed([text])[0]]
 
 
-def connection(address: StoreAddress) -> dict[str, str]:
+#: gRPC keepalive for gaprag's connections: no pings on an idle connection, and one a minute
+#: during a call. pymilvus's own (a ping every 10 s, idle or not) breaks a server that keeps
+#: gRPC's default ping policy, as Milvus Lite's does: pings closer than 5 minutes apart with no
+#: data between them count as strikes, and the third closes the connection ("too_many_pings").
+KEEPALIVE: dict[str, int] = {
+    "grpc.keepalive_time_ms": 60_000,
+    "grpc.keepalive_permit_without_calls": 0,
+}
+
+
+def connection(address: StoreAddress) -> dict[str, Any]:
     """How pymilvus reaches the server: ``http://HOST:PORT`` (``https`` with
-    ``GAPRAG_MILVUS_SECURE=1``, as a managed service asks) and the token in
-    ``GAPRAG_MILVUS_TOKEN`` (``user:password`` or an API key), if any."""
+    ``GAPRAG_MILVUS_SECURE=1``, as a managed service asks), the token in
+    ``GAPRAG_MILVUS_TOKEN`` (``user:password`` or an API key), if any, and :data:`KEEPALIVE`."""
     uri = (
         address.uri.replace("http://", "https://", 1)
         if flag("GAPRAG_MILVUS_SECURE")
         else address.uri
     )
-    return {"uri": uri, "token": os.environ.get("GAPRAG_MILVUS_TOKEN") or ""}
+    return {
+        "uri": uri,
+        "token": os.environ.get("GAPRAG_MILVUS_TOKEN") or "",
+        "grpc_options": dict(KEEPALIVE),
+    }
 
 
 def _client(address: StoreAddress) -> Any:

@@ -176,6 +176,24 @@ def wait_tcp(host: str, port: int, timeout: float, *, alive: object = None) -> N
     raise TimeoutError(f"{host}:{port} accepted no connection within {timeout:.0f} s")
 
 
+def wait_milvus(uri: str, timeout: float) -> None:
+    """Wait until the Milvus server at ``uri`` answers a call (a listening port is not yet a
+    server that answers)."""
+    from pymilvus import MilvusClient
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            MilvusClient(uri=uri, timeout=5).list_collections()
+            return
+        except Exception as exc:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{uri} answered no call within {timeout:.0f} s ({exc})"
+                ) from None
+            time.sleep(0.5)
+
+
 @pytest.fixture(scope="session")
 def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``milvus://HOST:PORT`` of a Milvus server: the one ``GAPRAG_TEST_MILVUS_URI`` names (a
@@ -203,6 +221,7 @@ def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         try:
             wait_tcp("127.0.0.1", port, MILVUS_STARTUP_S, alive=lambda: proc.poll() is None)
+            wait_milvus(f"http://127.0.0.1:{port}", MILVUS_STARTUP_S)
         except (TimeoutError, RuntimeError) as exc:
             raise AssertionError(
                 f"{exc}\n--- milvus-lite log ---\n{log.read_text()[-4000:]}"
