@@ -95,8 +95,15 @@ def route_of(scope: Scope) -> str:
     return path[len(root) :] if root and path.startswith(root) else path
 
 
-def _headers(scope: Scope) -> dict[bytes, bytes]:
+def headers(scope: Scope) -> dict[bytes, bytes]:
+    """A request's headers by lower-case name."""
     return {bytes(k).lower(): bytes(v) for k, v in scope.get("headers", ())}
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    """One header of a request (``name`` in lower case), if it was sent."""
+    value = headers(scope).get(name)
+    return None if value is None else value.decode("latin-1")
 
 
 def refusal(scope: Scope) -> tuple[int, str, dict[str, str]] | None:
@@ -106,10 +113,10 @@ def refusal(scope: Scope) -> tuple[int, str, dict[str, str]] | None:
     machine_only = any(MACHINE_ONLY.fullmatch(p) for p in (path, str(scope.get("path", ""))))
     if not machine_only and (HEALTH.fullmatch(path) or checked_by_langgraph(scope)):
         return None
-    headers = _headers(scope)
-    authorization = headers.get(b"authorization", b"").decode("latin-1") or None
+    sent = headers(scope)
+    authorization = sent.get(b"authorization", b"").decode("latin-1") or None
     try:
-        caller = auth.identify(authorization, headers, scope)
+        caller = auth.identify(authorization, sent, scope)
     except Auth.exceptions.HTTPException as err:
         return err.status_code, str(err.detail), dict(err.headers or {})
     clients = bool(auth.clients())

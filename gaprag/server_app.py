@@ -53,7 +53,7 @@ from starlette.middleware import Middleware
 from starlette.responses import JSONResponse
 
 from gaprag import auth
-from gaprag.route_guard import RouteGuard
+from gaprag.route_guard import RouteGuard, header
 from gaprag.tool import tool_result
 
 Message = MutableMapping[str, Any]
@@ -126,13 +126,6 @@ _run_errors: dict[str, dict[str, Any]] = {}
 MAX_ERROR_ANSWER = 64 * 1024
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if bytes(key).lower() == name:
-            return bytes(value).decode("latin-1")
-    return None
-
-
 def _is_run_wait(scope: Scope) -> bool:
     path = str(scope.get("path", "")).rstrip("/")
     return scope["type"] == "http" and path.endswith("/runs/wait")
@@ -172,7 +165,7 @@ class McpToolText:
     async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
         if _is_mcp_post(scope):
             await self._tool_call(scope, receive, send)
-        elif _is_run_wait(scope) and (call := _header(scope, MCP_CALL)) in _run_errors:
+        elif _is_run_wait(scope) and (call := header(scope, MCP_CALL)) in _run_errors:
             await self._run_for_tool(str(call), scope, receive, send)
         else:
             await self.app(scope, receive, send)
