@@ -5,6 +5,7 @@ profile), kept across resumed runs, which must not mix rows made under other set
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,42 @@ def portable_path(path: str | Path) -> str:
     return str(path)
 
 
+def code_version() -> dict[str, Any]:
+    """The code a run's rows come from: gaprag's version and, when gaprag runs from a git
+    checkout, its commit and whether gaprag's files differ from that commit."""
+    from gaprag import __version__
+
+    out: dict[str, Any] = {"gaprag": __version__}
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return out
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+        changed = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", "gaprag"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return out
+    out.update(commit=commit, changed=bool(changed))
+    return out
+
+
+def merge_code(old: Any, new: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """run.json's ``code``: for each method, every code version its rows were made with, in
+    the order first used (a resumed run adds the version it runs, if new)."""
+    merged: dict[str, list[dict[str, Any]]] = {
+        k: list(v) for k, v in (old or {}).items() if isinstance(v, list)
+    }
+    for method, versions in new.items():
+        seen = merged.setdefault(method, [])
+        seen.extend(v for v in versions if v not in seen)
+    return merged
+
+
 def _profiles_differ(old: Any, new: Any) -> bool:
     """Whether a resumed run would mix rows made under different profile settings: another
     model's profile, or other values for a method both runs have. ``old`` is False for runs
@@ -110,6 +147,7 @@ def check_resume(run_file: Path, info: dict[str, Any]) -> dict[str, Any]:
     merged.update({k: v for k, v in info.items() if k != "methods"})
     for field in ("methods", "variants", "settings", "setting_sources"):
         merged[field] = {**old.get(field, {}), **info.get(field, {})}
+    merged["code"] = merge_code(old.get("code"), info.get("code", {}))
     return merged
 
 

@@ -43,7 +43,7 @@ from gaprag.eval.planning import (
     profile_info,
 )
 from gaprag.eval.question import run_one
-from gaprag.eval.record import RUN_FILE, check_resume, model_label, portable_path
+from gaprag.eval.record import RUN_FILE, check_resume, code_version, model_label, portable_path
 from gaprag.eval.report import write_report
 from gaprag.eval.results import (
     FORMAT_VERSION,
@@ -131,6 +131,7 @@ def _run_info(run: Run, graphs: Mapping[str, Any], store: Any) -> dict[str, Any]
     """What ``run.json`` records of this run."""
     ds = run.dataset
     manifest = getattr(store, "manifest", {}) or {}
+    code = code_version()
     return {
         "dataset": ds.name,
         "dataset_path": portable_path(ds.path),
@@ -153,6 +154,7 @@ def _run_info(run: Run, graphs: Mapping[str, Any], store: Any) -> dict[str, Any]
         "settings": {k: graph_settings(graphs[k], run.bases[k], run.opts[k]) for k in run.keys},
         "setting_sources": {k: setting_sources(context_of(graphs[k])) for k in run.keys},
         "profile": profile_info(run.chat, run.keys, run.bases, run.opts),
+        "code": {k: [code] for k in run.keys},
         "concurrency": run.settings.concurrency,
         "results_format": FORMAT_VERSION,
         "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

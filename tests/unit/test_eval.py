@@ -1263,3 +1263,28 @@ def test_the_paper_table_says_when_its_run_is_complete() -> None:
     assert module.covered(complete) == "questions 0-19 of each set, 60 paired"
     partial = module.covered({"HotpotQA": 20, "2Wiki": 9})
     assert partial == "20 of HotpotQA, 9 of 2Wiki; 0-19 of each set when complete"
+
+
+def test_run_json_records_the_code_each_methods_rows_were_made_with(
+    dataset: Path, tmp_path: Path
+) -> None:
+    import subprocess
+
+    from gaprag import __version__
+
+    out = tmp_path / "run"
+    run(dataset, out, methods=["standard_rag"], limit=1)
+    code = json.loads((out / "run.json").read_text())["code"]
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    ).stdout.strip()  # fmt: skip
+    assert [v["gaprag"] for v in code["standard_rag"]] == [__version__]
+    assert [v["commit"] for v in code["standard_rag"]] == [head]
+    info = json.loads((out / "run.json").read_text())
+    info["code"]["standard_rag"] = [{"gaprag": "0.1.0", "commit": "0000000", "changed": False}]
+    (out / "run.json").write_text(json.dumps(info))
+    run(dataset, out, methods=["standard_rag", "iterkey"], limit=2, resume=True)
+    code = json.loads((out / "run.json").read_text())["code"]
+    assert [v["commit"] for v in code["standard_rag"]] == ["0000000", head]
+    assert [v["commit"] for v in code["iterkey"]] == [head]
