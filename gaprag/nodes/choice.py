@@ -11,9 +11,9 @@ functions, so a replay applies the graph's rule by construction.
   :func:`answer_probability` gives ``p = exp(mean logprob)`` of the reply tokens that hold it,
   as the gate scores plain RAG's answer.
 - Choosing: :func:`agrees` (two answers equal after :func:`gaprag.metrics.normalize_answer`),
-  :func:`takes_gate` (the ``logprob`` rule's margin test), :func:`choose_between` (plain RAG's
-  answer or the loop's: the ``select`` step) and :func:`choose_answer` (any number of
-  candidates: escalating_rag's ``choose``).
+  :func:`takes_gate` (the ``logprob`` rule's margin test) and :func:`choose_answer` (among
+  plain RAG's answer and each loop's: the ``select`` step's two, escalating_rag's ``choose``'s
+  any number).
 - Escalating: :func:`may_start_loop` (enough calls left for a loop) and :func:`stop_reason`
   (why the question ends after a choice, '' to escalate).
 """
@@ -109,23 +109,6 @@ def takes_gate(gate_p: float | None, loop_p: float | None, margin: float) -> boo
     """The ``logprob`` rule: plain RAG's answer when its probability exceeds the loop
     answer's by at least ``margin`` (never without both)."""
     return gate_p is not None and loop_p is not None and gate_p - loop_p >= margin
-
-
-def choose_between(gate: Candidate, loop: Candidate, rule: Rule, margin: float) -> Choice:
-    """Plain RAG's answer (index 0) or the loop's (index 1), by ``rule`` (not ``off``):
-
-    - ``logprob`` with both probabilities: plain RAG's when the two differ and
-      :func:`takes_gate`, ``p`` its own; else the loop's, ``p`` its own or, where the two
-      agree, the higher of the two (path ``logprobs``);
-    - else the loop's, ``p`` 1 when the two agree and 0 when they differ (path
-      ``agreement``, or ``agreement_fallback`` when the rule was ``logprob``)."""
-    agree = agrees(gate.answer, loop.answer)
-    if rule == "logprob" and gate.p is not None and loop.p is not None:
-        if not agree and takes_gate(gate.p, loop.p, margin):
-            return Choice(0, gate.p, "logprobs", agree)
-        return Choice(1, max(gate.p, loop.p) if agree else loop.p, "logprobs", agree)
-    path = "agreement" if rule == "agreement" else "agreement_fallback"
-    return Choice(1, float(agree), path, agree)
 
 
 def choose_answer(candidates: Sequence[Candidate], rule: Rule, margin: float) -> Choice:

@@ -18,15 +18,19 @@ The ``select`` step (a graph tail declares it: ``add_short_answer(..., choice=Tr
 after the method's answer (and the shared reader), before the short-answer step, only when the
 loop ran:
 
-- ``logprob``: plain RAG's answer when its ``p`` exceeds the loop answer's by at least
-  ``choice_margin`` (:func:`gaprag.nodes.choice.takes_gate`), else the loop's; path
-  ``logprobs``;
-- ``agreement``, or ``logprob`` without both probabilities (no logprobs, an answer the
-  method does not score): the loop's answer, with
-  ``p`` 1 when the two candidates agree after normalisation and 0 when they differ; path
-  ``agreement`` (``agreement_fallback`` when the rule was ``logprob``).
+The rule is :func:`gaprag.nodes.choice.choose_answer` over the two, as escalating_rag's
+``choose`` applies it to any number:
 
-Where the two agree there is nothing to choose. The step records decision ``select`` with
+- the two agree after normalisation: the loop's answer, ``p`` the higher of their
+  probabilities (1 when neither has one); path ``agreement``;
+- ``logprob`` with both probabilities: plain RAG's answer when its ``p`` exceeds the loop
+  answer's by at least ``choice_margin`` (:func:`gaprag.nodes.choice.takes_gate`), else the
+  loop's; path ``logprobs``;
+- ``agreement``, or ``logprob`` without both probabilities (no logprobs, an answer the
+  method does not score): the loop's answer, ``p`` 0; path ``agreement``
+  (``agreement_fallback`` when the rule was ``logprob``).
+
+The step records decision ``select`` with
 the chosen candidate, its ``p`` and path, and a trace record ``{call: "select", gate_p,
 loop_p, agree}``. With ``answer_choice="off"`` it does nothing.
 """
@@ -41,7 +45,7 @@ from langgraph.runtime import Runtime
 
 from gaprag.accounting import record_decision
 from gaprag.llm.client import LLM, M, Messages, Structured, TokenLogprob
-from gaprag.nodes.choice import Candidate, answer_probability, choose_between
+from gaprag.nodes.choice import Candidate, answer_probability, choose_answer
 from gaprag.nodes.decisions import log_decision
 
 
@@ -126,7 +130,7 @@ def select(state: Any, runtime: Runtime[Any]) -> dict[str, Any]:
     loop_answer = str(state.answer or "")
     gate = Candidate(gate_said, gate_probability(state))
     loop = Candidate(loop_answer, (state.answer_p or {}).get(loop_answer))
-    choice = choose_between(gate, loop, ctx.answer_choice, ctx.choice_margin)
+    choice = choose_answer([gate, loop], ctx.answer_choice, ctx.choice_margin)
     answer = gate.answer if choice.index == 0 else loop_answer
     log_decision(
         "select",

@@ -130,7 +130,23 @@ def test_the_agreement_rule_keeps_the_loop_answer_and_records_the_disagreement(
     differ, _ = ircot_run(store, answer_scoring="logprob", answer_choice="agreement")
     agree, _ = ircot_run(store, loop="Paris", answer_scoring="logprob", answer_choice="agreement")
     assert differ["answer"] == "Lyon" and selection(differ)["p"] == 0.0
-    assert selection(agree)["p"] == 1.0 and selection(agree)["path"] == "agreement"
+    # two answers that agree: p is the higher of their probabilities (the loop's here)
+    assert selection(agree)["path"] == "agreement"
+    assert selection(agree)["p"] == pytest.approx(math.exp(-0.1))
+
+
+def test_the_select_step_records_what_escalating_rags_choice_records(store: Store) -> None:
+    from gaprag.nodes.choice import Candidate, choose_answer
+
+    for loop in ("Paris", "Lyon"):
+        for rule in ("logprob", "agreement"):
+            out, _ = ircot_run(store, loop=loop, answer_scoring="logprob", answer_choice=rule)
+            (seen,) = [t for t in out["trace"] if t.get("call") == "select"]
+            gate, mine = Candidate("Paris", seen["gate_p"]), Candidate(loop, seen["loop_p"])
+            expected = choose_answer([gate, mine], rule, 0.1)
+            decision = selection(out)
+            assert decision["path"] == expected.path
+            assert decision["p"] == pytest.approx(expected.p)
 
 
 def test_without_the_loop_answers_logprobs_selection_falls_back_to_agreement(

@@ -18,7 +18,7 @@ and the loop never ran) there is nothing to choose; the rules decide only where 
 - ``loop_p``: the method's answer when its ``p >= b``, else plain RAG's;
 - ``margin``: plain RAG's answer when its ``p`` exceeds the method's by at least ``m``: the
   graph's own rule (``answer_choice="logprob"``, ``choice_margin=m``:
-  :func:`gaprag.nodes.choice.choose_between`);
+  :func:`gaprag.nodes.choice.choose_answer`);
 - ``both``: the method's answer when its ``p >= b``, else plain RAG's when its ``p >= a``,
   else the method's.
 
@@ -35,7 +35,7 @@ from gaprag.datasets import CALIBRATION_START, REPORTED_QUESTIONS
 from gaprag.eval.offline.candidates import Pair
 from gaprag.eval.offline.tables import format_interval, mean, num, paired_delta, share
 from gaprag.eval.stats import captured_share
-from gaprag.nodes.choice import choose_between
+from gaprag.nodes.choice import choose_answer
 
 Thresholds = dict[str, float]
 Rule = Callable[[Pair, Thresholds], bool]  # True: plain RAG's (the gate's) answer
@@ -53,7 +53,7 @@ RULES: dict[str, tuple[tuple[str, ...], Rule]] = {
     # the graph's own rule (answer_choice="logprob", choice_margin=m)
     "margin": (
         ("m",),
-        lambda c, t: choose_between(c.gate, c.loop, "logprob", t["m"]).index == 0,
+        lambda c, t: choose_answer([c.gate, c.loop], "logprob", t["m"]).index == 0,
     ),
     "both": (
         ("a", "b"),
