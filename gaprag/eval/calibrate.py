@@ -45,6 +45,7 @@ from gaprag.datasets import CALIBRATION_START, calibration_slice, load_dataset
 from gaprag.errors import InputError
 from gaprag.eval.offline import profile
 from gaprag.eval.offline.candidates import short_f1
+from gaprag.graphs import calibrated, calibration
 from gaprag.metrics import normalize_answer
 
 GRID: tuple[float, ...] = (
@@ -107,16 +108,7 @@ def _short_f1(row: Mapping[str, Any], answer: str) -> float:
 
 @functools.cache
 def _declared(method: str) -> Calibration | None:
-    from gaprag.graphs import calibration
-
     return calibration(method)
-
-
-def calibrated() -> dict[str, Calibration]:
-    """Every registered method with a calibrated decision (what its package declares)."""
-    from gaprag.graphs import list_methods
-
-    return {m: c for m in list_methods() if (c := _declared(m)) is not None}
 
 
 def chosen_f1(row: Mapping[str, Any], decisions: Sequence[Mapping[str, Any]], choice: str) -> float:

@@ -83,7 +83,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from gaprag.eval.calibrate import DATASETS, calibrate, calibrated
+    from gaprag.eval.calibrate import DATASETS, calibrate
+    from gaprag.graphs import calibrated
 
     methods = [m.strip() for m in (args.methods or ",".join(calibrated())).split(",") if m.strip()]
     datasets = [d.strip() for d in (args.datasets or ",".join(DATASETS)).split(",") if d.strip()]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Mapping
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +66,10 @@ def portable_path(path: str | Path) -> str:
 def code_version() -> dict[str, Any]:
     """The code a run's rows come from: gaprag's version and, when gaprag runs from a git
     checkout, its commit and whether gaprag's files differ from that commit."""
-    from gaprag import __version__
-
-    out: dict[str, Any] = {"gaprag": __version__}
+    try:
+        out: dict[str, Any] = {"gaprag": version("gaprag")}
+    except PackageNotFoundError:
+        out = {"gaprag": "0+unknown"}
     root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
         return out

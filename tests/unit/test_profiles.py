@@ -12,8 +12,8 @@ import pytest
 from gaprag import build_graph
 from gaprag.context import effective_settings
 from gaprag.errors import InputError
-from gaprag.eval.calibrate import calibrate, calibrated, choose, curves, replay, write_profile
-from gaprag.graphs import context_class, list_methods
+from gaprag.eval.calibrate import calibrate, choose, curves, replay, write_profile
+from gaprag.graphs import calibrated, context_class, list_methods
 from gaprag.profiles import (
     Profile,
     load_profile,
