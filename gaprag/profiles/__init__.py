@@ -22,6 +22,7 @@ GGUF. ``profile=None`` (``--profile none``) turns profiles off.
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
 from collections.abc import Mapping
@@ -137,15 +138,22 @@ def apply_profile(
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """(merged options, source of each set value): the profile's settings for ``method``
     under the explicit ``options``, both under today's setting names
-    (:func:`gaprag.context.current_names`). Profile keys the method does not have are
-    ignored."""
+    (:func:`gaprag.context.current_names`). A profile key the method does not have is
+    refused (an InputError naming it), not dropped: a setting renamed or removed since the
+    profile was written would otherwise change the run without a word."""
     merged: dict[str, Any] = {}
     sources: dict[str, str] = {}
     if profile is not None:
         for key, value in current_names(profile.settings(method)).items():
-            if key in fields:
-                merged[key] = value
-                sources[key] = profile.label
+            if key not in fields:
+                close = difflib.get_close_matches(key, fields, n=1)
+                raise InputError(
+                    f"{profile.source or profile.label}: [{method}] has no setting {key!r}",
+                    hint=(f"did you mean {close[0]!r}? " if close else "")
+                    + f"{method}'s settings: {', '.join(sorted(fields))}",
+                )
+            merged[key] = value
+            sources[key] = profile.label
     for key, value in current_names(options).items():
         merged[key] = value
         sources[key] = "explicit"

@@ -106,6 +106,21 @@ def test_profile_files_and_errors(tmp_path: Path) -> None:
         parse_profile("[iterkey]\nx = 1\n")
 
 
+def test_a_profile_setting_the_method_does_not_have_is_refused_not_dropped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gaprag.cli import main
+
+    path = tmp_path / "m.toml"
+    path.write_text('model = "m-1b"\n[iterkey]\nvalidation_treshold = 0.9\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"\[iterkey\] has no setting 'validation_treshold'"):
+        build_graph("iterkey", llm=scripted(default="x"), profile=str(path))
+    assert main(["settings", "iterkey", "--profile", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "has no setting 'validation_treshold'" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) <= 2
+
+
 def _row(f1: float, calls: int, decisions: list[tuple[float | None, str]]) -> dict[str, Any]:
     return {
         "method": "iterkey",
