@@ -7,7 +7,9 @@ with that method's `[tool.mutmut]` (the repository's own settings, pytest's incl
 mutmut table) and links to `gaprag/` and `tests/`; `mutmut run` there (resumable: a rerun keeps
 the verdicts of finished mutants); then `docs/results/mutation/METHOD.md`, killed / mutants per
 function with the survivors by name, from mutmut's state (`mutants/**/*.py.meta`).
-`--rerun-survivors` tests the survivors again (after a test was added); `--summary-only` rewrites
+`--rerun-survivors` tests the survivors again (after a test was added; it refuses when a mutated
+source is newer than its mutants, which state copied from another checkout is until its
+`mutants/` files are touched); `--summary-only` rewrites
 the summary from the state without running mutmut. One mutant by hand: `mutmut show NAME` in
 the working directory; whether a test kills it, without touching the source (an edited source
 file, even one put back, has its mutants made anew and their verdicts dropped on the next run):
@@ -235,6 +237,20 @@ def commit() -> str:
     return head + (" + uncommitted changes" if dirty.stdout.strip() else "")
 
 
+def stale_sources(work: Path) -> list[str]:
+    """The mutated source files newer than their mutants (``mutants/PATH``): an edited source,
+    or state copied from another checkout, whose files are newer than the copy. mutmut makes a
+    newer file's mutants anew, renumbered, and drops their verdicts, so a rerun of survivors by
+    name would test other mutants."""
+    stale = []
+    for meta in sorted((work / "mutants").glob("**/*.py.meta")):
+        path = meta.relative_to(work / "mutants").as_posix().removesuffix(".meta")
+        source, mutant = work / path, work / "mutants" / path
+        if source.exists() and mutant.exists() and source.stat().st_mtime > mutant.stat().st_mtime:
+            stale.append(path)
+    return stale
+
+
 def survivors(work: Path) -> list[str]:
     return [m for s in scores(read_state(work)).values() for m in s.survivors]
 
@@ -249,6 +265,16 @@ def run(name: str, *, rerun_survivors: bool, summary_only: bool, max_children: i
         if max_children:
             argv += ["--max-children", str(max_children)]
         if rerun_survivors:
+            stale = stale_sources(work)
+            if stale:
+                print(
+                    f"error: {', '.join(stale)} newer than its mutants in {work}/mutants: "
+                    "mutmut would make them anew and drop the verdicts. An edited source needs a "
+                    "new run; state copied from another checkout (the same sources) needs "
+                    f"`find {work}/mutants -type f -exec touch {{}} +` first",
+                    file=sys.stderr,
+                )
+                return 1
             names = survivors(work)
             if not names:
                 print(f"{name}: no survivors to rerun")

@@ -116,3 +116,29 @@ def test_an_unknown_method_is_a_one_line_usage_error(capsys: pytest.CaptureFixtu
         mutation.main(["nope"])
     assert exit_.value.code == 2
     assert "unknown method nope; choose from iterkey" in capsys.readouterr().err
+
+
+def test_a_rerun_of_survivors_refuses_sources_newer_than_their_mutants(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    work = tmp_path / ".mutation" / "iterkey"
+    mutant = work / "mutants" / "gaprag" / "graphs" / "iterkey" / "nodes.py"
+    mutant.parent.mkdir(parents=True)
+    mutant.write_text("# mutants\n")
+    code = {"gaprag.graphs.iterkey.nodes.x_reason__mutmut_1": 0}
+    mutant.with_name("nodes.py.meta").write_text(json.dumps({"exit_code_by_key": code}))
+    source = work / "gaprag" / "graphs" / "iterkey" / "nodes.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("# source\n")
+    os.utime(mutant, (1_000, 1_000))  # copied state: the copy keeps the run's older times
+    assert mutation.stale_sources(work) == ["gaprag/graphs/iterkey/nodes.py"]
+    monkeypatch.setattr(mutation, "prepare", lambda name: work)
+    monkeypatch.setattr(mutation, "commit", lambda: "abc1234")
+    ran: list[object] = []
+    monkeypatch.setattr(mutation.subprocess, "run", lambda *a, **k: ran.append(a))
+    assert mutation.run("iterkey", rerun_survivors=True, summary_only=False, max_children=None)
+    assert "find" in capsys.readouterr().err and not ran
+    os.utime(mutant)  # touched: the same sources, the mutants current again
+    assert mutation.stale_sources(work) == []
