@@ -86,6 +86,8 @@ KEYWORD_REPLIES = [
     ('["Armstrong\'s module", "Moon"] or "Mars"', ["Armstrong's module", "Moon"]),
     ('["", "Moon"] or "Mars"', ["Moon"]),  # an empty item dropped
     ('["the \\"Eagle\\" module", "Moon"] or "Mars"', ['the "Eagle" module', "Moon"]),  # \"
+    ('["Eagle \\"[\\" Moon", "Luna"] or "Mars"', ['Eagle "[" Moon', "Luna"]),
+    ('He said "go: ["Moon", "Eagle"] or "Mars"', ["Moon", "Eagle"]),  # a quote left open before
     ('["Apollo", 11] or "Mars"', ["Apollo", "11"]),  # a number is a keyword
     ('[true, "Moon"]', ["Moon"]),  # a boolean is not
     ("['Moon', 'Eagle']", ["Moon", "Eagle"]),  # Python quotes
