@@ -351,6 +351,13 @@ def test_step_5_with_nothing_missing_the_missing_knowledge_context_is_the_though
 
 Q_ZH = "埃菲尔铁塔是谁设计的？"
 OPTIONS_ZH = "A. 古斯塔夫·埃菲尔\nB. 贝聿铭"
+SYSTEMS = {  # the openings of the draft, judge and final prompts' instructions
+    "en": ["You answer questions from retrieved context. Reply", "You are a knowledge expert who "
+           "writes JSON. You get a question, the context retrieved for it and a prediction.",
+           "You answer questions from retrieved context. The context comes in two parts"],
+    "zh": ["你根据检索到的资料回答问题。只输出答案本身", "你是精通中文和JSON的医学知识专家",
+           "你根据检索到的资料回答问题。资料分两部分"],
+}  # fmt: skip
 
 
 def test_a_chinese_question_gets_the_chinese_prompts_and_its_options_in_each(
@@ -361,12 +368,19 @@ def test_a_chinese_question_gets_the_chinese_prompts_and_its_options_in_each(
     _, model = run_with(store, judge(False, []), question=question)
     assert kinds(model) == ["draft", "judge", "final"]
     assert [s[0] for s in searches] == [Q_ZH]  # the stem alone is searched
-    draft, judge_prompt, final = model.prompts()
-    assert draft.startswith("你根据检索到的资料回答问题。只输出答案本身")
-    assert judge_prompt.startswith("你是精通中文和JSON的医学知识专家")
-    assert final.startswith("你根据检索到的资料回答问题。资料分两部分")
-    for prompt in (draft, judge_prompt, final):  # the stem with its options under their label
-        assert f"\n{Q_ZH}\n选项：\n{OPTIONS_ZH}\n\n## " in prompt
+    for prompt, opening in zip(model.prompts(), SYSTEMS["zh"], strict=True):
+        assert prompt.startswith(opening)
+        assert f"\n{Q_ZH}\n选项：\n{OPTIONS_ZH}\n\n## " in prompt  # the options, labelled
+
+
+@pytest.mark.parametrize(("setting", "question"), [("zh", Q), ("en", Q_ZH)])
+def test_the_language_setting_chooses_the_prompts_whatever_the_questions_script(
+    store: Store, setting: str, question: str
+) -> None:
+    _, model = run_with(store, judge(False, []), question=question, language=setting)
+    assert kinds(model) == ["draft", "judge", "final"]
+    for prompt, opening in zip(model.prompts(), SYSTEMS[setting], strict=True):
+        assert prompt.startswith(opening)
 
 
 class EmptyKnowledgeBase:
@@ -394,3 +408,18 @@ def test_the_run_takes_a_question_and_returns_the_methods_outputs(store: Store) 
     out, _ = run(store, judge(False, []))
     assert set(out) == set(graph.get_output_jsonschema()["properties"])
     assert "initial_contexts" not in out and "mk_round" not in out
+
+
+def test_the_run_keeps_its_state_in_the_checkpointer_it_is_given(store: Store) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    graph = build_graph(
+        "missing_knowledge",
+        llm=scripted(judge(False, [])),
+        retriever=store,
+        profile="paper",
+        checkpointer=InMemorySaver(),
+    )
+    config: Any = {"configurable": {"thread_id": "one"}}
+    graph.invoke({"question": Q}, config)
+    assert graph.get_state(config).values["answer"] == FINAL
