@@ -373,6 +373,17 @@ def test_a_chinese_question_gets_the_chinese_prompts_and_its_options_in_each(
         assert f"\n{Q_ZH}\n选项：\n{OPTIONS_ZH}\n\n## " in prompt  # the options, labelled
 
 
+def test_options_given_as_a_setting_are_shown_in_every_prompt_and_never_searched(
+    store: Store,
+) -> None:
+    searches = record_searches(store)
+    options = "A. Gustave Eiffel\nB. I. M. Pei"
+    _, model = run_with(store, judge(False, []), options_text=options)
+    assert [s[0] for s in searches] == [Q]
+    for prompt in model.prompts():
+        assert f"\n{Q}\nOptions:\n{options}\n\n## " in prompt
+
+
 @pytest.mark.parametrize(("setting", "question"), [("zh", Q), ("en", Q_ZH)])
 def test_the_language_setting_chooses_the_prompts_whatever_the_questions_script(
     store: Store, setting: str, question: str
