@@ -434,3 +434,67 @@ def test_the_run_keeps_its_state_in_the_checkpointer_it_is_given(store: Store) -
     config: Any = {"configurable": {"thread_id": "one"}}
     graph.invoke({"question": Q}, config)
     assert graph.get_state(config).values["answer"] == FINAL
+
+
+class PairKnowledgeBase:
+    """Question-answer pairs, best first: what a pair store returns for any query."""
+
+    def __init__(self, pairs: list[dict[str, Any]]) -> None:
+        self.pairs = pairs
+
+    def search(self, query: str, k: int = 5, **_: Any) -> list[dict[str, Any]]:
+        return self.pairs[:k]
+
+
+def pair(pid: str, question: str, answer: str, score: float) -> dict[str, Any]:
+    return {"id": pid, "title": "", "text": f"Q: {question}\nA: {answer}", "score": score}
+
+
+PAIRS = [
+    pair("who", "who designed the eiffel tower?", "Gustave Eiffel", 0.9),
+    # a retriever's plain text: its title is the question
+    {"id": "cap", "title": "capital of France", "text": "Paris " + LONG, "score": 0.8},
+    pair("where", "where is the eiffel tower?", "Paris", -0.5),
+]
+
+
+def test_misk_qa_pairs_plus_wiki_answers_the_question_from_pairs_then_searches_passages(
+    store: Store,
+) -> None:
+    model = scripted(judge(True, ["Rome Italy"]))
+    graph = build_graph(
+        "missing_knowledge", llm=model, retriever=store, kb_pairs=PairKnowledgeBase(PAIRS),
+        kb_primary="qa_pairs", kb_secondary="passages", profile="paper",
+    )  # fmt: skip
+    out = dict(graph.invoke({"question": Q}))
+    assert [(e["id"], e["round"]) for e in out["evidence"]] == [
+        ("who", 1), ("cap", 1), ("rome", 2), ("lon", 2)
+    ]  # fmt: skip
+    draft = real_part(model.prompts()[0])
+    shown = "### History QA pairs\nQ: who designed the eiffel tower?\nA: Gustave Eiffel\n"
+    assert draft.startswith(f"## Context\n{shown}Q: capital of France\nA: Paris {LONG}\n")
+    mk = real_part(model.prompts()[-1]).split("## Missing Knowledge Context", 1)[1]
+    assert "### Documents\nDocument[1]: Rome: " in mk and "### History QA pairs" not in mk
+
+
+def test_misk_merged_kb_ranks_passages_and_pairs_by_score_in_one_list(store: Store) -> None:
+    model = scripted(judge(False, []))
+    graph = build_graph(
+        "missing_knowledge", llm=model, retriever=store,
+        kb_pairs=PairKnowledgeBase([PAIRS[0], PAIRS[2]]),
+        kb_primary="merged", kb_secondary="merged", profile="paper",
+    )  # fmt: skip
+    out = dict(graph.invoke({"question": Q}))
+    passages = [h["id"] for h in store.search(Q, k=2, mode="dense")]
+    assert store.search(Q, k=1, mode="dense")[0]["score"] > PAIRS[2]["score"]
+    assert [e["id"] for e in out["evidence"]] == ["who", passages[0]]  # by score, not alternating
+    draft = real_part(model.prompts()[0])
+    assert draft.index("### Documents\nDocument[1]: ") < draft.index("### History QA pairs\nQ: who")
+
+
+def test_a_pair_knowledge_base_without_a_pair_store_is_refused() -> None:
+    from gaprag.errors import GapragError
+
+    for kb in ("qa_pairs", "merged"):
+        with pytest.raises(GapragError, match="needs a question-answer pair store"):
+            run_with(EmptyKnowledgeBase(), judge(False, []), kb_primary=kb)
