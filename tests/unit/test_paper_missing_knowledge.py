@@ -498,3 +498,14 @@ def test_a_pair_knowledge_base_without_a_pair_store_is_refused() -> None:
     for kb in ("qa_pairs", "merged"):
         with pytest.raises(GapragError, match="needs a question-answer pair store"):
             run_with(EmptyKnowledgeBase(), judge(False, []), kb_primary=kb)
+
+
+def test_a_calibration_run_never_stops_and_records_the_answer_it_would_have_given(
+    store: Store,
+) -> None:
+    searches = record_searches(store)
+    verdict = json.dumps({"thought": "", "judge": True, "query": []})
+    out, _ = run(store, verdict, calibration=True)
+    assert [s[0] for s in searches] == [Q, Q]  # no query named: the question searched again
+    decision = out["decisions"][-1]
+    assert decision["decision"] == "continue" and decision["answer"] == FINAL
