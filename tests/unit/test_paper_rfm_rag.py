@@ -14,9 +14,11 @@ most 3 retrievals."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from gaprag import build_graph
@@ -33,6 +35,7 @@ from tests.methods.rfm_rag import (
     QUESTION,
     SeqJudge,
     call_counts,
+    extract_reply,
     fake_llm,
 )
 
@@ -43,6 +46,7 @@ STRUCTURE = (
     '"triples": [["Polish-Russian War", "director", "<X1>"], ["<X1>", "mother", "end"]]}'
 )
 FILL = "Xawery Żuławski"
+FILLS = f'{{"fills": ["{FILL}", "<X2>"]}}'
 LONG_ANSWER = "Małgorzata Braunek, the Polish actress who was the mother of Xawery Żuławski"
 ANSWER = f"Żuławski's mother is Małgorzata Braunek. So the answer is {LONG_ANSWER}."
 
@@ -69,14 +73,33 @@ class ProbJudge:
 
 
 def run(
-    store: Store, judge: Any, *, answer: str = ANSWER, **options: Any
+    store: Store,
+    judge: Any,
+    *,
+    question: str = QUESTION,
+    structure: str = STRUCTURE,
+    extract: str | Callable[[list[BaseMessage]], str] = extract_reply,
+    fills: str = FILLS,
+    answer: str = ANSWER,
+    **options: Any,
 ) -> tuple[dict[str, Any], ScriptedChatModel]:
-    fake = fake_llm(structure=STRUCTURE, fills=f'{{"fills": ["{FILL}", "<X2>"]}}', answer=answer)
+    fake = fake_llm(structure=structure, extract=extract, fills=fills, answer=answer)
     graph = build_graph(
         "rfm_rag", llm=LLM(fake, supports_logprobs=True), retriever=store, profile="paper",
         top_k=2, sufficiency_model=judge, **options,
     )  # fmt: skip
-    return dict(graph.invoke({"question": QUESTION})), fake
+    return dict(graph.invoke({"question": question})), fake
+
+
+def rounds(*replies: str) -> Callable[[list[BaseMessage]], str]:
+    """Prompt 1's replies, one a round (then the last one again)."""
+    calls: list[int] = []
+
+    def reply(messages: list[BaseMessage]) -> str:
+        calls.append(1)
+        return replies[min(len(calls), len(replies)) - 1]
+
+    return reply
 
 
 def users(fake: ScriptedChatModel, kind: str) -> list[str]:
@@ -186,3 +209,205 @@ def test_every_question_starts_from_an_empty_pool(store: Store) -> None:
     out = graph.invoke({"question": "Who directed the 1926 film Mother?"}, config)
     assert FACT_FILM not in users(fake, "answer")[-1]
     assert FACT_FILM not in [e["text"] for e in out["evidence_pool"]]
+
+
+class FeatureJudge:
+    """An R-Feedback model that records what it is given (the entities, the pool, S_f) and
+    finds the pool sufficient."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], list[str], float]] = []
+
+    def judge(
+        self, question: str, entities: list[str], sentences: list[str], s_f: float
+    ) -> FeedbackResult:
+        self.calls.append((list(entities), list(sentences), s_f))
+        return FeedbackResult(True, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("structure", "entities"),
+    [
+        # no entities listed: the triples' concrete heads and tails (not <X1>, not end)
+        (
+            '{"entities": [], "triples": [["Polish-Russian War", "director", "<X1>"], '
+            '["<X1>", "mother", "end"]]}',
+            ["Polish-Russian War"],
+        ),
+        # placeholders, "end" and repeats are not entities; a quoted triple part is unquoted
+        (
+            '{"entities": ["Polish-Russian War", "polish-russian war", "<X1>", "End", '
+            '"mother"], "triples": [["\\"Polish-Russian War\\"", "director", "<X1>"], '
+            '{"head": "<X1>", "relation": "mother", "tail": "end"}]}',
+            ["Polish-Russian War", "mother"],
+        ),
+        # a reply that is not JSON: its (head, relation, tail) tuples and its Entities: line
+        (
+            "Triples: (Polish-Russian War, director, <X1>), (<X1>, mother, end)\n"
+            "Entities: Polish-Russian War, mother",
+            ["Polish-Russian War", "mother"],
+        ),
+    ],
+)
+def test_step_1_prompt_2s_reply_gives_the_entities_and_the_triples_prompt_3_reads(
+    store: Store, structure: str, entities: list[str]
+) -> None:
+    out, fake = run(store, SeqJudge(False, True), structure=structure)
+    assert out["entities"] == entities
+    (fills,) = users(fake, "fills")
+    assert "Triples:\n1. (Polish-Russian War, director, <X1>)\n2. (<X1>, mother, end)" in fills
+
+
+def test_step_2_prompt_1s_reply_gives_one_pool_sentence_per_fact_after_its_last_evidence_line(
+    store: Store,
+) -> None:
+    reply = (
+        "The question names a film. EVIDENCE: a draft.\nEVIDENCE:\n"
+        f'1. {FACT_FILM} The film is Polish.\n- {FACT_MOTHER}\n(3) "Braunek was an actress."\n'
+        "- none\n* ok"
+    )
+    judge = FeatureJudge()
+    out, _ = run(store, judge, extract=reply)
+    facts = [FACT_FILM, "The film is Polish.", FACT_MOTHER, "Braunek was an actress."]
+    assert [e["text"] for e in out["evidence_pool"]] == facts
+    assert judge.calls[0][1] == facts
+
+
+@pytest.mark.parametrize(
+    "reply", ["EVIDENCE:\nNONE", "EVIDENCE: None.", "Nothing here.\nEVIDENCE:"]
+)
+def test_step_2_a_round_with_nothing_relevant_adds_nothing_to_the_pool(
+    store: Store, reply: str
+) -> None:
+    out, fake = run(store, SeqJudge(False), extract=reply)
+    assert out["evidence_pool"] == []
+    (answer,) = users(fake, "answer")
+    assert answer == f"Context:\n(no facts found)\nQuestion: {QUESTION}"
+
+
+def test_step_3_a_fact_found_again_is_kept_once_and_a_longer_one_replaces_the_facts_it_holds(
+    store: Store,
+) -> None:
+    soup = "Borscht is a sour soup common in Eastern Europe."
+    merged = "Polish-Russian War is a 2009 film directed by Xawery Żuławski."
+    extract = rounds(
+        f"EVIDENCE:\nPolish-Russian War is a 2009 film\n{soup}\ndirected by Xawery Żuławski",
+        # the same fact (case, final period), a sentence inside one of the pool's, and one
+        # that holds two of the pool's sentences
+        f"EVIDENCE:\n{soup.upper().rstrip('.')}\nBorscht is a sour soup.\n{merged}",
+    )
+    judge = SeqJudge(False, True)
+    out, fake = run(store, judge, extract=extract)
+    first = ["Polish-Russian War is a 2009 film", soup, "directed by Xawery Żuławski"]
+    assert judge.calls == [first, [merged, soup]]
+    assert [(e["text"], e["round"]) for e in out["evidence_pool"]] == [(merged, 2), (soup, 1)]
+    (answer,) = users(fake, "answer")
+    assert answer == f"Context:\n{merged}\n{soup}\nQuestion: {QUESTION}"
+
+
+def test_step_3_the_r_feedback_model_is_given_s_f_the_mean_of_the_entities_clipped_coverage(
+    store: Store,
+) -> None:
+    structure = (
+        '{"entities": ["Polish-Russian War (film)", "mother", "Xawery Zuławski"], '
+        '"triples": [["Polish-Russian War", "director", "<X1>"], ["<X1>", "mother", "end"]]}'
+    )
+    pool = [
+        "Polish-Russian War is a Polish-Russian War film, the Polish-Russian War of 2009.",
+        "Xawery Żuławski's grandmother and the mothers are not named.",
+    ]
+    judge = FeatureJudge()
+    run(store, judge, structure=structure, extract="EVIDENCE:\n" + "\n".join(pool))
+    # C_kE / L_E over 2 sentences: 3 / 2 clipped to 1 (the name without "(film)"), 0 ("mother"
+    # is a whole word), 1 / 2 (the name without accents); S_f = their mean
+    assert judge.calls == [(["Polish-Russian War (film)", "mother", "Xawery Zuławski"], pool, 0.5)]
+
+
+def test_step_5_an_entity_covered_at_theta_is_not_a_gap(store: Store) -> None:
+    structure = (
+        '{"entities": ["Polish-Russian War", "mother", "Andrzej Wajda"], '
+        '"triples": [["Polish-Russian War", "director", "<X1>"], ["<X1>", "mother", "end"]]}'
+    )
+    pool = [
+        FACT_FILM,
+        "Xawery Żuławski's mother is an actress.",
+        "Xawery Żuławski was born in 1971.",
+        "Xawery Żuławski lives in Warsaw.",
+        "Andrzej Żuławski was a director.",
+    ]
+    out, _ = run(store, SeqJudge(False, True), structure=structure,
+                 extract="EVIDENCE:\n" + "\n".join(pool))  # fmt: skip
+    # coverage 1 / 5 = θ for the film and "mother", 0 for Andrzej Wajda: only he is a gap
+    assert out["queries"] == [QUESTION, f"Andrzej Wajda {FILL}"]
+
+
+@pytest.mark.parametrize(
+    "fills",
+    [
+        '{"fills": ["Xawery Żuławski.", "<X2>", "end", "\\"xawery żuławski\\"", "none", '
+        '"Mother", "Małgorzata Braunek"]}',
+        # a reply that is not JSON: one fill a line, numbering removed
+        "1. Xawery Żuławski.\n2) <X2>\n\n3. end\n4. 'xawery żuławski'\n5. Mother\n"
+        "6. Małgorzata Braunek",
+    ],
+)
+def test_step_5_the_query_is_the_gaps_then_the_fills_without_placeholders_end_or_repeats(
+    store: Store, fills: str
+) -> None:
+    out, _ = run(store, SeqJudge(False, True), fills=fills)
+    assert out["queries"] == [QUESTION, f"mother {FILL} Małgorzata Braunek"]
+
+
+def test_step_5_with_no_gap_and_no_fill_the_next_query_is_the_question(store: Store) -> None:
+    out, fake = run(store, SeqJudge(False, True), fills='{"fills": ["<X1>", "end"]}',
+                    extract=f"EVIDENCE:\n{FACT_FILM}\nHis mother is an actress.")  # fmt: skip
+    assert out["queries"] == [QUESTION, QUESTION]
+    # the question again, its passages of round 1 excluded
+    seen = [p["id"] for p in out["retrieved_passages"][:2]]
+    unseen = store.search(QUESTION, 2, mode="bm25", exclude=seen)
+    assert paragraphs(users(fake, "extract")[1]) == "\n".join(
+        f"[{n}] {d['title']}: {d['text']}" for n, d in enumerate(unseen, 1)
+    )
+
+
+@pytest.mark.parametrize(
+    ("reply", "answer"),
+    [
+        ("He wrote it. So the answer is J. R. R. Tolkien.", "J. R. R. Tolkien"),
+        ("So the answer is St. Louis. It is in Missouri.", "St. Louis"),
+        ("The answer is: **Nipper**", "Nipper"),
+        ("Reasoning first.\nAnswer: Małgorzata Braunek", "Małgorzata Braunek"),
+        ('So, the final answer is "Washington, D.C.".', "Washington, D.C."),
+        ("The answer is Andrzej Żuławski. So the answer is Małgorzata Braunek.", "Małgorzata Braunek"),
+        # no marker: the last line that does not open a new example
+        ("Małgorzata Braunek was his mother.\nQuestion: Who directed Mowa ptaków?",
+         "Małgorzata Braunek was his mother"),
+    ],
+)  # fmt: skip
+def test_step_4_the_answer_is_the_span_the_answer_step_marks(
+    store: Store, reply: str, answer: str
+) -> None:
+    out, _ = run(store, SeqJudge(True), answer=reply)
+    assert out["answer"] == answer and out["raw_answer"] == reply
+
+
+@pytest.mark.parametrize(
+    ("reply", "answer"),
+    [
+        ("It is from 2009, no doubt. So the answer is Yes, it is.", "yes"),
+        ("There is no sequel. So the answer is 2009.", "2009"),
+    ],
+)
+def test_step_4_a_yes_no_question_is_answered_yes_or_no_from_the_span_only(
+    store: Store, reply: str, answer: str
+) -> None:
+    out, _ = run(store, SeqJudge(True), question="Is Polish-Russian War a 2009 film?", answer=reply)
+    assert out["answer"] == answer
+
+
+def test_each_call_keeps_its_output_cap(store: Store) -> None:
+    _, fake = run(store, SeqJudge(False, True))
+    caps = {kind: {c["kwargs"]["max_tokens"] for c in fake.calls
+                   if any(KINDS[kind] in t for _, t in c["messages"])}
+            for kind in ("structure", "extract", "fills", "answer")}  # fmt: skip
+    assert caps == {"structure": {256}, "extract": {320}, "fills": {128}, "answer": {128}}
