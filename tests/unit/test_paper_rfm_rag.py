@@ -14,17 +14,21 @@ most 3 retrievals."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from gaprag import build_graph
-from gaprag.graphs.rfm_rag.feedback_model.model import FeedbackResult
+from gaprag.graphs.rfm_rag.feedback_model.model import FeedbackResult, RFeedbackMLP
 from gaprag.llm.client import LLM
 from gaprag.stores.documents import Document
+from gaprag.stores.embeddings import HashingEmbedder
 from gaprag.stores.store import Store
 from gaprag.testing import ScriptedChatModel
 from tests.methods.rfm_rag import (
@@ -411,3 +415,44 @@ def test_each_call_keeps_its_output_cap(store: Store) -> None:
                    if any(KINDS[kind] in t for _, t in c["messages"])}
             for kind in ("structure", "extract", "fills", "answer")}  # fmt: skip
     assert caps == {"structure": {256}, "extract": {320}, "fills": {128}, "answer": {128}}
+
+
+def test_step_4_the_r_feedback_model_decides_on_p_from_its_mlp_over_s_f_and_g_f(
+    store: Store, tmp_path: Path
+) -> None:
+    """No injected model: the R-Feedback MLP of a weights file (Eq. 9, Platt-scaled), over
+    S_f (Eqs. 4, 7) and G_f, the question's cosine with the pool's mean sentence vector (the
+    weights' embedder: the store's hashing embedder), stops the loop at p >= 0.5."""
+    pools = [[FACT_FILM], [FACT_FILM, FACT_MOTHER]]
+    s_f = [0.5, 0.25]  # "Polish-Russian War": 1 / 1, then 1 / 2; "mother": 0
+    g_f = []
+    for pool in pools:
+        question, *sentences = HashingEmbedder().embed([QUESTION, *pool]).astype(np.float64)
+        mean = np.mean(sentences, axis=0)
+        g_f.append(float(question @ mean / np.linalg.norm(question) / np.linalg.norm(mean)))
+    model = RFeedbackMLP.init(seed=1, embedder=HashingEmbedder().name)
+    model.mean, model.std = np.array([0.1, 0.2]), np.array([0.5, 2.0])
+
+    def raw_logit(x: list[float]) -> float:
+        (w1, b1), (w2, b2), (w3, b3) = model.layers
+        h = (np.array(x) - model.mean) / model.std
+        h = np.maximum(h @ w1 + b1, 0.0)
+        h = np.maximum(h @ w2 + b2, 0.0)
+        return float((h @ w3 + b3)[0])
+
+    raw = [raw_logit([s, g]) for s, g in zip(s_f, g_f, strict=True)]
+    assert raw[0] < raw[1]  # this network scores the second pool higher
+    # Platt scaling that puts p = 0.5 between the two pools: the second one stops the loop
+    a = 2.0
+    b = -a * (raw[0] + raw[1]) / 2
+    model.calibration = (a, b)
+    model.save(tmp_path / "w.json")
+    p = [1 / (1 + math.exp(-(a * z + b))) for z in raw]
+    out, _ = run(store, None, rf_weights=str(tmp_path / "w.json"))
+    assert out["iterations"] == 2 and out["stop_reason"] == "sufficient"
+    assert [(d["decision"], d["p"], d["path"], d["threshold"]) for d in out["decisions"]] == [
+        ("continue", pytest.approx(p[0], abs=1e-5), "model", 0.5),
+        ("stop", pytest.approx(p[1], abs=1e-5), "model", 0.5),
+    ]
+    record = next(t for t in out["trace"] if t["node"] == "feedback_classifier")
+    assert record["s_f"] == s_f[0] and record["g_f"] == pytest.approx(g_f[0], abs=1e-5)
