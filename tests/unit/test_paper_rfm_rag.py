@@ -188,7 +188,7 @@ def test_step_5_an_insufficient_pool_queries_the_gap_entities_and_the_placeholde
     out, fake = run(store, SeqJudge(False, True))
     (fills,) = users(fake, "fills")
     assert "1. (Polish-Russian War, director, <X1>)\n2. (<X1>, mother, end)" in fills
-    assert FACT_FILM in fills  # Prompt 3 reads the pool
+    assert f"Context:\n{FACT_FILM}\n\nTriples:" in fills  # Prompt 3 reads the pool
     # G' = G (the entities below theta: no pool sentence names "mother"), then the fills
     assert out["queries"] == [QUESTION, f"mother {FILL}"]
 
@@ -456,3 +456,22 @@ def test_step_4_the_r_feedback_model_decides_on_p_from_its_mlp_over_s_f_and_g_f(
     ]
     record = next(t for t in out["trace"] if t["node"] == "feedback_classifier")
     assert record["s_f"] == s_f[0] and record["g_f"] == pytest.approx(g_f[0], abs=1e-5)
+
+
+def test_step_5_without_triples_prompt_3_is_not_asked_and_the_query_is_the_gaps(
+    store: Store,
+) -> None:
+    structure = '{"entities": ["Polish-Russian War", "mother"], "triples": []}'
+    out, fake = run(store, SeqJudge(False, True), structure=structure)
+    assert call_counts(fake)["fills"] == 0
+    assert out["queries"] == [QUESTION, "mother"]
+
+
+def test_the_pool_reaches_prompt_3_and_the_answer_step_whole(store: Store) -> None:
+    """A pool sentence is never cut, however long (the renderer's default cuts at 150 words)."""
+    long_fact = "Polish-Russian War is a film " + " ".join(["and a film"] * 60) + " of 2009."
+    _, fake = run(store, SeqJudge(False, True), extract=f"EVIDENCE:\n{long_fact}")
+    (fills,) = users(fake, "fills")
+    (answer,) = users(fake, "answer")
+    assert f"Context:\n{long_fact}\n\nTriples:" in fills
+    assert answer == f"Context:\n{long_fact}\nQuestion: {QUESTION}"
