@@ -298,7 +298,8 @@ def test_step_3_a_fact_found_again_is_kept_once_and_a_longer_one_replaces_the_fa
         f"EVIDENCE:\nPolish-Russian War is a 2009 film\n{soup}\ndirected by Xawery Żuławski",
         # the same fact (case, final period), a sentence inside one of the pool's, and one
         # that holds two of the pool's sentences
-        f"EVIDENCE:\n{soup.upper().rstrip('.')}\nBorscht is a sour soup.\n{merged}",
+        f"EVIDENCE:\n{soup.upper().rstrip('.')}\nPOLISH-RUSSIAN WAR IS A 2009 FILM.\n"
+        f"Borscht is a sour soup.\n{merged}",
     )
     judge = SeqJudge(False, True)
     out, fake = run(store, judge, extract=extract)
@@ -349,17 +350,18 @@ def test_step_5_an_entity_covered_at_theta_is_not_a_gap(store: Store) -> None:
     "fills",
     [
         '{"fills": ["Xawery Żuławski.", "<X2>", "end", "\\"xawery żuławski\\"", "none", '
-        '"Mother", "Małgorzata Braunek"]}',
+        '"Mother", "\\"Xawery Żuławski.\\"", "\\"Małgorzata Braunek\\".", "Malcolm X"]}',
         # a reply that is not JSON: one fill a line, numbering removed
         "1. Xawery Żuławski.\n2) <X2>\n\n3. end\n4. 'xawery żuławski'\n5. Mother\n"
-        "6. Małgorzata Braunek",
+        '6. "Xawery Żuławski."\n7. "Małgorzata Braunek".\n8. Malcolm X',
     ],
 )
 def test_step_5_the_query_is_the_gaps_then_the_fills_without_placeholders_end_or_repeats(
     store: Store, fills: str
 ) -> None:
     out, _ = run(store, SeqJudge(False, True), fills=fills)
-    assert out["queries"] == [QUESTION, f"mother {FILL} Małgorzata Braunek"]
+    # the fills as the pool writes them: quotes and final punctuation gone, the rest kept
+    assert out["queries"] == [QUESTION, f"mother {FILL} Małgorzata Braunek Malcolm X"]
 
 
 def test_step_5_with_no_gap_and_no_fill_the_next_query_is_the_question(store: Store) -> None:
