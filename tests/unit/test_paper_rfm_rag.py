@@ -305,7 +305,19 @@ def test_step_3_a_fact_found_again_is_kept_once_and_a_longer_one_replaces_the_fa
     out, fake = run(store, judge, extract=extract)
     first = ["Polish-Russian War is a 2009 film", soup, "directed by Xawery Żuławski"]
     assert judge.calls == [first, [merged, soup]]
-    assert [(e["text"], e["round"]) for e in out["evidence_pool"]] == [(merged, 2), (soup, 1)]
+    # each fact with its provenance: the round, its query and passages, the question
+    ids = [p["id"] for p in out["retrieved_passages"]]
+    assert [
+        (e["text"], e["round"], e["query"], e["source_passage_ids"], e["question"])
+        for e in out["evidence_pool"]
+    ] == [
+        (merged, 2, out["queries"][1], ids[2:], QUESTION),
+        (soup, 1, QUESTION, ids[:2], QUESTION),
+    ]
+    # the run's evidence: the pool's facts, each as the rounds produced it
+    assert [(e["id"], e["text"], e["round"], e["source"]) for e in out["evidence"]] == [
+        (e["id"], e["text"], e["round"], "llm") for e in out["evidence_pool"]
+    ]
     (answer,) = users(fake, "answer")
     assert answer == f"Context:\n{merged}\n{soup}\nQuestion: {QUESTION}"
 
