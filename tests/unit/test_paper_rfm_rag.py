@@ -217,49 +217,64 @@ def test_every_question_starts_from_an_empty_pool(store: Store) -> None:
 
 class FeatureJudge:
     """An R-Feedback model that records what it is given (the entities, the pool, S_f) and
-    finds the pool sufficient."""
+    gives the scripted verdicts (then the last one again; sufficient by default)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *verdicts: bool) -> None:
+        self.verdicts = list(verdicts) or [True]
         self.calls: list[tuple[list[str], list[str], float]] = []
 
     def judge(
         self, question: str, entities: list[str], sentences: list[str], s_f: float
     ) -> FeedbackResult:
         self.calls.append((list(entities), list(sentences), s_f))
-        return FeedbackResult(True, 1.0)
+        verdict = self.verdicts[min(len(self.calls), len(self.verdicts)) - 1]
+        return FeedbackResult(verdict, 1.0 if verdict else 0.0)
+
+
+PRW_TRIPLES = "1. (Polish-Russian War, director, <X1>)\n2. (<X1>, mother, end)"
 
 
 @pytest.mark.parametrize(
-    ("structure", "entities"),
+    ("structure", "entities", "triples"),
     [
         # no entities listed: the triples' concrete heads and tails (not <X1>, not end)
         (
             '{"entities": [], "triples": [["Polish-Russian War", "director", "<X1>"], '
             '["<X1>", "mother", "end"]]}',
             ["Polish-Russian War"],
+            PRW_TRIPLES,
         ),
-        # placeholders, "end" and repeats are not entities; a quoted triple part is unquoted
+        # placeholders, "end" and repeats are not entities; quoted triple parts are unquoted
         (
             '{"entities": ["Polish-Russian War", "polish-russian war", "<X1>", "End", '
-            '"mother"], "triples": [["\\"Polish-Russian War\\"", "director", "<X1>"], '
-            '{"head": "<X1>", "relation": "mother", "tail": "end"}]}',
+            '"\'end\'", "mother"], "triples": [["\\"Polish-Russian War\\"", "\'director\'", '
+            '"\\"<X1>\\""], {"head": "<X1>", "relation": "mother", "tail": "end"}]}',
             ["Polish-Russian War", "mother"],
+            PRW_TRIPLES,
         ),
         # a reply that is not JSON: its (head, relation, tail) tuples and its Entities: line
         (
             "Triples: (Polish-Russian War, director, <X1>), (<X1>, mother, end)\n"
             "Entities: Polish-Russian War, mother",
             ["Polish-Russian War", "mother"],
+            PRW_TRIPLES,
+        ),
+        # entities listed: the triples add none; names are kept as written
+        (
+            '{"entities": ["Xawery Żuławski"], "triples": [["Xawery Żuławski", "mother", '
+            '"<X1>"], ["<X1>", "admirer of", "Malcolm X"]]}',
+            ["Xawery Żuławski"],
+            "1. (Xawery Żuławski, mother, <X1>)\n2. (<X1>, admirer of, Malcolm X)",
         ),
     ],
 )
 def test_step_1_prompt_2s_reply_gives_the_entities_and_the_triples_prompt_3_reads(
-    store: Store, structure: str, entities: list[str]
+    store: Store, structure: str, entities: list[str], triples: str
 ) -> None:
     out, fake = run(store, SeqJudge(False, True), structure=structure)
     assert out["entities"] == entities
     (fills,) = users(fake, "fills")
-    assert "Triples:\n1. (Polish-Russian War, director, <X1>)\n2. (<X1>, mother, end)" in fills
+    assert fills.endswith(f"Triples:\n{triples}")
 
 
 def test_step_2_prompt_1s_reply_gives_one_pool_sentence_per_fact_after_its_last_evidence_line(
@@ -268,23 +283,32 @@ def test_step_2_prompt_1s_reply_gives_one_pool_sentence_per_fact_after_its_last_
     reply = (
         "The question names a film. EVIDENCE: a draft.\nEVIDENCE:\n"
         f'1. {FACT_FILM} The film is Polish.\n- {FACT_MOTHER}\n(3) "Braunek was an actress."\n'
-        "- none\n* ok"
+        "- none\n- None.\n* ok\n- Rye"
     )
     judge = FeatureJudge()
     out, _ = run(store, judge, extract=reply)
-    facts = [FACT_FILM, "The film is Polish.", FACT_MOTHER, "Braunek was an actress."]
+    # fragments under 3 characters and "none" lines are dropped
+    facts = [FACT_FILM, "The film is Polish.", FACT_MOTHER, "Braunek was an actress.", "Rye"]
     assert [e["text"] for e in out["evidence_pool"]] == facts
     assert judge.calls[0][1] == facts
 
 
 @pytest.mark.parametrize(
-    "reply", ["EVIDENCE:\nNONE", "EVIDENCE: None.", "Nothing here.\nEVIDENCE:"]
+    "reply",
+    [
+        "EVIDENCE:\nNONE",
+        "EVIDENCE: None.",
+        "Nothing here.\nEVIDENCE:",
+        "EVIDENCE:\nNo relevant information!",
+    ],
 )
 def test_step_2_a_round_with_nothing_relevant_adds_nothing_to_the_pool(
     store: Store, reply: str
 ) -> None:
     out, fake = run(store, SeqJudge(False), extract=reply)
     assert out["evidence_pool"] == []
+    # an empty pool covers no entity: every entity is a gap
+    assert out["queries"][1] == f"Polish-Russian War mother {FILL}"
     (answer,) = users(fake, "answer")
     assert answer == f"Context:\n(no facts found)\nQuestion: {QUESTION}"
 
@@ -397,6 +421,8 @@ def test_step_5_with_no_gap_and_no_fill_the_next_query_is_the_question(store: St
         ("Reasoning first.\nAnswer: Małgorzata Braunek", "Małgorzata Braunek"),
         ('So, the final answer is "Washington, D.C.".', "Washington, D.C."),
         ("The answer is Andrzej Żuławski. So the answer is Małgorzata Braunek.", "Małgorzata Braunek"),
+        # a short answer is kept whole, even one that opens with "No"
+        ("So the answer is No Country for Old Men.", "No Country for Old Men"),
         # no marker: the last line that does not open a new example
         ("Małgorzata Braunek was his mother.\nQuestion: Who directed Mowa ptaków?",
          "Małgorzata Braunek was his mother"),
@@ -489,3 +515,17 @@ def test_the_pool_reaches_prompt_3_and_the_answer_step_whole(store: Store) -> No
     (answer,) = users(fake, "answer")
     assert f"Context:\n{long_fact}\n\nTriples:" in fills
     assert answer == f"Context:\n{long_fact}\nQuestion: {QUESTION}"
+
+
+def test_step_3_with_no_entities_s_f_is_0_and_the_query_is_the_fills(store: Store) -> None:
+    structure = '{"entities": [], "triples": [["<X1>", "mother", "end"]]}'
+    judge = FeatureJudge(False, True)
+    out, _ = run(store, judge, structure=structure)
+    assert out["entities"] == []
+    assert [s_f for _, _, s_f in judge.calls] == [0.0, 0.0]
+    assert out["queries"] == [QUESTION, FILL]
+
+
+def test_step_2_a_reply_without_an_evidence_line_is_read_whole(store: Store) -> None:
+    out, _ = run(store, SeqJudge(True), extract=f"{FACT_FILM}\n{FACT_MOTHER}")
+    assert [e["text"] for e in out["evidence_pool"]] == [FACT_FILM, FACT_MOTHER]
