@@ -423,6 +423,14 @@ def test_step_5_with_no_gap_and_no_fill_the_next_query_is_the_question(store: St
         ("The answer is Andrzej Żuławski. So the answer is Małgorzata Braunek.", "Małgorzata Braunek"),
         # a short answer is kept whole, even one that opens with "No"
         ("So the answer is No Country for Old Men.", "No Country for Old Men"),
+        # quotes, markdown and final punctuation around the span go, an initialism's period stays
+        ('So the answer is "St. Louis".', "St. Louis"),
+        ('So the answer is "Nipper"!', "Nipper"),
+        ('So the answer is "Nipper!"', "Nipper"),
+        ("So the answer is **Nipper.**", "Nipper"),
+        ("So the answer is **U.S.**", "U.S."),
+        # a reply cut off after its marker: the last line
+        ("Braunek is his mother. So the answer is", "Braunek is his mother. So the answer is"),
         # no marker: the last line that does not open a new example
         ("Małgorzata Braunek was his mother.\nQuestion: Who directed Mowa ptaków?",
          "Małgorzata Braunek was his mother"),
