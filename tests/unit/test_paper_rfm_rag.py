@@ -137,6 +137,10 @@ def test_step_2_prompt_1_condenses_the_rounds_passages_for_its_query(store: Stor
     # Eq. 1, E_i = LLM(q_i, K_i): a later round is asked about its own query alone
     q2 = out["queries"][1]
     assert second.rstrip().endswith(f"Question: {q2}") and QUESTION not in second
+    # no search focus: the prompt speaks of the question alone
+    assert all(
+        u.startswith("Identify the entities the question is about.") for u in (first, second)
+    )
 
 
 def test_step_2_a_round_retrieves_only_passages_not_retrieved_before(store: Store) -> None:
