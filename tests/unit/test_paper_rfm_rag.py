@@ -169,8 +169,11 @@ def test_step_3_the_pool_gathers_every_rounds_evidence_and_the_r_feedback_model_
 def test_step_4_a_probability_of_sufficiency_from_one_half_stops_the_loop(store: Store) -> None:
     out, fake = run(store, ProbJudge(0.45, 0.55))
     assert out["iterations"] == 2 and out["stop_reason"] == "sufficient"
-    assert [(d["decision"], d["p"], d["path"], d["threshold"]) for d in out["decisions"]] == [
-        ("continue", 0.45, "model", 0.5), ("stop", 0.55, "model", 0.5),
+    assert out["decisions"] == [
+        {"node": "feedback_classifier", "round": 1, "decision": "continue", "p": 0.45,
+         "path": "model", "threshold": 0.5},
+        {"node": "feedback_classifier", "round": 2, "decision": "stop", "p": 0.55,
+         "path": "model", "threshold": 0.5},
     ]  # fmt: skip
     assert (out["feedback_prob"], out["sufficient"]) == (0.55, True)
     assert call_counts(fake)["answer"] == 1
