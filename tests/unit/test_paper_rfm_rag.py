@@ -179,6 +179,12 @@ def test_step_4_a_probability_of_sufficiency_from_one_half_stops_the_loop(store:
     assert call_counts(fake)["answer"] == 1
 
 
+def test_step_4_a_probability_of_exactly_one_half_stops_the_loop(store: Store) -> None:
+    out, _ = run(store, ProbJudge(0.5))
+    assert out["iterations"] == 1 and out["stop_reason"] == "sufficient"
+    assert [d["decision"] for d in out["decisions"]] == ["stop"]
+
+
 def test_step_4_a_sufficient_pool_is_answered_from_the_whole_pool(store: Store) -> None:
     out, fake = run(store, SeqJudge(False, True))
     (answer,) = users(fake, "answer")
