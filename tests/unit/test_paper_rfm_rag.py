@@ -14,6 +14,7 @@ most 3 retrievals."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from gaprag import build_graph
 from gaprag.graphs.rfm_rag.feedback_model.model import FeedbackResult, RFeedbackMLP
+from gaprag.graphs.rfm_rag.state import OutputState
 from gaprag.llm.client import LLM
 from gaprag.stores.documents import Document
 from gaprag.stores.embeddings import HashingEmbedder
@@ -194,6 +196,8 @@ def test_step_4_a_sufficient_pool_is_answered_from_the_whole_pool(store: Store) 
     assert len(fake.calls) == sum(call_counts(fake).values())
     assert call_counts(fake) == {"structure": 1, "extract": 2, "fills": 1, "judge": 0, "answer": 1}
     assert not any(c["kwargs"].get("logprobs") for c in fake.calls)
+    # what the run returns: the output schema's fields
+    assert set(out) == {f.name for f in dataclasses.fields(OutputState)}
 
 
 def test_step_5_an_insufficient_pool_queries_the_gap_entities_and_the_placeholder_fills(
