@@ -357,9 +357,11 @@ def test_step_3_a_fact_found_again_is_kept_once_and_a_longer_one_replaces_the_fa
         (soup, 1, QUESTION, ids[:2], QUESTION),
     ]
     # the run's evidence: the pool's facts, each as the rounds produced it
-    assert [(e["id"], e["text"], e["round"], e["source"]) for e in out["evidence"]] == [
-        (e["id"], e["text"], e["round"], "llm") for e in out["evidence_pool"]
-    ]
+    assert out["evidence"] == [
+        {"id": e["id"], "title": "", "text": e["text"], "source": "llm", "score": 0.0,
+         "round": e["round"]}
+        for e in out["evidence_pool"]
+    ]  # fmt: skip
     (answer,) = users(fake, "answer")
     assert answer == f"Context:\n{merged}\n{soup}\nQuestion: {QUESTION}"
 
