@@ -557,3 +557,44 @@ def test_step_3_with_no_entities_s_f_is_0_and_the_query_is_the_fills(store: Stor
 def test_step_2_a_reply_without_an_evidence_line_is_read_whole(store: Store) -> None:
     out, _ = run(store, SeqJudge(True), extract=f"{FACT_FILM}\n{FACT_MOTHER}")
     assert [e["text"] for e in out["evidence_pool"]] == [FACT_FILM, FACT_MOTHER]
+
+
+def test_the_run_records_each_step_in_its_trace_and_its_progress_events(store: Store) -> None:
+    """Not a paper rule: what the run records of each step (its trace) and reports while it
+    runs (``stream_mode="custom"``), for a question answered after 2 rounds."""
+    out, _ = run(store, SeqJudge(False, True))
+    first, second = out["retrieved_passages"][:2], out["retrieved_passages"][2:]
+    ids = [p["id"] for p in out["retrieved_passages"]]
+    query = f"mother {FILL}"
+    judged = {"node": "feedback_classifier", "mode": "SeqJudge", "g_f": None}
+    assert out["trace"] == [
+        {"node": "extract_question_structure", "call": "structure", "path": "parsed"},
+        {"node": "extract_question_structure", "entities": ["Polish-Russian War", "mother"],
+         "triples": 2, "pool_kept": 0},
+        {**judged, "round": 1, "s_f": 0.5, "prob": 0.0, "sufficient": False,
+         "pool": [FACT_FILM], "pool_passages": sorted(p["id"] for p in first)},
+        {"node": "regenerate_keywords", "call": "fills", "path": "parsed"},
+        {**judged, "round": 2, "s_f": 0.25, "prob": 1.0, "sufficient": True,
+         "pool": [FACT_FILM, FACT_MOTHER], "pool_passages": sorted(ids)},
+        {"node": "generate_answer", "stop_reason": "sufficient", "retrievals": 2, "pool": 2},
+        {"node": "short_answer", "call": "short_answer", "path": "off"},
+    ]  # fmt: skip
+    assert out["shown_ids"] == out["retrieved_ids"] == ids
+    assert [p["round"] for p in out["retrieved_passages"]] == [1, 1, 2, 2]
+    assert len(second) == 2
+    fake = fake_llm(structure=STRUCTURE, fills=FILLS, answer=ANSWER)
+    graph = build_graph(
+        "rfm_rag", llm=LLM(fake, supports_logprobs=True), retriever=store, profile="paper",
+        top_k=2, sufficiency_model=SeqJudge(False, True),
+    )  # fmt: skip
+    events = list(graph.stream({"question": QUESTION}, stream_mode="custom"))
+    rfm = {"method": "rfm_rag"}
+    assert events == [
+        {**rfm, "round": 1, "query": QUESTION, "retrieved": 2},
+        {**rfm, "round": 1, "added": 1, "pool": 1, "coverage": 0.5},
+        {**rfm, "round": 1, "sufficient": False, "prob": 0.0},
+        {**rfm, "round": 2, "fills": [FILL], "next_query": query},
+        {**rfm, "round": 2, "query": query, "retrieved": 2},
+        {**rfm, "round": 2, "added": 1, "pool": 2, "coverage": 0.25},
+        {**rfm, "round": 2, "sufficient": True, "prob": 1.0},
+    ]
