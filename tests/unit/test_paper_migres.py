@@ -19,8 +19,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gaprag import build_graph
 from gaprag.graphs.migres.filter import ScoreDoc
+from gaprag.graphs.migres.parsing import REFUSALS
 from gaprag.llm.client import LLM
 from gaprag.stores import Store
 from tests.methods.migres import (
@@ -250,3 +253,273 @@ def test_released_code_a_round_that_adds_no_fact_is_not_judged(tmp_path: Path) -
     assert [d["path"] for d in out["decisions"] if d["node"] == "sufficiency"] == [
         "verdict", "rule", "verdict",
     ]  # fmt: skip
+
+
+# -- the rules behind the steps, one test each -------------------------------------------------
+def ranked(tmp_path: Path, names: str, *extra: dict[str, str]) -> Store:
+    """Films named by one letter each, ``Film A`` scoring best (see :func:`by_title`)."""
+    docs = [
+        {"id": n, "title": f"Film {n}", "text": f"Film {n} is a drama shot in the city of {n}."}
+        for n in names
+    ]
+    return hashing_store(tmp_path / "ranked", [*docs, *extra])
+
+
+def by_title(_query: str, doc: ScoreDoc) -> float:
+    """Film A scores 0.99, Film B 0.98, ...; every other passage 0.0."""
+    title = doc["title"]
+    return 1.0 - (ord(title[-1]) - 64) / 100 if title.startswith("Film ") else 0.0
+
+
+def unanswerable(missing: str) -> str:
+    """A main-module reply that says "unanswerable" and what is missing."""
+    return json.dumps(
+        {
+            "answer": {"text": "Unanswerable.", "confidence": 1},
+            "explanation": f"The explanation of a missing text of {len(missing)} characters.",
+            "missing_information": missing,
+        }
+    )
+
+
+def shown_in(leaf: str, names: str) -> list[str]:
+    return [n for n in names if f"(Title: Film {n})" in leaf]
+
+
+class SpyRetriever:
+    """The store behind a recorder of what each search asked."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.calls: list[tuple[str, int, Any]] = []
+
+    def search(self, query: str, k: int = 5, *, mode: Any = None, exclude: Any = ()) -> Any:
+        self.calls.append((query, k, mode))
+        return self.store.search(query, k, mode=mode, exclude=exclude)
+
+
+def test_step_1_each_query_asks_bm25_for_50_and_a_short_list_is_retried(tmp_path: Path) -> None:
+    spy = SpyRetriever(films(tmp_path))
+    chat = ChoiceChat(
+        rules=[(LEAF, leaf_json(("Film 3 is a drama.", [0]))), (MAIN, main_json("x"))]
+    )
+    passages: list[str] = []  # the passages scored (a sentence has no id)
+
+    def score(_query: str, doc: ScoreDoc) -> float:
+        passages.extend([doc["id"]] if doc["id"] else [])
+        return 1.0
+
+    graph = build_graph(
+        "migres", llm=LLM(chat, supports_logprobs=True), retriever=spy, profile="paper",
+        scorer=FakeScorer(score),
+    )  # fmt: skip
+    graph.invoke({"question": QUESTION})
+    # 40 hits are fewer than 50: the released code asks again, prefixed
+    assert spy.calls == [
+        (QUESTION, 50, "bm25"),
+        (f"Find information about {QUESTION}", 50, "bm25"),
+    ]
+    # the two lists' union, each passage once, is what the knowledge filter scores
+    assert len(passages) == len(set(passages)) == 40
+
+
+def test_step_1_the_leaf_sees_the_best_snippets_first_and_none_under_5_words(
+    tmp_path: Path,
+) -> None:
+    short = {"id": "short", "title": "Film @", "text": "Film @ drama oldest."}  # scores 1.0
+    _, chat, _ = run(
+        ranked(tmp_path, "ABCDEFGH", short),
+        [(LEAF, leaf_json(("Film A is a drama.", [0]))), (MAIN, main_json("Film A"))],
+        scorer=FakeScorer(by_title),
+    )
+    (leaf,) = users(chat, LEAF)
+    assert all(f"Passage {i}: (Title: Film {n}) Film {n} is" in leaf for i, n in enumerate("ABCDE"))
+    assert shown_in(leaf, "ABCDEFGH") == list("ABCDE") and "Film @" not in leaf
+
+
+def test_released_code_a_passage_is_shown_at_most_twice_and_once_if_it_supported_a_fact(
+    tmp_path: Path,
+) -> None:
+    names = "ABCDEFGHIJ"
+    out, chat, _ = run(
+        ranked(tmp_path, names),
+        [
+            (
+                LEAF,
+                counter_reply(
+                    lambda n: leaf_json(("Film A is a drama.", [0])) if n == 1 else leaf_json()
+                ),
+            ),
+            (MAIN, UNANSWERABLE),
+            (QUERY, counter_reply(lambda n: f"Which drama film is number {n}?")),
+            (KNOW, "Sorry, there is nothing more to say about these films."),
+            (FINAL, FINAL_REPLY),
+        ],
+        scorer=FakeScorer(by_title),
+    )
+    shown = [shown_in(leaf, names) for leaf in users(chat, LEAF)]
+    # A supported a fact in round 1: never shown again; B-E, shown in rounds 1 and 2 without
+    # supporting one, not after; from round 5 no passage is left, and the LLM's refusal is no
+    # passage either
+    assert shown == [list("ABCDE"), list("BCDEF"), list("FGHIJ"), list("GHIJ")]
+    assert out["passages_per_round"] == [5, 5, 5, 4, 0, 0]
+    assert len(users(chat, KNOW)) == 2 and out["known_info"] == ["Film A is a drama."]
+
+
+@pytest.mark.parametrize("reply", ["", *REFUSALS])
+def test_step_2_a_refusal_or_an_empty_reply_is_no_passage(tmp_path: Path, reply: str) -> None:
+    text = f"Film 9 is a drama. {reply.upper()}" if reply else "  "
+    out, chat, _ = run(
+        films(tmp_path),
+        [(KNOW, text), (MAIN, UNANSWERABLE), (QUERY, "Which film is the oldest drama?"),
+         (FINAL, FINAL_REPLY)],
+        scorer=FakeScorer(0.0),
+    )  # fmt: skip
+    assert not users(chat, LEAF) and out["known_info"] == []
+    assert len(users(chat, KNOW)) == 6  # every one of the T + 1 rounds asks again
+    assert out["stop_reason"] == "max_iterations"
+
+
+def test_step_5_query_lines_are_cleaned_and_an_empty_reply_searches_what_is_missing(
+    tmp_path: Path,
+) -> None:
+    replies = iter(
+        [
+            "\n".join(
+                [
+                    "Film 7 age",  # 10 characters: too short
+                    '"Who directed the film number 7?"',
+                    "- who directed the film number 7?",  # a repeat, in another case
+                    QUESTION.upper(),  # the question, in another case
+                    "Film 8 age?",  # 11 characters: kept
+                ]
+            ),
+            "",
+        ]
+    )
+    missing = "the year each drama film was made"
+    out, chat, _ = run(
+        films(tmp_path),
+        [
+            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            (
+                MAIN,
+                counter_reply(lambda n: unanswerable(missing) if n < 3 else main_json("Film 7")),
+            ),
+            (QUERY, lambda _m: next(replies)),
+        ],
+    )
+    assert out["queries"] == [QUESTION, "Who directed the film number 7?", "Film 8 age?", missing]
+    second = users(chat, QUERY)[1]
+    assert (
+        f"Historical Questions: {QUESTION} Who directed the film number 7? Film 8 age?\n" in second
+    )
+    assert out["query_history"] == [
+        QUESTION,
+        "Who directed the film number 7?",
+        "Film 8 age?",
+        missing,
+    ]
+
+
+def test_step_5_a_reply_of_repeats_searches_the_question_again(tmp_path: Path) -> None:
+    out, _, _ = run(
+        films(tmp_path),
+        [
+            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            (MAIN, counter_reply(lambda n: UNANSWERABLE if n == 1 else main_json("Film 7"))),
+            (QUERY, f"{QUESTION}\nshort one"),
+        ],
+    )
+    assert out["queries"] == [QUESTION, QUESTION] and out["query_history"] == [QUESTION]
+
+
+def test_step_4_a_missing_information_under_10_characters_gives_way_to_the_explanation(
+    tmp_path: Path,
+) -> None:
+    replies = iter([unanswerable("the years"), unanswerable("film years"), main_json("Film 7")])
+    _, chat, _ = run(
+        films(tmp_path),
+        [
+            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            (MAIN, lambda _m: next(replies)),
+            (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?")),
+        ],
+    )
+    first, second = users(chat, QUERY)
+    # "the years" has 9 characters: the explanation stands for it; "film years" has 10
+    assert "Missing Information: The explanation of a missing text of 9 characters.\n" in first
+    assert "Missing Information: film years\n" in second
+
+
+def test_step_3_a_fact_is_kept_at_the_first_cited_passage_that_entails_it(
+    tmp_path: Path,
+) -> None:
+    def entails(messages: list[Any]) -> str:  # passage B entails every fact, A only its own
+        check = str(messages[-1].content)
+        passage = check.split("Passage: (Title: ")[1][:6]
+        return "Yes" if passage == "Film B" or "Statement: Film A" in check else "No"
+
+    out, chat, _ = run(
+        ranked(tmp_path, "ABCDEFGH"),
+        [
+            (VERIFY, entails),
+            (
+                LEAF,
+                leaf_json(
+                    ("Film B is a drama.", [0, 1]),  # A does not entail it, B does
+                    ("film B is a drama", [1]),  # the same fact: not checked again
+                    ("Film C is a drama.", [0]),  # A, its only citation, does not
+                    ("Film A is a drama.", [0, 1]),  # A does: B is not asked
+                ),
+            ),
+            (MAIN, main_json("Film A")),
+        ],
+        scorer=FakeScorer(by_title),
+    )
+    checks = [(c.split("Passage: (Title: ")[1][:6], c.split("Statement: ")[1].split("\n")[0])
+              for c in users(chat, VERIFY)]  # fmt: skip
+    assert checks == [
+        ("Film A", "Film B is a drama."),
+        ("Film B", "Film B is a drama."),
+        ("Film A", "Film C is a drama."),
+        ("Film A", "Film A is a drama."),
+    ]
+    assert out["known_info"] == ["Film B is a drama.", "Film A is a drama."]
+    (main,) = users(chat, MAIN)
+    assert "Information: Film B is a drama.; Film A is a drama.\n" in main
+
+
+def test_step_6_a_final_reply_nothing_can_read_is_a_failed_unanswerable(tmp_path: Path) -> None:
+    out, chat, _ = run(
+        films(tmp_path),
+        [
+            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            (MAIN, UNANSWERABLE),
+            (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?")),
+            (FINAL, "I cannot tell."),
+        ],
+    )
+    assert len(users(chat, FINAL)) == 1
+    assert out["answer"] == "unanswerable" and out["status"] == "failed"
+    assert out["stop_reason"] == "max_iterations"
+
+
+def test_released_code_each_call_keeps_its_output_cap(tmp_path: Path) -> None:
+    _, chat, _ = run(
+        films(tmp_path),
+        [
+            (KNOW, counter_reply(lambda n: f"Film {n} is a drama film made in {1950 + n}.")),
+            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            (MAIN, UNANSWERABLE),
+            (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?")),
+            (FINAL, FINAL_REPLY),
+        ],
+        scorer=FakeScorer(0.0),
+    )
+    caps = {
+        kind: {c["kwargs"]["max_tokens"] for c in calls_of(chat, needle)}
+        for kind, needle in (("leaf", LEAF), ("main", MAIN), ("query", QUERY), ("knowledge", KNOW),
+                             ("final", FINAL))
+    }  # fmt: skip
+    assert caps == {"leaf": {400}, "main": {200}, "query": {96}, "knowledge": {160}, "final": {200}}
