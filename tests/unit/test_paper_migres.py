@@ -121,6 +121,36 @@ def test_step_1_the_knowledge_filter_keeps_the_sentences_that_clear_delta(tmp_pa
     assert "Montreal" not in leaf and "Mark Oliver" not in leaf and "Borscht" not in leaf
 
 
+def test_step_1_the_sentence_filter_keeps_new_sentences_at_delta_and_drops_the_query(
+    tmp_path: Path,
+) -> None:
+    zeta = "Drama film is the oldest film? Zeta is a drama film from 1920. It was shot in Rome. "
+    zeta += "Its score is lost."
+    eta = "Eta is a drama film from 1920. Eta was shot in Paris in the spring."
+    scores = {
+        zeta: 0.8,
+        "Drama film is the oldest film?": 0.9,  # the question's own words: never scored
+        "Zeta is a drama film from 1920.": 0.8,  # as good as its passage: sentences are cut
+        "It was shot in Rome.": 0.5,  # delta itself: kept
+        eta: 0.7,
+        "Eta is a drama film from 1920.": 0.9,  # inside a sentence chosen before: a repeat
+        "Eta was shot in Paris in the spring.": 0.6,
+    }
+    docs = [{"id": "zeta", "title": "Zeta (film)", "text": zeta},
+            {"id": "eta", "title": "Eta (film)", "text": eta}]  # fmt: skip
+    _, chat, scorer = run(
+        hashing_store(tmp_path / "zeta", docs),
+        [(LEAF, leaf_json(("Zeta is a 1920 drama film.", [0]))), (MAIN, main_json("Zeta"))],
+        scorer=FakeScorer(lambda _q, d: scores.get(d["text"], 0.0)),
+    )
+    (leaf,) = users(chat, LEAF)
+    assert (
+        "Passage 0: (Title: Zeta (film)) Zeta is a drama film from 1920. It was shot in Rome.\n"
+        "Passage 1: (Title: Eta (film)) Eta was shot in Paris in the spring.\n"
+    ) in leaf
+    assert "Drama film is the oldest film?" not in [t for _, t in scorer.seen]
+
+
 def test_step_2_when_nothing_clears_delta_the_llm_writes_what_it_knows(tmp_path: Path) -> None:
     known = "Film 9 is a 1950 drama film, the oldest drama film."
     out, chat, _ = run(
@@ -235,6 +265,10 @@ def test_step_6_after_five_judge_rounds_a_final_call_forces_the_answer(tmp_path:
     assert out["status"] == "forced" and out["stop_reason"] == "max_iterations"
     assert out["answer"] == "No"  # the final call's answer, not rewritten by a short-answer step
     assert json.loads(FINAL_REPLY)["answer"]["text"] == "No"
+    assert final.rstrip().endswith(f"Question: {QUESTION}\nYour response:")
+    assert (out["confidence"], out["explanation"]) == (3, "guess")
+    calls = {"leaf": 6, "verify": 6, "main": 5, "query": 5, "final": 1}
+    assert out["llm_calls_by_kind"] == calls and len(chat.calls) == sum(calls.values())
 
 
 def test_released_code_a_round_that_adds_no_fact_is_not_judged(tmp_path: Path) -> None:
@@ -377,7 +411,7 @@ def test_step_2_a_refusal_or_an_empty_reply_is_no_passage(tmp_path: Path, reply:
     )  # fmt: skip
     assert not users(chat, LEAF) and out["known_info"] == []
     assert len(users(chat, KNOW)) == 6  # every one of the T + 1 rounds asks again
-    assert out["stop_reason"] == "max_iterations"
+    assert out["stop_reason"] == "max_iterations" and out["answer"] == "No"
 
 
 def test_step_5_query_lines_are_cleaned_and_an_empty_reply_searches_what_is_missing(
@@ -388,12 +422,14 @@ def test_step_5_query_lines_are_cleaned_and_an_empty_reply_searches_what_is_miss
             "\n".join(
                 [
                     "Film 7 age",  # 10 characters: too short
-                    '"Who directed the film number 7?"',
-                    "- who directed the film number 7?",  # a repeat, in another case
+                    '"Who directed Film X"',
+                    "- who directed film x",  # a repeat, in another case
                     QUESTION.upper(),  # the question, in another case
                     "Film 8 age?",  # 11 characters: kept
+                    "'What year is Film X'",
                 ]
             ),
+            "`Who made Film X`",
             "",
         ]
     )
@@ -404,22 +440,18 @@ def test_step_5_query_lines_are_cleaned_and_an_empty_reply_searches_what_is_miss
             (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
             (
                 MAIN,
-                counter_reply(lambda n: unanswerable(missing) if n < 3 else main_json("Film 7")),
+                counter_reply(lambda n: unanswerable(missing) if n < 4 else main_json("Film 7")),
             ),
             (QUERY, lambda _m: next(replies)),
         ],
     )
-    assert out["queries"] == [QUESTION, "Who directed the film number 7?", "Film 8 age?", missing]
-    second = users(chat, QUERY)[1]
-    assert (
-        f"Historical Questions: {QUESTION} Who directed the film number 7? Film 8 age?\n" in second
-    )
-    assert out["query_history"] == [
-        QUESTION,
-        "Who directed the film number 7?",
-        "Film 8 age?",
-        missing,
-    ]
+    new = ["Who directed Film X", "Film 8 age?", "What year is Film X", "Who made Film X"]
+    assert out["queries"] == [QUESTION, *new, missing]  # the empty reply: what is missing
+    assert out["query_history"] == [QUESTION, *new, missing]
+    first, second, _ = users(chat, QUERY)
+    assert f"Original Question: {QUESTION}\nHistorical Questions: {QUESTION}\n" in first
+    assert f"Historical Questions: {' '.join([QUESTION, *new[:3]])}\n" in second
+    assert out["llm_calls_by_kind"]["query"] == 3
 
 
 def test_step_5_a_reply_of_repeats_searches_the_question_again(tmp_path: Path) -> None:
@@ -503,6 +535,58 @@ def test_step_6_a_final_reply_nothing_can_read_is_a_failed_unanswerable(tmp_path
     assert len(users(chat, FINAL)) == 1
     assert out["answer"] == "unanswerable" and out["status"] == "failed"
     assert out["stop_reason"] == "max_iterations"
+    assert (out["confidence"], out["explanation"]) == (-1, "")
+
+
+def test_step_6_with_no_fact_the_final_call_answers_from_the_models_own_knowledge(
+    tmp_path: Path,
+) -> None:
+    out, chat, _ = run(
+        films(tmp_path),
+        [
+            (LEAF, leaf_json()),  # passages shown, nothing extracted
+            (MAIN, UNANSWERABLE),
+            (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?")),
+            (FINAL, "answer: Film 9, confidence: 2, explanation: from memory"),  # not JSON
+        ],
+    )
+    assert len(users(chat, LEAF)) == 6 and len(users(chat, MAIN)) == 1  # rounds 2-5 add nothing
+    (final,) = users(chat, FINAL)
+    assert final.rstrip().endswith(f"Information: None\nQuestion: {QUESTION}\nYour response:")
+    # the key-scan salvage reads the reply
+    assert (out["answer"], out["confidence"], out["explanation"]) == ("Film 9", 2, "from memory")
+    assert out["status"] == "forced"
+
+
+def test_step_2_each_round_without_a_passage_asks_the_llm_about_its_first_query(
+    tmp_path: Path,
+) -> None:
+    def knows(messages: list[Any]) -> str:
+        query = str(messages[-1].content).split("Question: ")[1].split("\n")[0]
+        return f"Film 9 is the oldest drama film, as asked by {query}"
+
+    out, chat, _ = run(
+        films(tmp_path),
+        [
+            (KNOW, knows),
+            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            (MAIN, UNANSWERABLE),
+            (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?\nWho made it?")),
+            (FINAL, FINAL_REPLY),
+        ],
+        scorer=FakeScorer(0.0),
+    )
+    queries = [QUESTION, *(f"Which film was made in round {n}?" for n in range(1, 6))]
+    asked = [q.split("Question: ")[1].split("\n")[0] for q in users(chat, KNOW)]
+    assert asked == queries
+    for query, leaf in zip(queries, users(chat, LEAF), strict=True):
+        known = f"Film 9 is the oldest drama film, as asked by {query}"
+        assert f"Passage 0: (Title: LLM knowledge) {known}\nQuestion: {query}\n" in leaf
+    # the verifier's premise is the model's text alone
+    checks = users(chat, VERIFY)
+    assert len(checks) == 6 and all("Passage: Film 9 is the oldest" in c for c in checks)
+    assert out["llm_calls_by_kind"]["knowledge"] == 6
+    assert len(out["known_info"]) == 6
 
 
 def test_released_code_each_call_keeps_its_output_cap(tmp_path: Path) -> None:
