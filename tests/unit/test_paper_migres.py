@@ -192,6 +192,18 @@ def test_step_3_each_fact_is_kept_only_if_its_cited_passage_entails_it(tmp_path:
     assert f"Information: {good}\n" in main and bad not in main
 
 
+def test_step_3_the_llm_verifier_keeps_a_fact_on_a_reply_it_cannot_read(tmp_path: Path) -> None:
+    out, chat, _ = run(
+        films(tmp_path),
+        [
+            (VERIFY, "Perhaps."),
+            (LEAF, leaf_json(("Film 0 is a drama.", [0]))),
+            (MAIN, main_json("Film 0")),
+        ],
+    )
+    assert users(chat, VERIFY) and out["known_info"] == ["Film 0 is a drama."]
+
+
 def test_step_4_the_main_module_answers_from_the_known_information_alone(tmp_path: Path) -> None:
     facts = ("Film 3 is a drama.", [0]), ("Film 4 is a drama.", [1])
     out, chat, _ = run(films(tmp_path), [(LEAF, leaf_json(*facts)), (MAIN, main_json("Film 3"))])
@@ -452,6 +464,23 @@ def test_step_5_query_lines_are_cleaned_and_an_empty_reply_searches_what_is_miss
     assert f"Original Question: {QUESTION}\nHistorical Questions: {QUESTION}\n" in first
     assert f"Historical Questions: {' '.join([QUESTION, *new[:3]])}\n" in second
     assert out["llm_calls_by_kind"]["query"] == 3
+
+
+def test_step_4_a_main_reply_nothing_can_read_is_unanswerable_and_misses_the_question(
+    tmp_path: Path,
+) -> None:
+    out, chat, _ = run(
+        films(tmp_path),
+        [
+            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            # the first main call and its repair request get no JSON
+            (MAIN, counter_reply(lambda n: "I think maybe." if n < 3 else main_json("Film 7"))),
+            (QUERY, "Which film was made first?"),
+        ],
+    )
+    (query,) = users(chat, QUERY)
+    assert f"Missing Information: {QUESTION}\nNew queries:" in query
+    assert out["answer"] == "Film 7" and out["judge_rounds"] == 2
 
 
 def test_step_5_a_reply_of_repeats_searches_the_question_again(tmp_path: Path) -> None:
