@@ -192,6 +192,54 @@ def test_step_3_each_fact_is_kept_only_if_its_cited_passage_entails_it(tmp_path:
     assert f"Information: {good}\n" in main and bad not in main
 
 
+def test_step_3_a_fact_citing_no_shown_passage_is_never_checked(tmp_path: Path) -> None:
+    out, chat, _ = run(
+        ranked(tmp_path, "ABCDEFGH"),
+        [
+            (
+                LEAF,
+                leaf_json(
+                    ("Film F is a drama.", [5]),  # five passages shown: 0-4
+                    ("Film G is a drama.", []),
+                    (" ", [0]),
+                    ("Film A is a drama.", [9, 0, 0]),
+                ),
+            ),
+            (MAIN, main_json("Film A")),
+        ],
+        scorer=FakeScorer(by_title),
+    )
+    (check,) = users(chat, VERIFY)
+    assert "Passage: (Title: Film A)" in check and "Statement: Film A is a drama." in check
+    assert out["known_info"] == ["Film A is a drama."]
+
+
+def test_step_1_later_rounds_extract_for_the_queries_that_found_the_shown_passages(
+    tmp_path: Path,
+) -> None:
+    first, second = "Which drama film was shot in city B?", "Which drama film was shot in city D?"
+
+    def score(query: str, doc: ScoreDoc) -> float:  # B and C answer the first, D the second
+        best = {"B": first, "C": first, "D": second}.get(doc["title"][-1])
+        if query == QUESTION:
+            return by_title(query, doc) if doc["title"] == "Film A" else 0.0
+        return by_title(query, doc) if query == best else 0.0
+
+    _, chat, _ = run(
+        ranked(tmp_path, "ABCDEFGH"),
+        [
+            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            (MAIN, counter_reply(lambda n: UNANSWERABLE if n == 1 else main_json("Film B"))),
+            (QUERY, f"{second}\n{first}"),
+        ],
+        scorer=FakeScorer(score),
+    )
+    one, two = users(chat, LEAF)
+    assert one.rstrip().endswith(f"Question: {QUESTION}\nYour response:")
+    assert shown_in(two, "ABCDEFGH") == ["B", "C", "D"]
+    assert two.rstrip().endswith(f"Question: {first} {second}\nYour response:")
+
+
 def test_step_3_the_llm_verifier_keeps_a_fact_on_a_reply_it_cannot_read(tmp_path: Path) -> None:
     out, chat, _ = run(
         films(tmp_path),
@@ -231,6 +279,11 @@ def test_step_4_an_answer_ends_the_loop_with_no_extra_call(tmp_path: Path) -> No
     assert out["judge_rounds"] == 1 and out["iterations"] == 1
     decision = out["decisions"][-1]
     assert decision["decision"] == "stop" and decision["path"] == "verdict"
+    assert (out["status"], out["confidence"], out["explanation"]) == (
+        "answered",
+        5,
+        "From the information.",
+    )
 
 
 def test_step_5_unanswerable_asks_up_to_three_new_queries_for_what_is_missing(
@@ -547,6 +600,12 @@ def test_step_3_a_fact_is_kept_at_the_first_cited_passage_that_entails_it(
         ("Film A", "Film A is a drama."),
     ]
     assert out["known_info"] == ["Film B is a drama.", "Film A is a drama."]
+    # the passages behind the kept facts, each once
+    evidence = [(e["id"], e["title"], e["text"], e["round"]) for e in out["evidence"]]
+    assert evidence == [
+        ("A", "Film A", "Film A is a drama shot in the city of A.", 1),
+        ("B", "Film B", "Film B is a drama shot in the city of B.", 1),
+    ]
     (main,) = users(chat, MAIN)
     assert "Information: Film B is a drama.; Film A is a drama.\n" in main
 
