@@ -61,12 +61,24 @@ def run(
     return dict(graph.invoke({"question": QUESTION})), chat, scorer
 
 
+_STORES: dict[str, Store] = {}
+
+
+def stored(tmp_path: Path, name: str, docs: list[dict[str, str]]) -> Store:
+    """The store of ``docs``, built once a session (under the first test's ``tmp_path``, which
+    lasts the session): the tests only read it."""
+    key = json.dumps(docs, sort_keys=True)
+    if key not in _STORES:
+        _STORES[key] = hashing_store(tmp_path / name, docs)
+    return _STORES[key]
+
+
 def films(tmp_path: Path) -> Store:
     docs = [
         {"id": f"p{i}", "title": f"Film {i}", "text": f"Film number {i} is a drama. {LONG}"}
         for i in range(40)
     ]
-    return hashing_store(tmp_path / "films", docs)
+    return stored(tmp_path, "films", docs)
 
 
 def users(chat: ChoiceChat, needle: str) -> list[str]:
@@ -112,7 +124,7 @@ def test_step_1_the_knowledge_filter_keeps_the_sentences_that_clear_delta(tmp_pa
         return 0.9 if "Solomon" in doc["text"] else 0.2  # ... and one sentence beats it
 
     _, chat, _ = run(
-        hashing_store(tmp_path / "lev", docs),
+        stored(tmp_path, "lev", docs),
         [(LEAF, leaf_json(("Ed Solomon directed Levity.", [0]))), (MAIN, main_json("Ed Solomon"))],
         scorer=FakeScorer(score),
     )
@@ -139,7 +151,7 @@ def test_step_1_the_sentence_filter_keeps_new_sentences_at_delta_and_drops_the_q
     docs = [{"id": "zeta", "title": "Zeta (film)", "text": zeta},
             {"id": "eta", "title": "Eta (film)", "text": eta}]  # fmt: skip
     _, chat, scorer = run(
-        hashing_store(tmp_path / "zeta", docs),
+        stored(tmp_path, "zeta", docs),
         [(LEAF, leaf_json(("Zeta is a 1920 drama film.", [0]))), (MAIN, main_json("Zeta"))],
         scorer=FakeScorer(lambda _q, d: scores.get(d["text"], 0.0)),
     )
@@ -361,7 +373,7 @@ def ranked(tmp_path: Path, names: str, *extra: dict[str, str]) -> Store:
         {"id": n, "title": f"Film {n}", "text": f"Film {n} is a drama shot in the city of {n}."}
         for n in names
     ]
-    return hashing_store(tmp_path / "ranked", [*docs, *extra])
+    return stored(tmp_path, "ranked", [*docs, *extra])
 
 
 def by_title(_query: str, doc: ScoreDoc) -> float:
