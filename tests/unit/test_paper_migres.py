@@ -144,6 +144,7 @@ def test_step_1_the_sentence_filter_keeps_new_sentences_at_delta_and_drops_the_q
         "Drama film is the oldest film?": 0.9,  # the question's own words: never scored
         "Zeta is a drama film from 1920.": 0.8,  # as good as its passage: sentences are cut
         "It was shot in Rome.": 0.5,  # delta itself: kept
+        "Its score is lost.": 0.4,  # under delta (the scorer's own, 0.5)
         eta: 0.7,
         "Eta is a drama film from 1920.": 0.9,  # inside a sentence chosen before: a repeat
         "Eta was shot in Paris in the spring.": 0.6,
@@ -233,23 +234,61 @@ def test_step_1_later_rounds_extract_for_the_queries_that_found_the_shown_passag
 
     def score(query: str, doc: ScoreDoc) -> float:  # B and C answer the first, D the second
         best = {"B": first, "C": first, "D": second}.get(doc["title"][-1])
-        if query == QUESTION:
-            return by_title(query, doc) if doc["title"] == "Film A" else 0.0
-        return by_title(query, doc) if query == best else 0.0
+        return by_title(query, doc) if query == best else 0.0  # none the question
 
     _, chat, _ = run(
         ranked(tmp_path, "ABCDEFGH"),
         [
+            (KNOW, "Film B and Film D are dramas shot in two cities."),
             (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
             (MAIN, counter_reply(lambda n: UNANSWERABLE if n == 1 else main_json("Film B"))),
             (QUERY, f"{second}\n{first}"),
         ],
         scorer=FakeScorer(score),
     )
-    one, two = users(chat, LEAF)
+    one, two = users(chat, LEAF)  # round 1 read the LLM's knowledge, round 2 passages
+    assert "(Title: LLM knowledge)" in one
     assert one.rstrip().endswith(f"Question: {QUESTION}\nYour response:")
     assert shown_in(two, "ABCDEFGH") == ["B", "C", "D"]
     assert two.rstrip().endswith(f"Question: {first} {second}\nYour response:")
+
+
+def test_step_1_the_leaf_reply_is_read_even_when_it_is_not_valid_json(tmp_path: Path) -> None:
+    # the paper's Case 2: a bracket closed too early; and citations written as text
+    broken = (
+        '{"useful_information": [{"info": "Film A is a drama.", "support_passages": [0]}], '
+        '{"info": "Film B is a drama.", "support_passages": [1]}]}'
+    )
+    texts = json.dumps({"useful_information": [{"info": "Film C is a drama.",
+                                                "support_passages": ["Passage 2"]}]})  # fmt: skip
+    out, _, _ = run(
+        ranked(tmp_path, "ABCDEFGH"),
+        [
+            (LEAF, counter_reply(lambda n: broken if n < 3 else texts)),  # a repair is asked
+            (MAIN, counter_reply(lambda n: UNANSWERABLE if n == 1 else main_json("Film A"))),
+            (QUERY, "Which drama film was shot first?"),
+        ],
+        scorer=FakeScorer(by_title),
+    )
+    assert out["known_info"] == ["Film A is a drama.", "Film B is a drama.", "Film C is a drama."]
+
+
+def test_released_code_the_same_llm_knowledge_is_shown_once_when_it_gave_a_fact(
+    tmp_path: Path,
+) -> None:
+    out, chat, _ = run(
+        films(tmp_path),
+        [
+            (KNOW, "Film 9 is the oldest drama film, made in 1950."),
+            (LEAF, leaf_json(("Film 9 was made in 1950.", [0]))),
+            (MAIN, UNANSWERABLE),
+            (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?")),
+            (FINAL, FINAL_REPLY),
+        ],
+        scorer=FakeScorer(0.0),
+    )
+    assert len(users(chat, KNOW)) == 6 and len(users(chat, LEAF)) == 1
+    assert out["passages_per_round"] == [1, 0, 0, 0, 0, 0]
 
 
 def test_step_3_the_llm_verifier_keeps_a_fact_on_a_reply_it_cannot_read(tmp_path: Path) -> None:
@@ -437,15 +476,20 @@ def test_step_1_each_query_asks_bm25_for_50_and_a_short_list_is_retried(tmp_path
 def test_step_1_the_leaf_sees_the_best_snippets_first_and_none_under_5_words(
     tmp_path: Path,
 ) -> None:
-    short = {"id": "short", "title": "Film @", "text": "Film @ drama oldest."}  # scores 1.0
+    short = {"id": "short", "title": "Film @", "text": "Film @ drama oldest."}  # 4 words, 1.0
+    five = {"id": "five", "title": "Film #", "text": "<b>Film #</b> is<br>the drama."}  # 1.29
     _, chat, _ = run(
-        ranked(tmp_path, "ABCDEFGH", short),
+        ranked(tmp_path, "ABCDEFGH", short, five),
         [(LEAF, leaf_json(("Film A is a drama.", [0]))), (MAIN, main_json("Film A"))],
         scorer=FakeScorer(by_title),
     )
     (leaf,) = users(chat, LEAF)
-    assert all(f"Passage {i}: (Title: Film {n}) Film {n} is" in leaf for i, n in enumerate("ABCDE"))
-    assert shown_in(leaf, "ABCDEFGH") == list("ABCDE") and "Film @" not in leaf
+    # the corpus's bold and line-break tags are removed; five words are enough to be shown
+    assert "Passage 0: (Title: Film #) Film #  is the drama.\n" in leaf
+    assert all(
+        f"Passage {i}: (Title: Film {n}) Film {n} is" in leaf for i, n in enumerate("ABCD", 1)
+    )
+    assert shown_in(leaf, "ABCDEFGH") == list("ABCD") and "Film @" not in leaf
 
 
 def test_released_code_a_passage_is_shown_at_most_twice_and_once_if_it_supported_a_fact(
@@ -656,6 +700,7 @@ def test_step_6_with_no_fact_the_final_call_answers_from_the_models_own_knowledg
     # the key-scan salvage reads the reply
     assert (out["answer"], out["confidence"], out["explanation"]) == ("Film 9", 2, "from memory")
     assert out["status"] == "forced"
+    assert out["llm_calls_by_kind"] == {"leaf": 6, "main": 1, "query": 5, "final": 1}
 
 
 def test_step_2_each_round_without_a_passage_asks_the_llm_about_its_first_query(
