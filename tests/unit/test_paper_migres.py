@@ -657,10 +657,11 @@ def test_step_3_a_fact_is_kept_at_the_first_cited_passage_that_entails_it(
     ]
     assert out["known_info"] == ["Film B is a drama.", "Film A is a drama."]
     # the passages behind the kept facts, each once
-    evidence = [(e["id"], e["title"], e["text"], e["round"]) for e in out["evidence"]]
+    evidence = [(e["id"], e["title"], e["text"], e["source"], e["score"], e["round"])
+                for e in out["evidence"]]  # fmt: skip
     assert evidence == [
-        ("A", "Film A", "Film A is a drama shot in the city of A.", 1),
-        ("B", "Film B", "Film B is a drama shot in the city of B.", 1),
+        ("A", "Film A", "Film A is a drama shot in the city of A.", "bm25", 0.99, 1),
+        ("B", "Film B", "Film B is a drama shot in the city of B.", "bm25", 0.98, 1),
     ]
     (main,) = users(chat, MAIN)
     assert "Information: Film B is a drama.; Film A is a drama.\n" in main
@@ -732,6 +733,9 @@ def test_step_2_each_round_without_a_passage_asks_the_llm_about_its_first_query(
     assert len(checks) == 6 and all("Passage: Film 9 is the oldest" in c for c in checks)
     assert out["llm_calls_by_kind"]["knowledge"] == 6
     assert len(out["known_info"]) == 6
+    assert [(e["title"], e["source"], e["score"], e["round"]) for e in out["evidence"]] == [
+        ("LLM knowledge", "llm", 0.0, n) for n in range(1, 7)
+    ]
 
 
 def test_released_code_each_call_keeps_its_output_cap(tmp_path: Path) -> None:
