@@ -164,6 +164,17 @@ def test_step_1_the_sentence_filter_keeps_new_sentences_at_delta_and_drops_the_q
     assert "Drama film is the oldest film?" not in [t for _, t in scorer.seen]
 
 
+def test_step_1_a_passage_at_delta_is_kept_and_one_under_it_is_not(tmp_path: Path) -> None:
+    # Film r scores 0.5, delta itself; Film s 0.49
+    _, chat, _ = run(
+        ranked(tmp_path, "Ars"),
+        [(LEAF, leaf_json(("Film A is a drama.", [0]))), (MAIN, main_json("Film A"))],
+        scorer=FakeScorer(by_title),
+    )
+    (leaf,) = users(chat, LEAF)
+    assert shown_in(leaf, "Ars") == ["A", "r"]
+
+
 def test_step_2_when_nothing_clears_delta_the_llm_writes_what_it_knows(tmp_path: Path) -> None:
     known = "Film 9 is a 1950 drama film, the oldest drama film."
     out, chat, _ = run(
@@ -215,6 +226,7 @@ def test_step_3_a_fact_citing_no_shown_passage_is_never_checked(tmp_path: Path) 
                     ("Film F is a drama.", [5]),  # five passages shown: 0-4
                     ("Film G is a drama.", []),
                     (" ", [0]),
+                    ("Film H is a drama.", [-1]),
                     ("Film A is a drama.", [9, 0, 0]),
                 ),
             ),
@@ -575,21 +587,35 @@ def test_step_5_query_lines_are_cleaned_and_an_empty_reply_searches_what_is_miss
     assert out["llm_calls_by_kind"]["query"] == 3
 
 
-def test_step_4_a_main_reply_nothing_can_read_is_unanswerable_and_misses_the_question(
+def test_step_4_a_main_reply_that_names_nothing_missing_keeps_the_last_missing_information(
     tmp_path: Path,
 ) -> None:
+    missing = "the year each drama film was made"
+    silent = json.dumps(
+        {"answer": {"text": "", "confidence": 1}, "explanation": "", "missing_information": ""}
+    )  # an empty answer is no answer
+    replies = iter(
+        [
+            "I think maybe.",  # round 1: no JSON, nor in the repair asked for: the question
+            "I think maybe.",
+            unanswerable(missing),  # round 2
+            silent,  # round 3: what was missing before
+            "answer: Film 7, explanation: from the facts",  # round 4: read by its keys, after
+            "answer: Film 7, explanation: from the facts",  # the repair asked for
+        ]
+    )
     out, chat, _ = run(
         films(tmp_path),
         [
             (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
-            # the first main call and its repair request get no JSON
-            (MAIN, counter_reply(lambda n: "I think maybe." if n < 3 else main_json("Film 7"))),
-            (QUERY, "Which film was made first?"),
+            (MAIN, lambda _m: next(replies)),
+            (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?")),
         ],
     )
-    (query,) = users(chat, QUERY)
-    assert f"Missing Information: {QUESTION}\nNew queries:" in query
-    assert out["answer"] == "Film 7" and out["judge_rounds"] == 2
+    asked = [q.split("Missing Information: ")[1].split("\n")[0] for q in users(chat, QUERY)]
+    assert asked == [QUESTION, missing, missing]
+    assert (out["answer"], out["confidence"], out["explanation"]) == ("Film 7", 1, "from the facts")
+    assert out["judge_rounds"] == 4 and out["stop_reason"] == "answered"
 
 
 def test_step_5_a_reply_of_repeats_searches_the_question_again(tmp_path: Path) -> None:
@@ -702,6 +728,8 @@ def test_step_6_with_no_fact_the_final_call_answers_from_the_models_own_knowledg
     assert (out["answer"], out["confidence"], out["explanation"]) == ("Film 9", 2, "from memory")
     assert out["status"] == "forced"
     assert out["llm_calls_by_kind"] == {"leaf": 6, "main": 1, "query": 5, "final": 1}
+    (main,) = users(chat, MAIN)
+    assert main.rstrip().endswith(f"Information: None\nQuestion: {QUESTION}\nYour response:")
 
 
 def test_step_2_each_round_without_a_passage_asks_the_llm_about_its_first_query(
