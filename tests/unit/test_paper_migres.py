@@ -330,6 +330,23 @@ def test_step_4_the_main_module_answers_from_the_known_information_alone(tmp_pat
     assert not call["kwargs"].get("logprobs")
 
 
+def test_step_4_a_server_side_json_constraint_asks_for_the_papers_field_order(
+    tmp_path: Path,
+) -> None:
+    chat = ChoiceChat(
+        rules=[(LEAF, leaf_json(("Film 3 is a drama.", [0]))), (MAIN, main_json("Film 3")),
+               (VERIFY, "Yes")]
+    )  # fmt: skip
+    llm = LLM(chat, supports_logprobs=True, structured_mode="json_schema")
+    graph = build_graph(
+        "migres", llm=llm, retriever=films(tmp_path), profile="paper", scorer=FakeScorer(1.0)
+    )
+    assert graph.invoke({"question": QUESTION})["answer"] == "Film 3"
+    (call,) = calls_of(chat, MAIN)
+    schema = call["kwargs"]["response_format"]["json_schema"]["schema"]
+    assert list(schema["properties"]) == ["answer", "explanation", "missing_information"]
+
+
 def test_step_4_an_answer_ends_the_loop_with_no_extra_call(tmp_path: Path) -> None:
     out, chat, _ = run(
         films(tmp_path),
