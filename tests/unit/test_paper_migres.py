@@ -14,6 +14,7 @@ an answer."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -781,6 +782,13 @@ def test_step_2_each_round_without_a_passage_asks_the_llm_about_its_first_query(
     assert [(e["title"], e["source"], e["score"], e["round"]) for e in out["evidence"]] == [
         ("LLM knowledge", "llm", 0.0, n) for n in range(1, 7)
     ]
+    # recorded: the LLM's text under its digest, and each call of the route
+    texts = [f"Film 9 is the oldest drama film, as asked by {q}" for q in queries]
+    digests = [f"llm:{hashlib.sha1(t.encode()).hexdigest()[:16]}" for t in texts]
+    assert [e["id"] for e in out["evidence"]] == digests
+    assert [e for e in out["trace"] if e["node"] == "llm_knowledge"] == [
+        {"node": "llm_knowledge", "query": q, "usable": True} for q in queries
+    ]
 
 
 def test_released_code_each_call_keeps_its_output_cap(tmp_path: Path) -> None:
@@ -801,3 +809,184 @@ def test_released_code_each_call_keeps_its_output_cap(tmp_path: Path) -> None:
                              ("final", FINAL))
     }  # fmt: skip
     assert caps == {"leaf": {400}, "main": {200}, "query": {96}, "knowledge": {160}, "final": {200}}
+
+
+def test_the_run_records_its_decisions_steps_and_progress(tmp_path: Path) -> None:
+    """What the run records (no paper rule; the paper's code logs the same steps): the loop's
+    decisions, each node's trace, the progress events, the shown and retrieved passages."""
+    leaf = {
+        1: leaf_json(("Film A is a drama.", [0]), ("Film B won.", [1])),
+        2: leaf_json(("Film A is a drama.", [0])),  # nothing new: round 2 is not judged
+        3: leaf_json(("Film C is a drama.", [0])),
+    }
+
+    def graph() -> Any:
+        chat = ChoiceChat(
+            rules=[
+                (LEAF, counter_reply(lambda n: leaf[n])),
+                (VERIFY, lambda m: "No" if "Film B won" in str(m[-1].content) else "Yes"),
+                (MAIN, counter_reply(lambda n: UNANSWERABLE if n == 1 else main_json("Film C"))),
+                (QUERY, counter_reply(lambda n: f"Which drama film was made in round {n}?")),
+            ]
+        )
+        return build_graph(
+            "migres", llm=LLM(chat, supports_logprobs=True), retriever=ranked(tmp_path, "ABCDEFGH"),
+            profile="paper", scorer=FakeScorer(by_title),
+        )  # fmt: skip
+
+    events = list(graph().stream({"question": QUESTION}, stream_mode="custom"))
+    out = dict(graph().invoke({"question": QUESTION}))
+    assert events == [
+        {"round": 1, "queries": ["Which drama film is the oldest film?"], "candidates": 8},
+        {"round": 1, "kept": 8},
+        {"round": 1, "added": 1, "known": 1},
+        {"round": 1, "answered": False, "p_sufficient": None, "missing": "the director of Levity"},
+        {"round": 1, "new_queries": ["Which drama film was made in round 1?"]},
+        {"round": 2, "queries": ["Which drama film was made in round 1?"], "candidates": 8},
+        {"round": 2, "kept": 7},
+        {"round": 2, "added": 0, "known": 1},
+        {"round": 2, "new_queries": ["Which drama film was made in round 2?"]},
+        {"round": 3, "queries": ["Which drama film was made in round 2?"], "candidates": 8},
+        {"round": 3, "kept": 3},
+        {"round": 3, "added": 1, "known": 2},
+        {"round": 3, "answered": True, "p_sufficient": None, "missing": None},
+        {"done": True, "stop_reason": "answered", "iterations": 3},
+    ]
+    assert out["decisions"] == [
+        {
+            "node": "verify_nli",
+            "round": 1,
+            "decision": "accept",
+            "p": 0.99,
+            "path": "logprobs",
+            "threshold": 0.5,
+        },
+        {
+            "node": "verify_nli",
+            "round": 1,
+            "decision": "reject",
+            "p": 0.01,
+            "path": "logprobs",
+            "threshold": 0.5,
+        },
+        {
+            "node": "sufficiency",
+            "round": 1,
+            "decision": "continue",
+            "p": None,
+            "path": "verdict",
+            "threshold": None,
+        },
+        {
+            "node": "sufficiency",
+            "round": 2,
+            "decision": "continue",
+            "p": None,
+            "path": "rule",
+            "threshold": 0.5,
+        },
+        {
+            "node": "verify_nli",
+            "round": 3,
+            "decision": "accept",
+            "p": 0.99,
+            "path": "logprobs",
+            "threshold": 0.5,
+        },
+        {
+            "node": "sufficiency",
+            "round": 3,
+            "decision": "stop",
+            "p": None,
+            "path": "verdict",
+            "threshold": None,
+            "answer": "Film C",
+        },
+    ]
+    assert out["trace"] == [
+        {
+            "node": "rerank_filter",
+            "candidates": 8,
+            "above_delta": 8,
+            "kept": 8,
+            "whole_passages": 0,
+            "delta": 0.5,
+            "scorer": "fake",
+            "top_scores": [0.99, 0.98, 0.97, 0.96, 0.95],
+        },
+        {"node": "extract", "call": "leaf", "path": "parsed"},
+        {"node": "verify_nli", "rejected": ["Film B won."]},
+        {
+            "node": "verify_nli",
+            "call": "verify",
+            "path": "logprobs",
+            "probs": {"Yes": 0.99, "No": 0.010000000000000004},
+        },
+        {
+            "node": "verify_nli",
+            "call": "verify",
+            "path": "logprobs",
+            "probs": {"Yes": 0.010000000000000004, "No": 0.99},
+        },
+        {
+            "node": "judge_missing",
+            "round": 1,
+            "answered": False,
+            "p_sufficient": None,
+            "path": "verdict",
+            "stop": False,
+            "answer_from": "judge",
+        },
+        {"node": "judge_missing", "call": "main", "path": "parsed"},
+        {
+            "node": "rerank_filter",
+            "candidates": 8,
+            "above_delta": 8,
+            "kept": 7,
+            "whole_passages": 0,
+            "delta": 0.5,
+            "scorer": "fake",
+            "top_scores": [0.99, 0.98, 0.97, 0.96, 0.95],
+        },
+        {"node": "extract", "call": "leaf", "path": "parsed"},
+        {"node": "judge_missing", "event": "skipped", "reason": "no new facts"},
+        {
+            "node": "rerank_filter",
+            "candidates": 8,
+            "above_delta": 8,
+            "kept": 3,
+            "whole_passages": 0,
+            "delta": 0.5,
+            "scorer": "fake",
+            "top_scores": [0.99, 0.98, 0.97, 0.96, 0.95],
+        },
+        {"node": "extract", "call": "leaf", "path": "parsed"},
+        {
+            "node": "verify_nli",
+            "call": "verify",
+            "path": "logprobs",
+            "probs": {"Yes": 0.99, "No": 0.010000000000000004},
+        },
+        {
+            "node": "judge_missing",
+            "round": 3,
+            "answered": True,
+            "p_sufficient": None,
+            "path": "verdict",
+            "stop": True,
+            "answer_from": "judge",
+        },
+        {"node": "judge_missing", "call": "main", "path": "parsed"},
+        {
+            "node": "finalize",
+            "stop_reason": "answered",
+            "status": "answered",
+            "judge_rounds": 3,
+            "retrieval_rounds": 3,
+            "known_info": 2,
+        },
+        {"node": "short_answer", "call": "short_answer", "path": "off"},
+    ]
+    assert out["knowledge_tokens"] == 130
+    assert out["shown_ids"] == ["A", "B", "C", "D", "E", "F", "G", "H"]
+    assert out["retrieved_ids"] == ["H", "G", "F", "E", "D", "C", "B", "A"]
