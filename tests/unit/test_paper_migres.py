@@ -988,5 +988,6 @@ def test_the_run_records_its_decisions_steps_and_progress(tmp_path: Path) -> Non
         {"node": "short_answer", "call": "short_answer", "path": "off"},
     ]
     assert out["knowledge_tokens"] == 130
+    assert out["llm_calls_by_kind"] == {"leaf": 3, "verify": 3, "main": 2, "query": 2}
     assert out["shown_ids"] == ["A", "B", "C", "D", "E", "F", "G", "H"]
     assert out["retrieved_ids"] == ["H", "G", "F", "E", "D", "C", "B", "A"]
