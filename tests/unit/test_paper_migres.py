@@ -503,6 +503,19 @@ def test_step_1_each_query_asks_bm25_for_50_and_a_short_list_is_retried(tmp_path
     assert len(passages) == len(set(passages)) == 40
 
 
+def test_step_1_a_full_list_of_50_is_not_asked_again(tmp_path: Path) -> None:
+    docs = [{"id": f"d{i}", "title": f"Drama {i}", "text": f"Drama film {i} is an old film."}
+            for i in range(60)]  # fmt: skip
+    spy = SpyRetriever(stored(tmp_path, "sixty", docs))
+    chat = ChoiceChat(rules=[(LEAF, leaf_json(("Drama 1 is old.", [0]))), (MAIN, main_json("x"))])
+    graph = build_graph(
+        "migres", llm=LLM(chat, supports_logprobs=True), retriever=spy, profile="paper",
+        scorer=FakeScorer(1.0),
+    )  # fmt: skip
+    graph.invoke({"question": QUESTION})
+    assert spy.calls == [(QUESTION, 50, "bm25")]
+
+
 def test_step_1_the_leaf_sees_the_best_snippets_first_and_none_under_5_words(
     tmp_path: Path,
 ) -> None:
@@ -634,6 +647,25 @@ def test_step_4_a_main_reply_that_names_nothing_missing_keeps_the_last_missing_i
     assert asked == [QUESTION, missing, missing]
     assert (out["answer"], out["confidence"], out["explanation"]) == ("Film 7", 1, "from the facts")
     assert out["judge_rounds"] == 4 and out["stop_reason"] == "answered"
+
+
+def test_step_4_an_answer_written_as_a_plain_string_is_read(tmp_path: Path) -> None:
+    replies = iter(
+        [
+            json.dumps({"answer": None, "explanation": "", "missing_information": "the year"}),
+            json.dumps({"answer": "Film 7", "explanation": "", "missing_information": ""}),
+        ]
+    )
+    out, chat, _ = run(
+        films(tmp_path),
+        [
+            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            (MAIN, lambda _m: next(replies)),
+            (QUERY, "Which film was made first?"),
+        ],
+    )
+    assert len(users(chat, QUERY)) == 1  # no answer in round 1
+    assert out["answer"] == "Film 7" and out["judge_rounds"] == 2
 
 
 def test_step_5_a_reply_of_repeats_searches_the_question_again(tmp_path: Path) -> None:
@@ -786,6 +818,7 @@ def test_step_2_each_round_without_a_passage_asks_the_llm_about_its_first_query(
     texts = [f"Film 9 is the oldest drama film, as asked by {q}" for q in queries]
     digests = [f"llm:{hashlib.sha1(t.encode()).hexdigest()[:16]}" for t in texts]
     assert [e["id"] for e in out["evidence"]] == digests
+    assert out["shown_ids"] == []  # no corpus passage was shown
     assert [e for e in out["trace"] if e["node"] == "llm_knowledge"] == [
         {"node": "llm_knowledge", "query": q, "usable": True} for q in queries
     ]
