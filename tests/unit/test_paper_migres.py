@@ -413,6 +413,9 @@ def test_step_6_after_five_judge_rounds_a_final_call_forces_the_answer(tmp_path:
     assert json.loads(FINAL_REPLY)["answer"]["text"] == "No"
     assert final.rstrip().endswith(f"Question: {QUESTION}\nYour response:")
     assert (out["confidence"], out["explanation"]) == (3, "guess")
+    assert [e for e in out["trace"] if e.get("call") == "final"] == [
+        {"node": "generate_answer", "call": "final", "path": "parsed"}
+    ]  # recorded under its kind
     calls = {"leaf": 6, "verify": 6, "main": 5, "query": 5, "final": 1}
     assert out["llm_calls_by_kind"] == calls and len(chat.calls) == sum(calls.values())
 
