@@ -50,6 +50,16 @@ QUESTION = "Which drama film is the oldest film?"
 LONG_ANSWER = "The oldest of the drama films here is Film 3, which was made in 1950"
 
 
+def new_fact_each_call() -> tuple[str, Any]:
+    """The leaf's rule: each call extracts a new drama fact citing the first passage."""
+    return (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0]))))
+
+
+def new_query_each_call() -> tuple[str, Any]:
+    """The query rule: each call asks a new query, "Which film was made in round N?"."""
+    return (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?"))
+
+
 def run(
     store: Store, rules: list[tuple[str, Any]], scorer: Any = None, **ctx: Any
 ) -> tuple[dict[str, Any], ChoiceChat, FakeScorer]:
@@ -253,7 +263,7 @@ def test_step_1_later_rounds_extract_for_the_queries_that_found_the_shown_passag
         ranked(tmp_path, "ABCDEFGH"),
         [
             (KNOW, "Film B and Film D are dramas shot in two cities."),
-            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            new_fact_each_call(),
             (MAIN, counter_reply(lambda n: UNANSWERABLE if n == 1 else main_json("Film B"))),
             (QUERY, f"{second}\n{first}"),
         ],
@@ -295,7 +305,7 @@ def test_released_code_the_same_llm_knowledge_is_shown_once_when_it_gave_a_fact(
             (KNOW, "Film 9 is the oldest drama film, made in 1950."),
             (LEAF, leaf_json(("Film 9 was made in 1950.", [0]))),
             (MAIN, UNANSWERABLE),
-            (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?")),
+            new_query_each_call(),
             (FINAL, FINAL_REPLY),
         ],
         scorer=FakeScorer(0.0),
@@ -377,7 +387,7 @@ def test_step_5_unanswerable_asks_up_to_three_new_queries_for_what_is_missing(
     out, chat, scorer = run(
         films(tmp_path),
         [
-            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            new_fact_each_call(),
             (MAIN, counter_reply(lambda n: UNANSWERABLE if n == 1 else main_json("Film 7"))),
             (QUERY, lines),
         ],
@@ -396,9 +406,9 @@ def test_step_6_after_five_judge_rounds_a_final_call_forces_the_answer(tmp_path:
     out, chat, _ = run(
         films(tmp_path),
         [
-            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            new_fact_each_call(),
             (MAIN, UNANSWERABLE),
-            (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?")),
+            new_query_each_call(),
             (FINAL, FINAL_REPLY),
         ],
     )
@@ -427,7 +437,7 @@ def test_released_code_a_round_that_adds_no_fact_is_not_judged(tmp_path: Path) -
         [
             (LEAF, leaf),  # round 2 finds only the fact round 1 found
             (MAIN, counter_reply(lambda n: UNANSWERABLE if n == 1 else main_json("Film 7"))),
-            (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?")),
+            new_query_each_call(),
         ],
     )
     assert len(users(chat, LEAF)) == 3 and len(users(chat, MAIN)) == 2  # round 2: no main call
@@ -604,7 +614,7 @@ def test_step_5_query_lines_are_cleaned_and_an_empty_reply_searches_what_is_miss
     out, chat, _ = run(
         films(tmp_path),
         [
-            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            new_fact_each_call(),
             (
                 MAIN,
                 counter_reply(lambda n: unanswerable(missing) if n < 4 else main_json("Film 7")),
@@ -641,9 +651,9 @@ def test_step_4_a_main_reply_that_names_nothing_missing_keeps_the_last_missing_i
     out, chat, _ = run(
         films(tmp_path),
         [
-            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            new_fact_each_call(),
             (MAIN, lambda _m: next(replies)),
-            (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?")),
+            new_query_each_call(),
         ],
     )
     asked = [q.split("Missing Information: ")[1].split("\n")[0] for q in users(chat, QUERY)]
@@ -662,7 +672,7 @@ def test_step_4_an_answer_written_as_a_plain_string_is_read(tmp_path: Path) -> N
     out, chat, _ = run(
         films(tmp_path),
         [
-            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            new_fact_each_call(),
             (MAIN, lambda _m: next(replies)),
             (QUERY, "Which film was made first?"),
         ],
@@ -676,7 +686,7 @@ def test_step_5_a_reply_of_repeats_searches_the_question_again(tmp_path: Path) -
     out, _, _ = run(
         films(tmp_path),
         [
-            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            new_fact_each_call(),
             (MAIN, counter_reply(lambda n: UNANSWERABLE if n == 1 else main_json("Film 7"))),
             (QUERY, f"{QUESTION}\nshort one"),
         ],
@@ -691,9 +701,9 @@ def test_step_4_a_missing_information_under_10_characters_gives_way_to_the_expla
     _, chat, _ = run(
         films(tmp_path),
         [
-            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            new_fact_each_call(),
             (MAIN, lambda _m: next(replies)),
-            (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?")),
+            new_query_each_call(),
         ],
     )
     first, second = users(chat, QUERY)
@@ -751,9 +761,9 @@ def test_step_6_a_final_reply_nothing_can_read_is_a_failed_unanswerable(tmp_path
     out, chat, _ = run(
         films(tmp_path),
         [
-            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            new_fact_each_call(),
             (MAIN, UNANSWERABLE),
-            (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?")),
+            new_query_each_call(),
             (FINAL, "I cannot tell."),
         ],
     )
@@ -771,7 +781,7 @@ def test_step_6_with_no_fact_the_final_call_answers_from_the_models_own_knowledg
         [
             (LEAF, leaf_json()),  # passages shown, nothing extracted
             (MAIN, UNANSWERABLE),
-            (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?")),
+            new_query_each_call(),
             (FINAL, "answer: Film 9, confidence: 2, explanation: from memory"),  # not JSON
         ],
     )
@@ -797,7 +807,7 @@ def test_step_2_each_round_without_a_passage_asks_the_llm_about_its_first_query(
         films(tmp_path),
         [
             (KNOW, knows),
-            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            new_fact_each_call(),
             (MAIN, UNANSWERABLE),
             (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?\nWho made it?")),
             (FINAL, FINAL_REPLY),
@@ -833,9 +843,9 @@ def test_released_code_each_call_keeps_its_output_cap(tmp_path: Path) -> None:
         films(tmp_path),
         [
             (KNOW, counter_reply(lambda n: f"Film {n} is a drama film made in {1950 + n}.")),
-            (LEAF, counter_reply(lambda n: leaf_json((f"Fact {n} about a drama film.", [0])))),
+            new_fact_each_call(),
             (MAIN, UNANSWERABLE),
-            (QUERY, counter_reply(lambda n: f"Which film was made in round {n}?")),
+            new_query_each_call(),
             (FINAL, FINAL_REPLY),
         ],
         scorer=FakeScorer(0.0),
