@@ -292,6 +292,10 @@ def test_query_construction() -> None:
         ("So the answer is Washington, D.C.", "Washington, D.C."),
         ("So the answer is the U.S.", "the U.S."),
         ("So the answer is 3.5 million.", "3.5 million"),
+        # a one-letter word ends the answer with its period, unless an initial precedes it
+        ("So the answer is Malcolm X.", "Malcolm X"),
+        ("So the answer is vitamin C.\nIt is found in citrus.", "vitamin C"),
+        ("So the answer is J. R.", "J. R."),
         # markdown, quotes and brackets around the span
         ("So the answer is **Nipper**.", "Nipper"),
         ('So the answer is: "The Copper Bridge".', "The Copper Bridge"),

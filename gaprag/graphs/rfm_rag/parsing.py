@@ -188,11 +188,17 @@ def detect_task_type(question: str, setting: str = "auto") -> str:
     return "yes_no" if yes_no_question(question) else "short_answer"
 
 
-def _ends_answer(span: str, period: int) -> bool:
-    """Whether the period at index ``period`` ends the sentence (see :data:`_PERIOD`)."""
-    word = re.split(r"[\s(\[]", span[:period])[-1].strip("\"'")
-    if re.fullmatch(r"(?:[A-Za-z]\.)*[A-Za-z]", word):  # an initial, or "U.S", "D.C"
+def _ends_answer(span: str, period: int, *, last: bool = False) -> bool:
+    """Whether the period at index ``period`` ends the sentence (see :data:`_PERIOD`). An
+    initialism ("U.S.") keeps its period; a one-letter word's period is an initial's within
+    the span, and the span's end when ``last`` unless another initial precedes it ("Malcolm
+    X." ends, "J. R." does not)."""
+    words = re.split(r"[\s(\[]", span[:period])
+    word = words[-1].strip("\"'")
+    if re.fullmatch(r"(?:[A-Za-z]\.)+[A-Za-z]", word):  # "U.S", "D.C"
         return False
+    if re.fullmatch(r"[A-Za-z]", word):
+        return last and not (len(words) > 1 and re.fullmatch(r"[A-Za-z]\.", words[-2]))
     return word.casefold() not in _ABBREVIATIONS
 
 
@@ -205,7 +211,7 @@ def _cut_sentence(span: str) -> str:
 
 def _strip_span(span: str) -> str:
     span = span.strip().strip(_WRAPPERS).rstrip(",;:!?").strip().strip(_WRAPPERS)
-    if span.endswith(".") and _ends_answer(span, len(span) - 1):
+    if span.endswith(".") and _ends_answer(span, len(span) - 1, last=True):
         span = span[:-1].strip().strip(_WRAPPERS)
     return span.strip()
 
