@@ -16,7 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-docs/results/calibration/qwen2.5-coder-1.5b/rfm}
 OUT=${2:-$RUNS/retrain}
-. .venv/bin/activate
+# this checkout's environment, else the one already on PATH (a git worktree has no .venv)
+if [[ -f .venv/bin/activate ]]; then . .venv/bin/activate; fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 sets=()
 for ds in hotpotqa 2wikimultihopqa musique; do

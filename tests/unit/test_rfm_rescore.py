@@ -5,6 +5,8 @@ train on."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -146,8 +148,10 @@ def test_retrain_script_compares_on_the_same_heldout_questions(tmp_path: Path) -
     (runs / "curves.json").write_text('{"recorded": true}')
     shipped = (root / "gaprag/graphs/rfm_rag/feedback_model/weights.json").read_bytes()
     out = tmp_path / "out"
+    # the interpreter running these tests (and its `gaprag`) for a checkout without .venv
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(["bash", str(root / "scripts/rfm_retrain.sh"), str(runs), str(out)],
-                          capture_output=True, text=True, cwd=root)  # fmt: skip
+                          capture_output=True, text=True, cwd=root, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     metrics = json.loads((out / "retrained/metrics.json").read_text())
     held = metrics["data"]["heldout"]
