@@ -36,9 +36,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gaprag.cli import main as gaprag_main  # noqa: E402
-from gaprag.config import environ  # noqa: E402
-from tests.fake_openai import FakeOpenAI  # noqa: E402
+from gaprag.cli import main as gaprag_main
+from gaprag.config import environ
+from tests.fake_openai import FakeOpenAI
 
 
 def log(msg: str) -> None:

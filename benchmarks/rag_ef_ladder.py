@@ -21,9 +21,15 @@ import sys
 import time
 from pathlib import Path
 
+# the repository's research lab (lab/) is not installed: import it from this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from gaprag import build_graph
 from gaprag.datasets import load_dataset
-from gaprag.eval.ladder import (
+from gaprag.llm.factory import default_llm
+from gaprag.metrics import accuracy
+from gaprag.stores.pairs import PairStore
+from lab.ladder import (
     build_ladder,
     evaluate_ladder,
     expert_divergence,
@@ -31,9 +37,6 @@ from gaprag.eval.ladder import (
     paraphrase,
     write_first_questions,
 )
-from gaprag.llm.factory import default_llm
-from gaprag.metrics import accuracy
-from gaprag.stores.pairs import PairStore
 
 
 def main() -> None:

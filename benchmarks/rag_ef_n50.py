@@ -13,7 +13,7 @@ For one bundled set, on its first ``--limit`` questions (0-49 for the reported r
    questions are the test questions.
 3. E_r (``--rewrites``, default 4; 0 skips it): E again, with every near copy replaced by a
    sampled rewrite that rewords the question and keeps its names and numbers
-   (``gaprag.eval.ladder.paraphrase``), in a store of its own beside S
+   (``lab.ladder.paraphrase``), in a store of its own beside S
    (``pairs_reworded.sqlite``; its pairs as text in ``expert_reworded.jsonl``, its divergence
    in ``expert_divergence_reworded.json``).
 4. One ``gaprag eval`` on those questions and that corpus compares ``standard_rag`` with
@@ -41,19 +41,22 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+# the repository's research lab (lab/) is not installed: import it from this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from gaprag.datasets import load_dataset
-from gaprag.eval.ladder import (
-    REWRITES,
-    build_expert,
-    expert_divergence,
-    write_first_questions,
-)
 from gaprag.eval.runner import evaluate
 from gaprag.graphs.rag_ef.synth import SynthPrompt, chunk_text, synthesize
 from gaprag.llm.client import LLM
 from gaprag.llm.factory import default_llm
 from gaprag.stores.embeddings import Embedder
 from gaprag.stores.pairs import PairStore, chunk_hash
+from lab.ladder import (
+    REWRITES,
+    build_expert,
+    expert_divergence,
+    write_first_questions,
+)
 
 SOURCES = ("synthetic", "expert")
 JOBS = ("synthesize:synthetic", "ladder:expert")

@@ -1,7 +1,7 @@
 """The ``gaprag`` command (see the README's Usage section).
 
 Subcommands live beside what they drive: :func:`build_parser` imports each such module (the
-evaluation's, RAG-EF's, Missing-Knowledge's and RFM-RAG's ``cli``) and its
+evaluation's, RAG-EF's and Missing-Knowledge's ``cli``) and its
 ``register(subparsers)`` adds its own commands. User errors print one line and a hint.
 """
 
@@ -795,13 +795,29 @@ def _add_commands(sub: Any, commands: dict[str, Command], methods: list[str]) ->
         p.set_defaults(func=func)
 
 
+#: commands that left the package for the repository's research lab (not installed)
+MOVED_TO_LAB = {"replay": "python -m lab replay", "rfm": "python -m lab rfm"}
+
+
+def _moved(argv: Sequence[str]) -> InputError | None:
+    """The error for a command that moved to the lab, if ``argv`` names one."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command not in MOVED_TO_LAB:
+        return None
+    return InputError(
+        f"`gaprag {command}` is no longer part of gaprag: it is `{MOVED_TO_LAB[command]}`, "
+        "the research lab of gaprag's repository",
+        hint=f"in a checkout of gaprag's repository, with its environment: "
+        f"{MOVED_TO_LAB[command]} --help",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``gaprag`` parser: the commands above, then those each command module registers."""
     from gaprag.eval import cli as eval_cli
     from gaprag.graphs import METHODS
     from gaprag.graphs.missing_knowledge import cli as kb_cli
     from gaprag.graphs.rag_ef import cli as feedback_cli
-    from gaprag.graphs.rfm_rag import cli as rf_cli
 
     parser = _Parser(prog="gaprag", description="Iterative RAG methods as LangGraph graphs.")
     parser.add_argument(
@@ -816,7 +832,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (help_text, dest, commands) in GROUPS.items():
         group = sub.add_parser(name, help=help_text).add_subparsers(dest=dest, required=True)
         _add_commands(group, commands, methods)
-    for commands_module in (eval_cli, feedback_cli, kb_cli, rf_cli):
+    for commands_module in (eval_cli, feedback_cli, kb_cli):
         commands_module.register(sub)
     return parser
 
@@ -863,6 +879,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     stop_on_signals()
     try:
+        moved = _moved(sys.argv[1:] if argv is None else argv)
+        if moved is not None:
+            raise moved
         parser = build_parser()
         args = parser.parse_args(argv)
         # one switch for every command: `gaprag --quiet CMD`, `CMD --quiet` or GAPRAG_QUIET=1

@@ -500,9 +500,6 @@ def _context(cls: type[C], value: Any) -> C:
 #: ``pick(answers, probs, choice)``: the index of the round whose answer a run no decision
 #: stopped gives, under value ``choice`` of the method's round-choice switch
 AnswerPicker = Callable[..., int]
-#: ``rescore(rows, run_dirs, weights)``: the rows with the method's decisions re-scored by
-#: other trained weights (from the run's traces), and a note of what was done
-Rescorer = Callable[..., tuple[list[dict[str, Any]], dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -514,8 +511,7 @@ class Calibration:
     ``after_last``: LLM-call segments after the last decision (0 when the last decision ends
     the run, 1 when an answer step still follows); ``switch``/``choices``/``pick``: the setting
     that picks the answer of a run no decision stopped, its values (the default first) and
-    the function that replays it; ``rescore``: re-scores recorded decisions with other
-    trained weights (``--rf-weights``).
+    the function that replays it.
     """
 
     setting: str
@@ -524,4 +520,3 @@ class Calibration:
     switch: str = ""
     choices: tuple[str, ...] = ()
     pick: AnswerPicker | None = None
-    rescore: Rescorer | None = None

@@ -23,17 +23,21 @@ Prints:
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+# the repository's research lab (lab/) is not installed: import it from this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from readme_tables import SET_NAMES  # this script's directory is on sys.path
 
-from gaprag.eval.ladder import NEAR_COPY, paraphrase_overlap
-from gaprag.eval.offline.tables import delta_cell, figure, paired_delta
 from gaprag.eval.results import read_results
 from gaprag.eval.stats import dedupe, summarize
 from gaprag.metrics import f1_score
+from lab.ladder import NEAR_COPY, paraphrase_overlap
+from lab.replay.tables import delta_cell, figure, paired_delta
 
 BASE = "standard_rag"
 VARIANTS = ("rag_ef_standard", "rag_ef_S", "rag_ef_SE", "rag_ef_SE_reworded")

@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gaprag.eval.offline.tables import figure, with_ci
+# the repository's research lab (lab/) is not installed: import it from this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from gaprag.eval.stats import headroom_cells
 from gaprag.nodes.gate import GATE_STOP, probability
+from lab.replay.tables import figure, with_ci
 
 SET_NAMES = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue"}
 LABELS = {

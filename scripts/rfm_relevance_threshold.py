@@ -21,14 +21,17 @@ from typing import Any
 
 import numpy as np
 
+# the repository's research lab (lab/) is not installed: import it from this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from gaprag.datasets import check_no_overlap
 from gaprag.eval.calibrate import choose, replay
-from gaprag.graphs.rfm_rag.feedback_model.examples import bundled_indices
 from gaprag.graphs.rfm_rag.feedback_model.features import featurize
 from gaprag.graphs.rfm_rag.feedback_model.model import RFeedbackMLP
-from gaprag.graphs.rfm_rag.feedback_model.rescore import NODE, round_pools
 from gaprag.stores.embeddings import embedder_by_name
 from gaprag.traces import method_traces
+from lab.rfm.examples import bundled_indices
+from lab.rfm.rescore import NODE, round_pools
 
 GRID = (*(round(float(x), 2) for x in np.arange(0.3, 0.96, 0.05)), 1.01)
 """G_f thresholds (cosines); 1.01 never stops."""

@@ -11,7 +11,7 @@
 # replay of the recorded stop decisions re-scored by its weights (curves.json, profile.toml):
 # the threshold each would get and the F1 and calls it gives there. Nothing shipped is
 # changed: adopting the new weights is copying retrained/weights.json and metrics.json into
-# gaprag/graphs/rfm_rag/feedback_model/ and rerunning the replay with --rf-weights pointing there.
+# gaprag/graphs/rfm_rag/feedback_model/ and rerunning `python -m lab rfm calibrate` with --weights pointing there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-docs/results/calibration/qwen2.5-coder-1.5b/rfm}
@@ -29,7 +29,7 @@ if [[ ${#sets[@]} -eq 0 ]]; then
 fi
 runs=$(IFS=,; echo "${sets[*]}")
 mkdir -p "$OUT/retrained" "$OUT/shipped"
-gaprag rfm train --source graph_pools --runs "$runs" --label answer --out "$OUT/retrained" --quiet \
+python -m lab rfm train --source graph_pools --runs "$runs" --label answer --out "$OUT/retrained" --quiet \
   > "$OUT/retrained/train.json"
 cp gaprag/graphs/rfm_rag/feedback_model/weights.json "$OUT/shipped/weights.json"
 python - "$OUT" <<'PY'
@@ -43,9 +43,8 @@ PY
 # the replays write RUNS/curves.json: keep the one of the recorded probabilities
 if [[ -f $RUNS/curves.json ]]; then cp "$RUNS/curves.json" "$OUT/recorded_curves.json"; fi
 for w in shipped retrained; do
-  gaprag calibrate --model qwen2.5-coder-1.5b --methods rfm_rag --limit 200 --out "$RUNS" \
-    --replay-only --rf-weights "$OUT/$w/weights.json" --profile "$OUT/$w/profile.toml" \
-    | sed "s/^/$w: /"
+  python -m lab rfm calibrate --runs "$RUNS" --weights "$OUT/$w/weights.json" \
+    --profile "$OUT/$w/profile.toml" | sed "s/^/$w: /"
   mv "$RUNS/curves.json" "$OUT/$w/curves.json"
 done
 if [[ -f $OUT/recorded_curves.json ]]; then mv "$OUT/recorded_curves.json" "$RUNS/curves.json"; fi

@@ -8,7 +8,7 @@ bash scripts/setup.sh --dev
 . .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 GAPRAG_LOCAL_MODEL=${GAPRAG_LOCAL_MODEL:-smollm2-135m}
 unset GAPRAG_BASE_URL OPENAI_BASE_URL
-ruff check gaprag tests
+ruff check gaprag lab tests scripts benchmarks
 mypy
 lint-imports
 pytest -q "$@"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from gaprag.stores.pairs import PairStore
     from gaprag.stores.store import Store
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -90,6 +91,15 @@ def store_docs(tiny_docs: list[dict[str, str]]) -> list[dict[str, str]]:
     """The documents of the ``store`` fixture: ``tiny_docs``; a test module whose tests search
     other documents overrides this fixture."""
     return tiny_docs
+
+
+@pytest.fixture
+def pair_store(tmp_path: Path) -> PairStore:
+    """An empty expert-feedback pair store (hashing embedder)."""
+    from gaprag.stores.embeddings import HashingEmbedder
+    from gaprag.stores.pairs import PairStore
+
+    return PairStore.open(tmp_path / "pairs.sqlite", embedder=HashingEmbedder())
 
 
 @pytest.fixture

@@ -43,15 +43,21 @@ from gaprag.config import environ
 from gaprag.context import Calibration
 from gaprag.datasets import CALIBRATION_START, calibration_slice, load_dataset
 from gaprag.errors import InputError
-from gaprag.eval.offline import profile
-from gaprag.eval.offline.candidates import short_f1
+from gaprag.eval.scoring import short_f1
 from gaprag.graphs import calibrated, calibration
 from gaprag.metrics import normalize_answer
+from gaprag.profiles import writer as profile
 
 GRID: tuple[float, ...] = (
     0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 1.01,
 )  # fmt: skip
 DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
+#: ``rescore(rows, run_dirs)``: the rows with one method's recorded decisions re-scored (by
+#: other trained weights, say; ``run_dirs``: dataset -> run directory, for the traces) and a
+#: note of what was done
+Rescorer = Callable[
+    [list[dict[str, Any]], Mapping[str, Path]], tuple[list[dict[str, Any]], dict[str, Any]]
+]
 
 
 @dataclass(frozen=True)
@@ -217,7 +223,7 @@ def write_profile(
     gate: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
     """Write (or update) a profile: the chosen thresholds, the switches already there kept
-    (:func:`gaprag.eval.offline.profile.write_profile`)."""
+    (:func:`gaprag.profiles.writer.write_profile`)."""
     settings: dict[str, dict[str, Any]] = {}
     for method, result in chosen.items():
         values = settings.setdefault(method, {})
@@ -231,12 +237,11 @@ def write_profile(
     profile.write_profile(path, settings, records, model=model, records_if_missing=missing)
 
 
-def _rescorers(
-    methods: Sequence[str], gate: str | None, rf_weights: str | Path | None
-) -> dict[str, Any]:
-    """Check what is asked for (methods with a calibrated decision, or any iterative one with
-    ``gate``; a known gate signal; ``rf_weights`` only with a method that re-scores) and give
-    each asked-for method's re-scorer."""
+def _check_methods(
+    methods: Sequence[str], gate: str | None, rescore: Mapping[str, Rescorer]
+) -> None:
+    """Refuse what cannot be calibrated: a method without a calibrated decision (any iterative
+    one with ``gate``), an unknown gate signal, a re-scorer for a method not asked for."""
     known = calibrated()
     allowed = gate_methods() if gate else tuple(known)
     unknown = [m for m in methods if m not in allowed]
@@ -246,14 +251,12 @@ def _rescorers(
             hint="calibrated methods: " + ", ".join(allowed),
         )
     check_gate_signal(gate)
-    rescorers = {m: r for m in methods if m in known and (r := known[m].rescore) is not None}
-    if rf_weights is not None and not rescorers:
-        with_rescore = [m for m, c in known.items() if c.rescore is not None]
+    extra = [m for m in rescore if m not in methods or m not in known]
+    if extra:
         raise InputError(
-            f"--rf-weights re-scores {', '.join(with_rescore)}'s decisions",
-            hint=f"add {' or '.join(with_rescore)} to --methods",
+            f"a re-scorer for {', '.join(extra)}, not a calibrated method asked for",
+            hint="calibrated methods asked for: " + ", ".join(m for m in methods if m in known),
         )
-    return rescorers
 
 
 def _run_sets(
@@ -319,7 +322,7 @@ def calibrate(
     llm: Any = None,
     embedder: Any = None,
     run: bool = True,
-    rf_weights: str | Path | None = None,
+    rescore: Mapping[str, Rescorer] | None = None,
     gate: str | None = None,
 ) -> dict[str, Any]:
     """Run the calibration questions, replay the thresholds, write ``model``'s profile.
@@ -328,14 +331,14 @@ def calibrate(
     ``base_url`` the model name that endpoint serves; ``datasets``: bundled names or dataset
     JSONL paths; ``llm``/``embedder``: objects to use instead (tests); ``run=False``: replay the
     rows already under ``out`` (of an interrupted calibration, say) without running anything;
-    ``rf_weights``: replay rfm_rag's R-Feedback decisions with these weights' probabilities
-    instead of the recorded ones (:mod:`gaprag.graphs.rfm_rag.feedback_model.rescore`:
-    retrained weights get their threshold from the same rows, on the questions they did not
-    train on).
+    ``rescore``: method -> a function ``(rows, run_dirs)`` giving the rows with the method's
+    recorded decisions re-scored (by other trained weights, say) and a note of what it did
+    (recorded in the curves; its ``record`` keys go into the profile's calibration record).
     Returns the curves and the profile's path."""
     known = calibrated()
     methods = list(known) if methods is None else list(methods)
-    rescorers = _rescorers(methods, gate, rf_weights)
+    rescorers = dict(rescore or {})
+    _check_methods(methods, gate, rescorers)
     out_dir = Path(out)
     serving = {"base_url": base_url, "model": model if base_url else None, "llm": llm,
                "embedder": embedder, "resume": resume, "progress": progress}  # fmt: skip
@@ -350,9 +353,8 @@ def calibrate(
     if not rows:
         raise InputError(f"no calibration rows under {out_dir}", hint="run gaprag calibrate first")
     rescored: dict[str, dict[str, Any]] = {}
-    if rf_weights is not None:
-        for method, rescore in rescorers.items():
-            rows, rescored[method] = rescore(rows, run_dirs, rf_weights)
+    for method, rescorer in rescorers.items():
+        rows, rescored[method] = rescorer(rows, run_dirs)
     result = curves(rows, [m for m in methods if m in known], cost_per_call=cost_per_call)
     gated = gate_curves(rows, methods, gate, cost_per_call=cost_per_call) if gate else {}
     for method, note in rescored.items():
@@ -370,7 +372,7 @@ def calibrate(
         "cost_per_call": cost_per_call,
     }
     for note in rescored.values():
-        notes["rf_weights"] = note["rf_weights"]
+        notes.update(note.get("record", {}))
     from gaprag.profiles import normalize
 
     target = Path(profile_path) if profile_path else _shipped_path(normalize(model))
@@ -480,3 +482,23 @@ def gate_curves(
         if unbounded != best:
             out[method]["uncapped"] = {"chosen": unbounded.as_dict(), "profile": profile(unbounded)}
     return out
+
+
+def calibration_lines(result: Mapping[str, Any]) -> list[str]:
+    """What :func:`calibrate` chose, a line per decision (``gaprag calibrate`` prints them)."""
+    lines = []
+    for method, res in result.get("gate", {}).items():
+        best = res["chosen"]
+        lines.append(
+            f"{method}: gate = {res['profile']}  (F1 {best['f1']:.3f}, {best['llm_calls']:.1f} "
+            f"calls, stops at the gate on {best['stop_rate']:.0%}; {res['questions']} questions)"
+        )
+    for method, res in result["curves"].items():
+        best = res["chosen"]
+        switch = f", {res['switch']} = {best['choice']}" if res.get("switch") else ""
+        lines.append(
+            f"{method}: {res['setting']} = {min(best['threshold'], 1.0):g}{switch} "
+            f"(F1 {best['f1']:.3f}, {best['llm_calls']:.1f} calls, stops early on "
+            f"{best['stop_rate']:.0%}; {res['questions']} questions)"
+        )
+    return lines

@@ -83,7 +83,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from gaprag.eval.calibrate import DATASETS, calibrate
+    from gaprag.eval.calibrate import DATASETS, calibrate, calibration_lines
     from gaprag.graphs import calibrated
 
     methods = [m.strip() for m in (args.methods or ",".join(calibrated())).split(",") if m.strip()]
@@ -100,30 +100,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         base_url=args.base_url,
         progress=not args.quiet,
         run=not args.replay_only,
-        rf_weights=args.rf_weights,
         gate=args.gate,
     )
-    for method, res in result.get("gate", {}).items():
-        best = res["chosen"]
-        print(
-            f"{method}: gate = {res['profile']}  (F1 {best['f1']:.3f}, {best['llm_calls']:.1f} "
-            f"calls, stops at the gate on {best['stop_rate']:.0%}; {res['questions']} questions)"
-        )
-    for method, res in result["curves"].items():
-        best = res["chosen"]
-        switch = f", {res['switch']} = {best['choice']}" if res.get("switch") else ""
-        print(
-            f"{method}: {res['setting']} = {min(best['threshold'], 1.0):g}{switch} "
-            f"(F1 {best['f1']:.3f}, {best['llm_calls']:.1f} calls, stops early on "
-            f"{best['stop_rate']:.0%}; {res['questions']} questions)"
-        )
-        if res.get("rescored"):
-            note = res["rescored"]
-            print(
-                f"  {method}: {note['decisions_rescored']} decisions re-scored with "
-                f"{note['rf_weights']} ({note['questions_replayed']} questions replayed; "
-                f"{note['questions_left_out']} left out, not in the weights' held-out list)"
-            )
+    for line in calibration_lines(result):
+        print(line)
     print(f"wrote {result['profile']}")
     return 0
 
@@ -189,9 +169,6 @@ CALIBRATE_ARGS: list[Arg] = [
     (("--replay-only",), {"action": "store_true",
                           "help": "run nothing: replay the calibration rows already in --out and "
                           "write the profile"}),
-    (("--rf-weights",), {"help": "R-Feedback weights to replay rfm_rag's stop decisions with "
-                         "(retrained ones): their probabilities replace the recorded ones, on "
-                         "the questions they did not train on"}),
     (("--gate",), {"choices": ["logprob_mean", "logprob_margin", "logprob_min", "agreement"],
                    "help": "also run the shared gate with this signal and write gate and "
                    "gate_threshold per method (any iterative method, ircot included)"}),
@@ -225,12 +202,9 @@ COMMANDS: dict[str, tuple[str, str | None, list[Arg], Any]] = {
 
 
 def register(subparsers: Any) -> None:
-    """``gaprag eval``, ``report``, ``calibrate`` and ``replay``."""
-    from gaprag.eval.offline import cli as offline_cli
-
+    """``gaprag eval``, ``report`` and ``calibrate``."""
     for name, (help_text, description, arguments, func) in COMMANDS.items():
         p = subparsers.add_parser(name, help=help_text, description=description)
         for names, options in arguments:
             p.add_argument(*names, **options)
         p.set_defaults(func=func)
-    offline_cli.register(subparsers)

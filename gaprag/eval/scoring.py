@@ -15,6 +15,7 @@ from gaprag.metrics import (
     gold_option,
     support_recall,
 )
+from gaprag.nodes.short_answer import rule_answer
 
 _ID_KEYS = ("id", "ids", "doc_id", "doc_ids", "evidence_ids")
 
@@ -106,3 +107,9 @@ def score(
         "retrieval_recall": support_recall(example.supporting, retrieved),
         **extra,
     }
+
+
+def short_f1(question: str, answer: str, golds: Sequence[str]) -> float:
+    """The F1 of ``answer`` after the short-answer step's rules (no model call)."""
+    short = rule_answer(question, answer)
+    return f1_score(answer if short is None else short, list(golds))

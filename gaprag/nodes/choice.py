@@ -3,7 +3,7 @@ the answer is chosen among candidates, and when escalating_rag stops or runs ano
 
 The graph steps that choose (the shared ``select`` step, :mod:`gaprag.nodes.select`;
 escalating_rag's ``choose`` and its loops, :mod:`gaprag.composed.escalating_rag.nodes`) and
-every offline replay of them (``gaprag replay``, :mod:`gaprag.eval.offline`) call these
+every offline replay of them (the repository's lab, ``python -m lab replay``) call these
 functions, so a replay applies the graph's rule by construction.
 
 - Scoring: :func:`answer_span` finds the answer in the reply it came from (after the last

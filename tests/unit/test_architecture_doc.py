@@ -53,15 +53,17 @@ def test_the_evaluation_table_has_the_evaluation_contracts_layers_in_order() -> 
     assert drawn == eval_contract_layers()
 
 
-def test_every_shared_node_module_and_offline_module_is_named_on_the_page() -> None:
+def test_every_shared_node_module_and_lab_module_is_named_on_the_page() -> None:
     page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     nodes = [p.stem for p in (ROOT / "gaprag" / "nodes").glob("*.py") if p.stem != "__init__"]
     missing = [n for n in nodes if f"gaprag.nodes.{n}" not in page and f"nodes/{n}.py" not in page]
-    offline = ROOT / "gaprag" / "eval" / "offline"
-    section = page.split("## Where evaluation lives", 1)[1].split("\n## ", 1)[0]
+    section = page.split("## The research lab", 1)[1].split("\n## ", 1)[0]
+    lab = ROOT / "lab"
     missing += [
-        f"offline/{p.stem}"
-        for p in offline.glob("*.py")
-        if p.stem != "__init__" and f"`{p.stem}`" not in section
+        p.relative_to(ROOT).as_posix()
+        for p in lab.glob("**/*.py")
+        if p.stem not in ("__init__", "__main__")
+        and f"`{p.stem}`" not in section
+        and f"`lab.{p.stem}`" not in section
     ]
     assert not missing, missing

@@ -136,3 +136,25 @@ def test_optional_numbers_coerce() -> None:
     assert coerce(Ctx, "threshold", "0.5") == 0.5
     assert coerce(Ctx, "threshold", "none") is None
     assert coerce(Ctx, "rounds", "4") == 4
+
+
+@pytest.mark.parametrize("command", ["replay", "rfm"])
+def test_a_command_moved_to_the_lab_says_where_it_went(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--quiet", command, "select", "runs/x"]) == 2
+    err = capsys.readouterr().err
+    assert f"`gaprag {command}` is no longer part of gaprag" in err
+    assert f"python -m lab {command} --help" in err and "Traceback" not in err
+
+
+def test_the_installed_packages_are_gaprags_and_not_the_lab() -> None:
+    import tomllib
+
+    from setuptools import find_packages
+
+    root = Path(__file__).resolve().parents[2]
+    config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    packages = find_packages(str(root), **config["tool"]["setuptools"]["packages"]["find"])
+    assert "gaprag" in packages and "gaprag.graphs.rfm_rag.feedback_model" in packages
+    assert not [p for p in packages if p.split(".")[0] != "gaprag"]

@@ -3,10 +3,8 @@ are explained in docs/methods/rfm_rag.md."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from gaprag.context import (
     MAX_OUTPUT_TOKENS,
@@ -58,7 +56,7 @@ class Context(BaseContext):
     )
     rf_weights: str = describe(
         "",
-        "R-Feedback weights JSON (`gaprag rfm train`); empty uses the weights shipped with gaprag.",
+        "R-Feedback weights JSON (`python -m lab rfm train` in a gaprag checkout); empty uses the weights shipped with gaprag.",
         operator="path",
     )
     rf_threshold: float = describe(
@@ -127,15 +125,5 @@ class Context(BaseContext):
     )
 
 
-def rescore(
-    rows: Iterable[Mapping[str, Any]], run_dirs: Mapping[str, Path], weights: str | Path
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """R-Feedback's recorded decisions re-scored by other weights
-    (:func:`~gaprag.graphs.rfm_rag.feedback_model.rescore.rescore_rows`)."""
-    from gaprag.graphs.rfm_rag.feedback_model.rescore import rescore_rows
-
-    return rescore_rows(rows, run_dirs, weights)
-
-
 #: R-Feedback's stop threshold
-CALIBRATION = Calibration(setting="rf_threshold", nodes=("feedback_classifier",), rescore=rescore)
+CALIBRATION = Calibration(setting="rf_threshold", nodes=("feedback_classifier",))

@@ -277,7 +277,7 @@ async def feedback_classifier(
                 "g_f": verdict.g_f,
                 "prob": p,
                 "sufficient": stop,
-                # the pool judged, for retraining on graph pools (`gaprag rfm train
+                # the pool judged, for retraining on graph pools (`python -m lab rfm train
                 # --source graph_pools`)
                 "pool": sentences,
                 "pool_passages": sorted(

@@ -142,7 +142,7 @@ class FeatureExtractor:
 
 class Pool(Protocol):
     """What the features are computed from: a question, its entities and the pool's sentences
-    (a labelled :class:`~gaprag.graphs.rfm_rag.feedback_model.examples.Sample` is one)."""
+    (a labelled training example is one)."""
 
     @property
     def question(self) -> str: ...

@@ -227,13 +227,13 @@ class RFeedbackMLP:
         if data.get("format") not in READABLE_FORMATS:
             raise GapragError(
                 "these R-Feedback weights have an unknown format",
-                hint="retrain them with `gaprag rfm train`",
+                hint="retrain them with `python -m lab rfm train`, from a gaprag checkout",
             )
         if expect_embedder is not None and data.get("embedder") != expect_embedder:
             raise GapragError(
                 f"the R-Feedback weights were trained with embedder {data.get('embedder')!r}, "
                 f"not {expect_embedder!r}",
-                hint="use the embedder the weights expect, or retrain: gaprag rfm train",
+                hint="use the embedder the weights expect, or retrain (python -m lab rfm train, from a gaprag checkout)",
             )
         layers = [
             (np.asarray(layer["W"], dtype=np.float64), np.asarray(layer["b"], dtype=np.float64))
@@ -255,7 +255,7 @@ class RFeedbackMLP:
         if not model.satisfies_constraints():
             raise GapragError(
                 "these R-Feedback weights claim to be monotone but break the constraint",
-                hint="retrain them with `gaprag rfm train`",
+                hint="retrain them with `python -m lab rfm train`, from a gaprag checkout",
             )
         return model
 
@@ -269,7 +269,7 @@ class RFeedbackMLP:
         except (OSError, ValueError) as exc:
             raise GapragError(
                 f"cannot read R-Feedback weights at {path} ({exc})",
-                hint="train them with: gaprag rfm train --out DIR",
+                hint="train them with `python -m lab rfm train --out DIR` (from a gaprag checkout)",
             ) from None
         return cls.from_dict(data, expect_embedder=expect_embedder)
 
@@ -343,7 +343,7 @@ def expected_embedder(path: str | Path | None = None) -> str:
     except (OSError, ValueError) as exc:
         raise GapragError(
             f"cannot read R-Feedback weights at {path} ({exc})",
-            hint="train them with: gaprag rfm train --out DIR",
+            hint="train them with `python -m lab rfm train --out DIR` (from a gaprag checkout)",
         ) from None
 
 

@@ -1,5 +1,7 @@
-"""``gaprag rfm train``: train the R-Feedback Model (from the bundled multi-hop sets' paragraphs,
-or from the pools recorded by rfm_rag runs on calibration questions)."""
+"""``python -m lab rfm``: ``train`` the R-Feedback Model (from the bundled multi-hop sets'
+paragraphs, or from the pools recorded by rfm_rag runs on calibration questions), ``audit`` its
+probabilities on the pools rfm_rag built, ``calibrate`` rf_threshold for other weights from
+recorded calibration rows."""
 
 from __future__ import annotations
 
@@ -14,9 +16,9 @@ from gaprag.errors import InputError
 def _checked_train_args(
     args: argparse.Namespace, datasets: list[str], runs: list[str]
 ) -> list[str]:
-    """The --monotone features, after refusing inconsistent ``gaprag rfm train`` arguments."""
-    from gaprag.graphs.rfm_rag.feedback_model.examples import EVAL_RESERVED
+    """The --monotone features, after refusing inconsistent ``python -m lab rfm train`` arguments."""
     from gaprag.graphs.rfm_rag.feedback_model.features import FEATURE_NAMES
+    from lab.rfm.examples import EVAL_RESERVED
 
     if args.source == "paragraphs" and not datasets:
         raise InputError("no datasets given", hint="--datasets hotpotqa,2wikimultihopqa,musique")
@@ -45,7 +47,7 @@ def _checked_train_args(
 
 
 def _train_summary(out: str, metrics: dict[str, Any]) -> dict[str, Any]:
-    """What ``gaprag rfm train`` prints of the training metrics."""
+    """What ``python -m lab rfm train`` prints of the training metrics."""
     keys = ("accuracy", "auc", "auc_g_f_only", "auc_s_f_only", "ece")
     return {
         "out": out,
@@ -64,8 +66,8 @@ def _train_summary(out: str, metrics: dict[str, Any]) -> dict[str, Any]:
 
 def cmd_rfm_train(args: argparse.Namespace) -> int:
     from gaprag.config import gaprag_home
-    from gaprag.graphs.rfm_rag.feedback_model.train import run_training
     from gaprag.stores.embeddings import embedder_by_name
+    from lab.rfm.train import run_training
 
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     runs = [r.strip() for r in (args.runs or "").split(",") if r.strip()]
@@ -78,7 +80,7 @@ def cmd_rfm_train(args: argparse.Namespace) -> int:
         else f"{', '.join(datasets)} (questions after index {args.skip_first})"
     )
     print(
-        f"gaprag: training the R-Feedback model on {what} with {embedder.name} features",
+        f"lab: training the R-Feedback model on {what} with {embedder.name} features",
         file=sys.stderr,
     )
     metrics = run_training(
@@ -102,9 +104,9 @@ def cmd_rfm_train(args: argparse.Namespace) -> int:
     summary = _train_summary(out, metrics)
     print(json.dumps(summary, indent=2))
     for warning in metrics.get("warnings", []):
-        print(f"gaprag: warning: {warning}", file=sys.stderr)
+        print(f"lab: warning: {warning}", file=sys.stderr)
     print(
-        f"gaprag: weights in {out}/weights.json; use them with --set rf_weights={out}/weights.json",
+        f"lab: weights in {out}/weights.json; use them with --set rf_weights={out}/weights.json",
         file=sys.stderr,
     )
     return 0
@@ -113,7 +115,7 @@ def cmd_rfm_train(args: argparse.Namespace) -> int:
 def cmd_rfm_audit(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from gaprag.graphs.rfm_rag.feedback_model.pool_audit import audit
+    from lab.rfm.pool_audit import audit
 
     runs = [r.strip() for r in args.runs.split(",") if r.strip()]
     if not runs:
@@ -137,7 +139,7 @@ def cmd_rfm_audit(args: argparse.Namespace) -> int:
 
 
 def _register_audit(sub: Any) -> None:
-    from gaprag.graphs.rfm_rag.feedback_model.pool_audit import BOOTSTRAP, MATCH_F1
+    from lab.rfm.pool_audit import BOOTSTRAP, MATCH_F1
 
     a = sub.add_parser(
         "audit",
@@ -163,8 +165,8 @@ _Options = list[tuple[str, dict[str, Any]]]
 
 
 def _train_data_options() -> _Options:
-    """``gaprag rfm train``'s options on the examples, as (flag, add_argument keywords)."""
-    from gaprag.graphs.rfm_rag.feedback_model.examples import DEFAULT_DATASETS, DEFAULT_SKIP_FIRST
+    """``python -m lab rfm train``'s options on the examples, as (flag, add_argument keywords)."""
+    from lab.rfm.examples import DEFAULT_DATASETS, DEFAULT_SKIP_FIRST
 
     return [
         (
@@ -219,9 +221,9 @@ def _train_data_options() -> _Options:
 
 
 def _train_model_options() -> _Options:
-    """``gaprag rfm train``'s options on the model and its fitting, after the data options."""
+    """``python -m lab rfm train``'s options on the model and its fitting, after the data options."""
     from gaprag.graphs.rfm_rag.feedback_model.features import FEATURE_NAMES
-    from gaprag.graphs.rfm_rag.feedback_model.train import (
+    from lab.rfm.train import (
         CV_FOLDS,
         DEFAULT_MONOTONE,
         MAX_EPOCHS,
@@ -304,8 +306,55 @@ def _register_train(sub: Any) -> None:
     q.set_defaults(func=cmd_rfm_train)
 
 
+def cmd_rfm_calibrate(args: argparse.Namespace) -> int:
+    """Set rf_threshold for other weights from calibration rows already recorded."""
+    import functools
+
+    from gaprag.eval.calibrate import calibrate, calibration_lines
+    from lab.rfm.rescore import rescore_rows
+
+    result = calibrate(
+        model=args.model,
+        methods=["rfm_rag"],
+        limit=args.limit,
+        out=args.runs,
+        profile_path=args.profile,
+        run=False,
+        progress=False,
+        rescore={"rfm_rag": functools.partial(rescore_rows, weights=args.weights)},
+    )
+    for line in calibration_lines(result):
+        print(line)
+    note = result["curves"]["rfm_rag"]["rescored"]
+    print(
+        f"  rfm_rag: {note['decisions_rescored']} decisions re-scored with {note['rf_weights']} "
+        f"({note['questions_replayed']} questions replayed; {note['questions_left_out']} left "
+        "out, not in the weights' held-out list)"
+    )
+    print(f"wrote {result['profile']}")
+    return 0
+
+
+def _register_calibrate(sub: Any) -> None:
+    c = sub.add_parser(
+        "calibrate",
+        help="rf_threshold for other weights, from recorded calibration rows",
+        description="Replays the rfm_rag rows of a `gaprag calibrate` run directory with the "
+        "R-Feedback decisions re-scored by --weights (on the questions the weights did not "
+        "train on: their metrics.json's held-out list) and writes the threshold chosen to "
+        "--profile. Runs no model.",
+    )
+    c.add_argument("--runs", required=True, help="the `gaprag calibrate --out` directory")
+    c.add_argument("--weights", required=True, help="R-Feedback weights JSON")
+    c.add_argument("--profile", required=True, help="profile file to write")
+    c.add_argument("--model", default="qwen2.5-coder-1.5b", help="the model the rows are of")
+    c.add_argument("--limit", type=int, default=200, help="questions per set (default: 200)")
+    c.set_defaults(func=cmd_rfm_calibrate)
+
+
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("rfm", help="RFM-RAG's R-Feedback model")
     sub = p.add_subparsers(dest="rfm_command", required=True)
     _register_train(sub)
     _register_audit(sub)
+    _register_calibrate(sub)

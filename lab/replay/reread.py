@@ -1,4 +1,4 @@
-"""Offline reread (``gaprag replay reread``): break a tie between a run's candidates with one more reading.
+"""Offline reread (``python -m lab replay reread``): break a tie between a run's candidates with one more reading.
 
 Where plain RAG's answer and a method's answer differ, a reread sends plain RAG's request over
 plain RAG's passages followed by the method's evidence
@@ -29,15 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
 from gaprag.datasets import CALIBRATION_START, REPORTED_QUESTIONS
-from gaprag.eval.offline.candidates import Pair, pair, short_f1, walk
-from gaprag.eval.offline.rundir import (
-    Extending,
-    Key,
-    documents,
-    extend_runs,
-    read_records,
-)
-from gaprag.eval.offline.tables import format_interval, paired_delta
+from gaprag.eval.scoring import short_f1
 from gaprag.eval.stats import BASELINE
 from gaprag.metrics import f1_score
 from gaprag.nodes.answer import clean_answer
@@ -48,6 +40,15 @@ from gaprag.nodes.gate import (
     plain_rag,
 )
 from gaprag.nodes.render import render_passages
+from lab.replay.candidates import Pair, pair, walk
+from lab.replay.rundir import (
+    Extending,
+    Key,
+    documents,
+    extend_runs,
+    read_records,
+)
+from lab.replay.tables import format_interval, paired_delta
 
 if TYPE_CHECKING:
     from gaprag.llm.client import LLM, Messages

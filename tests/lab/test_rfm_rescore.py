@@ -1,9 +1,10 @@
-"""Re-scoring recorded R-Feedback decisions with retrained weights (`gaprag calibrate
---rf-weights`): the new probabilities drive the replay, on the questions the weights did not
-train on."""
+"""Re-scoring recorded R-Feedback decisions with retrained weights (`python -m lab rfm
+calibrate`, a re-scorer passed to `gaprag.eval.calibrate.calibrate`): the new probabilities
+drive the replay, on the questions the weights did not train on."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -18,8 +19,8 @@ from gaprag.errors import InputError
 from gaprag.eval.calibrate import calibrate
 from gaprag.graphs.rfm_rag.feedback_model.features import FEATURE_NAMES
 from gaprag.graphs.rfm_rag.feedback_model.model import RFeedbackMLP
-from gaprag.graphs.rfm_rag.feedback_model.rescore import rescore_rows, round_pools
 from gaprag.profiles import load_profile
+from lab.rfm.rescore import rescore_rows, round_pools
 
 GOLD = "William Shakespeare"
 
@@ -94,7 +95,8 @@ def test_calibration_replays_retrained_weights(tmp_path: Path) -> None:
     point = next(p for p in recorded["grid"] if p["threshold"] == 0.9)
     assert point["f1"] == 0.0 and "rescored" not in recorded
     # re-scored: round 1 (no entity covered) p ~0.00005, round 2 (covered) p ~0.99995
-    out = calibrate(**common, profile_path=tmp_path / "b.toml", rf_weights=weights)
+    rescore = {"rfm_rag": functools.partial(rescore_rows, weights=weights)}
+    out = calibrate(**common, profile_path=tmp_path / "b.toml", rescore=rescore)
     rescored = out["curves"]["rfm_rag"]
     point = next(p for p in rescored["grid"] if p["threshold"] == 0.9)
     assert point["f1"] == 1.0 and point["stop_rate"] == 1.0
@@ -121,12 +123,13 @@ def test_rescoring_needs_the_traces_and_rfm_rag(tmp_path: Path) -> None:
     weights = tmp_path / "weights.json"
     coverage_model().save(weights)
     (runs / "hotpotqa" / "traces" / "rfm_rag" / f"{ids[0]}.json").unlink()
+    rescore = {"rfm_rag": functools.partial(rescore_rows, weights=weights)}
     with pytest.raises(InputError, match="no trace of rfm_rag question"):
         calibrate(model="m", methods=["rfm_rag"], datasets=["hotpotqa"], out=runs, run=False,
-                  profile_path=tmp_path / "p.toml", rf_weights=weights)  # fmt: skip
-    with pytest.raises(InputError, match="re-scores rfm_rag"):
+                  profile_path=tmp_path / "p.toml", rescore=rescore)  # fmt: skip
+    with pytest.raises(InputError, match="a re-scorer for rfm_rag"):
         calibrate(model="m", methods=["iterkey"], datasets=["hotpotqa"], out=runs, run=False,
-                  profile_path=tmp_path / "p.toml", rf_weights=weights)  # fmt: skip
+                  profile_path=tmp_path / "p.toml", rescore=rescore)  # fmt: skip
 
 
 def test_retrain_script_compares_on_the_same_heldout_questions(tmp_path: Path) -> None:

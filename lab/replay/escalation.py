@@ -1,10 +1,10 @@
-"""Offline escalation (``gaprag replay escalation``): replay ``escalating_rag``'s choices on evaluation rows that already hold
+"""Offline escalation (``python -m lab replay escalation``): replay ``escalating_rag``'s choices on evaluation rows that already hold
 every candidate, and choose its settings on the calibration questions.
 
 A run of every method with each gate recording plain RAG's answer but never stopping
 (``gate_threshold`` above any probability) holds, per question, plain RAG's answer and its
 ``p`` (the ``gate`` decision), and each method's loop answer, its F1 and its calls; the loop
-answers' ``p`` come from the rows' selection scores (:func:`gaprag.eval.offline.scoring.score_runs`).
+answers' ``p`` come from the rows' selection scores (:func:`lab.replay.scoring.score_runs`).
 :func:`replay` runs the graph's rules on them (the gate, the choice of
 :func:`gaprag.nodes.choice.choose_answer`, the stop of :func:`gaprag.nodes.choice.stop_reason`,
 the call budget)
@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from gaprag.datasets import CALIBRATION_START
-from gaprag.eval.offline import profile
-from gaprag.eval.offline.candidates import Candidate, Pair, pairs
 from gaprag.metrics import normalize_answer
 from gaprag.nodes import choice as rules
 from gaprag.nodes.gate import GATE_STOP
 from gaprag.nodes.short_answer import rule_answer
+from gaprag.profiles import writer as profile
+from lab.replay.candidates import Candidate, Pair, pairs
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Fitting the R-Feedback Model on labelled examples (:mod:`.examples`): projected Adam with
 early stopping, Platt calibration on held-out questions, the held-out metrics, and the
-weights and metrics files ``gaprag rfm train`` writes (see docs/methods/rfm_rag.md).
+weights and metrics files ``python -m lab rfm train`` writes (see docs/methods/rfm_rag.md).
 """
 
 from __future__ import annotations
@@ -16,7 +16,16 @@ from typing import Any, Literal
 import numpy as np
 
 from gaprag.errors import InputError
-from gaprag.graphs.rfm_rag.feedback_model.examples import (
+from gaprag.graphs.rfm_rag.feedback_model.features import FEATURE_NAMES, Array, featurize
+from gaprag.graphs.rfm_rag.feedback_model.model import (
+    METRICS_FILE,
+    WEIGHTS_FILE,
+    RFeedbackMLP,
+    fit_platt,
+    monotonicity_violations,
+)
+from gaprag.stores.embeddings import Embedder
+from lab.rfm.examples import (
     DEFAULT_DATASETS,
     DEFAULT_SKIP_FIRST,
     FeedbackSplits,
@@ -28,15 +37,6 @@ from gaprag.graphs.rfm_rag.feedback_model.examples import (
     load_records,
     refuse_evaluation_questions,
 )
-from gaprag.graphs.rfm_rag.feedback_model.features import FEATURE_NAMES, Array, featurize
-from gaprag.graphs.rfm_rag.feedback_model.model import (
-    METRICS_FILE,
-    WEIGHTS_FILE,
-    RFeedbackMLP,
-    fit_platt,
-    monotonicity_violations,
-)
-from gaprag.stores.embeddings import Embedder
 
 Source = Literal["paragraphs", "graph_pools"]
 DEFAULT_MONOTONE: tuple[str, ...] = FEATURE_NAMES
@@ -389,8 +389,8 @@ def run_training(
     splits = {"train": data.train, "val": data.val, "cal": data.cal, "test": data.test}
     data_info["questions"] = {k: len({s.qid for s in v}) for k, v in splits.items()}
     if source == "graph_pools":
-        # the traced questions no weight was fitted to (Platt and test splits): `gaprag
-        # calibrate --rf-weights` replays only these to set the stop threshold
+        # the traced questions no weight was fitted to (Platt and test splits): `python -m lab
+        # rfm calibrate` replays only these to set the stop threshold
         data_info["heldout"] = sorted({s.qid for s in (*data.cal, *data.test)})
     data_info["samples"] = {k: len(v) for k, v in splits.items()}
     xy = {k: _xy(v, embedder, progress) for k, v in splits.items()}

@@ -13,7 +13,7 @@ All three sets live in **one** pair store, told apart by their source label; a t
 
 Every step is resumable (finished items are recorded in the store). Typical use::
 
-    from gaprag.eval.ladder import build_ladder, evaluate_ladder
+    from lab.ladder import build_ladder, evaluate_ladder
     store = build_ladder("hotpotqa", "ladder-hotpotqa.sqlite", llm=llm, limit=200)
     print(evaluate_ladder(store, "hotpotqa", llm=llm, limit=200))
 """
@@ -329,7 +329,7 @@ def evaluate_ladder(
     ``options`` are rag_ef Context fields (e.g. ``similarity="bm25"``). With ``out``, one JSON
     line per (tier, question) is written there.
     """
-    from gaprag.graphs import build_graph
+    from gaprag import build_graph
 
     data = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
     examples = data.select(limit)

@@ -3,7 +3,7 @@ answer (plain RAG's, as the gate gave it, and each method's loop answer) and one
 :class:`Pair` per row of a gated method (its two candidates), which every replay reads.
 
 A loop answer's ``p`` comes from the run's ``selection_scores.jsonl``
-(:mod:`gaprag.eval.offline.scoring`); a row of escalating_rag carries its candidates itself.
+(:mod:`lab.replay.scoring`); a row of escalating_rag carries its candidates itself.
 F1 of an answer a run did not give is taken after the short-answer step's rules
 (:func:`short_f1`), as the graph would have given it.
 """
@@ -15,21 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gaprag.eval.offline.rundir import Key, question_indices, read_records, rows, run_dir_of
+from gaprag.eval.scoring import short_f1
 from gaprag.eval.stats import BASELINE, gate_answer
-from gaprag.metrics import f1_score
 from gaprag.nodes import choice
 from gaprag.nodes.gate import GATE_STOP, PLAIN_TOP_K
-from gaprag.nodes.short_answer import rule_answer
+from lab.replay.rundir import Key, question_indices, read_records, rows, run_dir_of
 
 #: the re-scored final answers beside a run's rows
 SCORES = "selection_scores.jsonl"
-
-
-def short_f1(question: str, answer: str, golds: Sequence[str]) -> float:
-    """The F1 of ``answer`` after the short-answer step's rules (no model call)."""
-    short = rule_answer(question, answer)
-    return f1_score(answer if short is None else short, list(golds))
 
 
 def read_scores(run_dir: str | Path) -> dict[Key, dict[str, Any]]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gaprag.eval.offline.candidates import Candidate as Answer
-from gaprag.eval.offline.escalation import (
+from lab.replay.candidates import Candidate as Answer
+from lab.replay.escalation import (
     Question,
     Setting,
     fit,

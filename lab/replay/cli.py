@@ -1,13 +1,13 @@
-"""``gaprag replay``: the offline replays over ``gaprag eval`` run directories, one subcommand
+"""``python -m lab replay``: the offline replays over ``gaprag eval`` run directories, one subcommand
 each (docs/evaluation.md):
 
 - ``select``: choose between plain RAG's answer and each method's, by the rules of
-  :mod:`gaprag.eval.offline.selection` (``--score`` first re-scores the final answers from the
+  :mod:`lab.replay.selection` (``--score`` first re-scores the final answers from the
   traces; ``--check`` adds the graph's rule on the reported questions);
 - ``reread``: break the tie between the two with one more reading
-  (:mod:`gaprag.eval.offline.reread`; ``--send`` first sends the missing rereads);
+  (:mod:`lab.replay.reread`; ``--send`` first sends the missing rereads);
 - ``escalation``: choose escalating_rag's settings on the calibration questions
-  (:mod:`gaprag.eval.offline.escalation`; ``--write-profile`` writes them).
+  (:mod:`lab.replay.escalation`; ``--write-profile`` writes them).
 
 Scoring and rereading use the configured model (``GAPRAG_BASE_URL``, else the embedded
 ``GAPRAG_LOCAL_MODEL``) with repeatable serving; both append beside the rows and resume.
@@ -60,9 +60,9 @@ def _send(
 
 
 def cmd_select(args: argparse.Namespace) -> int:
-    from gaprag.eval.offline.candidates import pairs
-    from gaprag.eval.offline.scoring import score_runs
-    from gaprag.eval.offline.selection import check, render, render_check, replay
+    from lab.replay.candidates import pairs
+    from lab.replay.scoring import score_runs
+    from lab.replay.selection import check, render, render_check, replay
 
     methods = _names(args.methods)
     if args.score:
@@ -87,7 +87,7 @@ def cmd_select(args: argparse.Namespace) -> int:
 
 
 def cmd_reread(args: argparse.Namespace) -> int:
-    from gaprag.eval.offline.reread import replay, reread_runs
+    from lab.replay.reread import replay, reread_runs
 
     methods = _names(args.methods)
     if args.send:
@@ -99,7 +99,7 @@ def cmd_reread(args: argparse.Namespace) -> int:
 def _escalation_command(args: argparse.Namespace) -> str:
     """The command line that made a profile's escalating_rag setting, for its record."""
     return (
-        "gaprag replay escalation "
+        "python -m lab replay escalation "
         + " ".join(str(d) for d in args.dirs)
         + f" --max-calls {args.max_calls:g} --call-budget {args.call_budget}"
         + (f" --firsts {args.firsts}" if args.firsts else "")
@@ -110,7 +110,7 @@ def _escalation_command(args: argparse.Namespace) -> str:
 
 
 def cmd_escalation(args: argparse.Namespace) -> int:
-    from gaprag.eval.offline.escalation import fit, measure, questions, write_profile
+    from lab.replay.escalation import fit, measure, questions, write_profile
 
     qs = questions(args.dirs)
     try:
@@ -176,7 +176,7 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], int], Sequence[
 
 
 def register(subparsers: Any) -> None:
-    """``gaprag replay`` and its subcommands."""
+    """``python -m lab replay`` and its subcommands."""
     replay = subparsers.add_parser(
         "replay",
         help="replay answer selection, rereads or escalation on recorded eval runs",

@@ -1,5 +1,5 @@
 """Writing a model profile (:mod:`gaprag.profiles`): the one writer ``gaprag calibrate`` and
-``gaprag replay escalation --write-profile`` use. It merges settings into the methods' tables
+``python -m lab replay escalation --write-profile`` use. It merges settings into the methods' tables
 and how each was made into ``[calibration.<method>]``, keeping everything else in the file
 (other methods, switches set by hand, the comment lines at its top)."""
 

@@ -39,18 +39,18 @@ from typing import Any
 import numpy as np
 
 from gaprag.datasets import CALIBRATION_START
-from gaprag.graphs.rfm_rag.feedback_model.examples import (
+from gaprag.graphs.rfm_rag.feedback_model.features import Array, featurize, split_sentences
+from gaprag.graphs.rfm_rag.feedback_model.model import RFeedbackMLP
+from gaprag.metrics import accuracy, f1_score, normalize_answer, tokens
+from gaprag.stores.embeddings import Embedder, embedder_by_name
+from lab.rfm.examples import (
     ANSWER_F1,
     Sample,
     bundled_indices,
     graph_traces,
     pool_snapshots,
 )
-from gaprag.graphs.rfm_rag.feedback_model.features import Array, featurize, split_sentences
-from gaprag.graphs.rfm_rag.feedback_model.model import RFeedbackMLP
-from gaprag.graphs.rfm_rag.feedback_model.train import auc
-from gaprag.metrics import accuracy, f1_score, normalize_answer, tokens
-from gaprag.stores.embeddings import Embedder, embedder_by_name
+from lab.rfm.train import auc
 
 MATCH_F1 = 0.5
 """A pool sentence matches a gold supporting sentence at token F1 >= this."""

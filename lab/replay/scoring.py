@@ -11,7 +11,7 @@ RAG's answer:
    (:meth:`gaprag.llm.client.LLM.ascore_continuation`), and keeps the answer tokens' logprobs
    as the gate keeps its own (:func:`gaprag.nodes.gate.logprob_signals`). Each row's score is
    appended to ``selection_scores.jsonl`` beside its ``results.jsonl``
-   (:data:`gaprag.eval.offline.candidates.SCORES`), so scoring resumes where it stopped.
+   (:data:`lab.replay.candidates.SCORES`), so scoring resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
-from gaprag.eval.offline.candidates import SCORES
-from gaprag.eval.offline.rundir import Extending, extend_runs
 from gaprag.eval.stats import gate_answer
 from gaprag.nodes.answer import clean_answer
 from gaprag.nodes.choice import answer_span
 from gaprag.nodes.gate import GATE_STOP, Signal, logprob_signals, probability
 from gaprag.traces import method_traces
+from lab.replay.candidates import SCORES
+from lab.replay.rundir import Extending, extend_runs
 
 if TYPE_CHECKING:
     from gaprag.llm.client import LLM

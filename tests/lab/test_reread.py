@@ -1,4 +1,4 @@
-"""The offline reread tie-break (gaprag.eval.offline.reread, ``gaprag replay reread``): which rows are reread, with which
+"""The offline reread tie-break (lab.replay.reread, ``python -m lab replay reread``): which rows are reread, with which
 request, resumably, and how each rule picks between the candidates."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from gaprag.cli import main
-from gaprag.eval.offline import reread
-from gaprag.eval.offline.candidates import Candidate, Pair, pair
-from gaprag.eval.offline.reread import REREAD_PASSAGES, pick, reread_messages
 from gaprag.llm.client import LLM
 from gaprag.metrics import f1_score
 from gaprag.testing import ScriptedChatModel
+from lab.__main__ import main
+from lab.replay import reread
+from lab.replay.candidates import Candidate, Pair, pair
+from lab.replay.reread import REREAD_PASSAGES, pick, reread_messages
 
 QUESTION = "Which genus has more species, Dracula or Pistacia?"
 PARAGRAPHS = [{"id": f"p{i}", "title": f"T{i}", "text": f"paragraph {i}"} for i in range(12)]

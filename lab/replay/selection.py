@@ -1,11 +1,11 @@
-"""Offline answer selection (``gaprag replay select``): choose between the answers an
+"""Offline answer selection (``python -m lab replay select``): choose between the answers an
 evaluation run already has.
 
 A gated method's row holds two candidates: plain RAG's answer as its gate gave it (the
 ``answer`` of its ``gate`` decision, with its probability ``p``) and the method's own final
 answer (the row's ``prediction``). This module scores the second the way the gate scores the
-first, from the run's traces (:mod:`gaprag.eval.offline.scoring`), and replays selection
-rules between the two (:class:`gaprag.eval.offline.candidates.Pair`): :func:`replay`
+first, from the run's traces (:mod:`lab.replay.scoring`), and replays selection
+rules between the two (:class:`lab.replay.candidates.Pair`): :func:`replay`
 chooses each rule's thresholds by F1 on the calibration questions (index
 :data:`gaprag.datasets.CALIBRATION_START` and on) and reports every rule there and, with the
 same thresholds, on the reported questions (below 50) where the directories hold them.
@@ -32,10 +32,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from gaprag.datasets import CALIBRATION_START, REPORTED_QUESTIONS
-from gaprag.eval.offline.candidates import Pair
-from gaprag.eval.offline.tables import format_interval, mean, num, paired_delta, share
 from gaprag.eval.stats import captured_share
 from gaprag.nodes.choice import choose_answer
+from lab.replay.candidates import Pair
+from lab.replay.tables import format_interval, mean, num, paired_delta, share
 
 Thresholds = dict[str, float]
 Rule = Callable[[Pair, Thresholds], bool]  # True: plain RAG's (the gate's) answer

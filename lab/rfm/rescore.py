@@ -2,8 +2,8 @@
 
 A ``calibration=true`` run records, at every judged round, the pool (its fact sentences, in
 the trace, with the question's entities) and the answer the method would have given had it
-stopped there (in the row's ``decisions``). R-Feedback retrained on those pools (``gaprag rfm
-train --source graph_pools``) gives other probabilities for the same pools, so its stop
+stopped there (in the row's ``decisions``). R-Feedback retrained on those pools (``python -m
+lab rfm train --source graph_pools``) gives other probabilities for the same pools, so its stop
 threshold can be set by replaying the same rows with the new ``p``: no second calibration run
 is needed. The pools are featurised as training featurises them (:func:`.features.featurize`,
 with the embedder the weights name), so the re-scored ``p`` is what the graph would compute
@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from gaprag.errors import InputError
-from gaprag.graphs.rfm_rag.feedback_model.examples import Sample, pool_snapshots
 from gaprag.graphs.rfm_rag.feedback_model.features import featurize
 from gaprag.graphs.rfm_rag.feedback_model.model import METRICS_FILE, RFeedbackMLP
 from gaprag.stores.embeddings import embedder_by_name
 from gaprag.traces import method_traces
+from lab.rfm.examples import Sample, pool_snapshots
 
 NODE = "feedback_classifier"
 
@@ -112,5 +112,6 @@ def rescore_rows(
         "decisions_rescored": rescored,
         "questions_left_out": skipped,
         "questions_replayed": sum(1 for r in out if r.get("method") == method),
+        "record": {"rf_weights": str(path)},
     }
     return out, note

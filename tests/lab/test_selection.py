@@ -1,4 +1,4 @@
-"""Offline answer selection (gaprag.eval.offline: ``gaprag replay select``): finding the call the final answer came
+"""Offline answer selection (lab.replay: ``python -m lab replay select``): finding the call the final answer came
 from, re-scoring it with a scripted model, resumable scores, and replaying rules whose
 thresholds are chosen on the calibration questions only."""
 
@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from gaprag.cli import main
-from gaprag.eval.offline import candidates as offline
-from gaprag.eval.offline import scoring, selection
-from gaprag.eval.offline.candidates import Candidate, Pair, pairs
-from gaprag.eval.offline.scoring import locate, score_trace
-from gaprag.eval.offline.selection import fit, replay
 from gaprag.llm.client import LLM
 from gaprag.testing import ScriptedChatModel
 from gaprag.traces import TraceWriter
+from lab.__main__ import main
+from lab.replay import candidates as offline
+from lab.replay import scoring, selection
+from lab.replay.candidates import Candidate, Pair, pairs
+from lab.replay.scoring import locate, score_trace
+from lab.replay.selection import fit, replay
 
 QUESTION = "Which genus has more species, Dracula or Pistacia?"
 GATE_EVENT = {"node": "gate", "call": "gate", "signal": "logprob_mean", "value": -0.3}
@@ -278,7 +278,7 @@ def test_replay_sends_its_calls_with_the_repeatable_model_before_replaying(
 ) -> None:
     import importlib
 
-    from gaprag.eval.offline import cli as offline_cli
+    from lab.replay import cli as offline_cli
 
     seen: dict[str, Any] = {}
 
@@ -287,7 +287,7 @@ def test_replay_sends_its_calls_with_the_repeatable_model_before_replaying(
         return 3
 
     monkeypatch.setattr(offline_cli, "_model", lambda: "the repeatable model")
-    monkeypatch.setattr(importlib.import_module(f"gaprag.eval.offline.{module}"), function, calls)
+    monkeypatch.setattr(importlib.import_module(f"lab.replay.{module}"), function, calls)
     run = tmp_path / "run"
     run.mkdir()
     main(["replay", argv[0], str(run), *argv[1:], "--limit", "7"])

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gaprag.graphs.rfm_rag.feedback_model.train import run_training
 from gaprag.stores.embeddings import HashingEmbedder
+from lab.rfm.train import run_training
 
 SLICE: dict[str, Any] = {
     "datasets": ("hotpotqa",),
@@ -24,7 +24,7 @@ SLICE: dict[str, Any] = {
     "seed": 0,
     "cv_folds": 0,
 }
-"""The slice: `gaprag rfm train --datasets hotpotqa --n-train 400 --n-val 100 --n-test 100
+"""The slice: `python -m lab rfm train --datasets hotpotqa --n-train 400 --n-val 100 --n-test 100
 --n-cal 100 --epochs 20 --cv-folds 0 --embedder hashing-256`."""
 COMMITTED: dict[str, Any] = {
     "questions": {"train": 70, "val": 18, "cal": 12, "test": 18},

@@ -1,5 +1,5 @@
 """rfm_rag's relevance-only stop (feedback_mode=relevance) and the audit of the R-Feedback
-model on the pools the graph recorded (`gaprag rfm audit`)."""
+model on the pools the graph recorded (`python -m lab rfm audit`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gaprag.cli import main
 from gaprag.graphs.rfm_rag.context import RELEVANCE_THRESHOLD, Context
 from gaprag.graphs.rfm_rag.feedback_model.model import RelevanceJudge, RFeedbackMLP, sigmoid
-from gaprag.graphs.rfm_rag.feedback_model.pool_audit import (
+from gaprag.stores.embeddings import HashingEmbedder
+from gaprag.stores.store import Store
+from lab.__main__ import main
+from lab.rfm.pool_audit import (
     audit,
     bootstrap_aucs,
     bundled_records,
@@ -21,8 +23,6 @@ from gaprag.graphs.rfm_rag.feedback_model.pool_audit import (
     is_complete,
     trace_pools,
 )
-from gaprag.stores.embeddings import HashingEmbedder
-from gaprag.stores.store import Store
 from tests.methods.rfm_rag import QUESTION, fake_llm, make_graph
 
 
