@@ -14,8 +14,11 @@ functions, so a replay applies the graph's rule by construction.
   :func:`takes_gate` (the ``logprob`` rule's margin test) and :func:`choose_answer` (among
   plain RAG's answer and each loop's: the ``select`` step's two, escalating_rag's ``choose``'s
   any number).
-- Escalating: :func:`may_start_loop` (enough calls left for a loop) and :func:`stop_reason`
-  (why the question ends after a choice, '' to escalate).
+- Escalating: :func:`next_step`, after each loop (:class:`Ladder`: the loops and the
+  settings that decide): the answer chosen so far and either the loop to run next or why the
+  question ends (:func:`stop_reason`); :func:`may_start_loop` (enough calls left to start a
+  loop). escalating_rag's ``choose`` node and the offline replay of it call these two at the
+  same points of a question, so the replay takes the graph's steps.
 """
 
 from __future__ import annotations
@@ -159,3 +162,57 @@ def stop_reason(choice: Choice, *, escalate_p: float, last: bool, calls_left: in
     if not may_start_loop(calls_left):
         return "call_budget"
     return ""
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """What decides escalating_rag's steps: the loops of its rungs in order (``"none"``, no
+    second loop, left out), how the answer is chosen and when a chosen answer is sure enough."""
+
+    loops: tuple[str, ...]
+    answer_choice: Rule = "logprob"
+    choice_margin: float = 0.0
+    escalate_p: float = 1.01
+
+
+@dataclass(frozen=True)
+class Step:
+    """escalating_rag's step after a loop: ``choice`` among the candidates (None: no
+    candidate has an answer), then the loop to run (``method``) or why the question ends
+    (``stop_reason``: exactly one of the two is set)."""
+
+    choice: Choice | None
+    method: str = ""
+    stop_reason: str = ""
+
+
+def next_step(
+    candidates: Sequence[Candidate],
+    rungs: int,
+    ladder: Ladder,
+    calls_left: int,
+    limit: str = "",
+) -> Step:
+    """The step after rung ``rungs`` (1: the first loop ran or was skipped) with
+    ``candidates`` (plain RAG's answer first, then each loop's that gave one) and
+    ``calls_left`` LLM calls: the answer chosen by ``ladder.answer_choice``
+    (:func:`choose_answer`), then stop (:func:`stop_reason`, with ``last`` when no rung
+    follows) or run the next rung's loop. ``limit``: a limit the run reached (a call past
+    ``call_budget`` refused, say): the question ends, and reports the limit as its reason,
+    as every step that ends a question after a limit does (:mod:`gaprag.nodes.wiring`)."""
+    chosen = (
+        choose_answer(candidates, ladder.answer_choice, ladder.choice_margin)
+        if candidates
+        else None
+    )
+    why = stop_reason(
+        chosen or Choice(-1, None, "rule"),
+        escalate_p=ladder.escalate_p,
+        last=rungs >= len(ladder.loops),
+        calls_left=calls_left,
+    )
+    if limit:
+        return Step(chosen, stop_reason=limit)
+    if why:
+        return Step(chosen, stop_reason=why)
+    return Step(chosen, method=ladder.loops[rungs])

@@ -85,40 +85,40 @@ def questions(dirs: Sequence[str | Path]) -> list[Question]:
     ]
 
 
-def _choose(cands: Sequence[Candidate], s: Setting) -> rules.Choice:
-    """escalating_rag's choice among ``cands`` (``answer_choice="logprob"``)."""
-    return rules.choose_answer(cands, "logprob", s.margin)
+def ladder(s: Setting) -> rules.Ladder:
+    """The graph's step settings (``answer_choice="logprob"``) of setting ``s``."""
+    loops = tuple(m for m in (s.first, s.second) if m != "none")
+    return rules.Ladder(loops, "logprob", s.margin, s.escalate_p)
 
 
 def run(q: Question, s: Setting) -> tuple[float, int, str]:
     """(F1, LLM calls, stop reason) of escalating_rag with settings ``s`` on question ``q``:
-    the graph's rules (:mod:`gaprag.nodes.choice`) on the recorded candidates."""
+    the graph's steps on the recorded candidates. After plain RAG's gate, each rung starts its
+    loop when :func:`gaprag.nodes.choice.may_start_loop` allows (a loop whose recorded calls
+    overrun the budget is cut, gives no answer and ends the question at the call budget; a
+    loop the rows lack gives none), then :func:`gaprag.nodes.choice.next_step` chooses the
+    answer and stops or names the next loop, as escalating_rag's ``first_loop``/``second_loop``
+    and ``choose`` nodes do."""
     if q.plain.p is not None and q.plain.p >= s.gate_p:
         return q.plain.f1, 1, GATE_STOP
+    steps = ladder(s)
     cands = [q.plain] if q.plain.answer else []
-    calls = 1
-    for rung, method in enumerate([s.first, s.second], start=1):
+    calls, method, rungs, limit = 1, s.first, 0, ""
+    while True:
+        rungs += 1
         loop = q.loops.get(method)
-        if method == "none" or loop is None or not rules.may_start_loop(s.call_budget - calls):
-            break
-        if calls + loop.calls > s.call_budget:  # cut by the budget: no answer
-            calls = s.call_budget
-        else:
-            calls += loop.calls
-            if loop.answer:
-                cands.append(loop)
-        if not cands:
-            continue
-        choice = _choose(cands, s)
-        last = rung == 2 or s.second == "none"
-        why = rules.stop_reason(
-            choice, escalate_p=s.escalate_p, last=last, calls_left=s.call_budget - calls
-        )
-        if why:
-            return cands[choice.index].f1, calls, why
-    if not cands:
-        return 0.0, calls, "none"
-    return cands[_choose(cands, s).index].f1, calls, "last_loop"
+        if loop is not None and rules.may_start_loop(s.call_budget - calls):
+            if calls + loop.calls > s.call_budget:  # the call past the budget is refused
+                calls, limit = s.call_budget, "call_budget"
+            else:
+                calls += loop.calls
+                if loop.answer:
+                    cands.append(loop)
+        step = rules.next_step(cands, rungs, steps, s.call_budget - calls, limit)
+        if step.stop_reason:
+            f1 = cands[step.choice.index].f1 if step.choice is not None else 0.0
+            return f1, calls, step.stop_reason
+        method = step.method
 
 
 def measure(qs: Sequence[Question], s: Setting) -> dict[str, float]:

@@ -1,5 +1,5 @@
-"""The answer-choice rules (gaprag.nodes.choice) replayed on recorded rows give the decisions
-the graph recorded on the same rows: escalating_rag's committed run on questions 0-49
+"""The answer-choice rules and the step function (gaprag.nodes.choice.next_step) replayed on
+recorded rows give the decisions the graph recorded on the same rows: escalating_rag's committed run on questions 0-49
 (docs/results/n50/escalation), each row holding its candidates, its ``select`` and
 ``escalate`` decisions and its stop reason."""
 
@@ -43,22 +43,28 @@ def test_the_choice_rules_replay_the_graphs_recorded_decisions(name: str) -> Non
             continue
         assert selected is not None and escalated is not None, row["id"]
         kept = [c for c in row["candidates"] if c["answer"]]
-        chosen = choice.choose_answer(
-            [choice.Candidate(c["answer"], c["p"]) for c in kept],
-            settings["answer_choice"],
-            settings["choice_margin"],
+        ladder = choice.Ladder(
+            loops=tuple(
+                m for m in (settings["first_loop"], settings["second_loop"]) if m != "none"
+            ),
+            answer_choice=settings["answer_choice"],
+            choice_margin=settings["choice_margin"],
+            escalate_p=settings["escalate_threshold"],
         )
+        rungs = len({c["method"] for c in row["candidates"]} - {"standard_rag"})
+        step = choice.next_step(
+            [choice.Candidate(c["answer"], c["p"]) for c in kept],
+            rungs,
+            ladder,
+            calls_left=settings["call_budget"] - row["llm_calls"],
+        )
+        chosen = step.choice
+        assert chosen is not None, row["id"]
         assert kept[chosen.index]["method"] == selected["decision"], row["id"]
         assert kept[chosen.index]["answer"] == selected["answer"], row["id"]
         assert chosen.path == selected["path"], row["id"]
         assert chosen.p == pytest.approx(selected["p"], abs=1e-6), row["id"]
-        why = choice.stop_reason(
-            chosen,
-            escalate_p=settings["escalate_threshold"],
-            last=settings["second_loop"] == "none",
-            calls_left=settings["call_budget"] - row["llm_calls"],
-        )
-        assert why == row["stop_reason"], row["id"]
+        assert step.stop_reason == row["stop_reason"], row["id"]
         assert escalated["decision"] == "stop"
         replayed += 1
     assert replayed >= 10  # the gate let the loop run on enough questions to compare

@@ -38,8 +38,10 @@ def route_after_plain_rag(state: State) -> Literal["first_loop", "short_answer"]
 
 
 def route_after_choose(state: State) -> Literal["second_loop", "short_answer"]:
-    """The second loop when the choice did not end the question, else the answer."""
-    return "short_answer" if state.stop_reason or state.rungs >= 2 else "second_loop"
+    """The second loop when the step after the choice did not end the question
+    (:func:`gaprag.nodes.choice.next_step` sets ``stop_reason`` when it does), else the
+    answer."""
+    return "short_answer" if state.stop_reason else "second_loop"
 
 
 def subgraphs(context: type[Context]) -> dict[str, dict[str, Any]]:

@@ -152,13 +152,22 @@ async def second_loop(
     return await _run_loop(state, runtime, deps, runtime.context.second_loop)
 
 
+def ladder(ctx: Context) -> rules.Ladder:
+    """The settings that decide the steps: the rungs' loops and the choice and stop rules."""
+    return rules.Ladder(
+        loops=tuple(m for m in (ctx.first_loop, ctx.second_loop) if m != "none"),
+        answer_choice=ctx.answer_choice,
+        choice_margin=ctx.choice_margin,
+        escalate_p=ctx.escalate_threshold,
+    )
+
+
 def choose(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """The answer among every candidate so far; then stop or escalate.
 
-    The ``answer_choice`` rule (:func:`gaprag.nodes.choice.choose_answer`; a candidate
-    without an answer is left out), recorded as decision ``select``; the stop
-    (:func:`gaprag.nodes.choice.stop_reason`), as decision ``escalate`` with the chosen
-    answer's p and ``escalate_threshold``.
+    :func:`gaprag.nodes.choice.next_step`: the ``answer_choice`` rule (a candidate without an
+    answer is left out), recorded as decision ``select``; the stop or the next loop, as
+    decision ``escalate`` with the chosen answer's p and ``escalate_threshold``.
 
     Reads: `candidates`, `rungs`, `answer`; writes: `answer`, `evidence`, `chosen`,
     `stop_reason` (when it stops), `decisions`.
@@ -166,10 +175,12 @@ def choose(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = runtime.context
     kept = [c for c in state.candidates if c["answer"]]
     update: dict[str, Any] = {"answer": state.answer or ""}
-    chosen = rules.Choice(-1, None, "rule")
-    if kept:
-        options = [rules.Candidate(c["answer"], c["p"]) for c in kept]
-        chosen = rules.choose_answer(options, ctx.answer_choice, ctx.choice_margin)
+    options = [rules.Candidate(c["answer"], c["p"]) for c in kept]
+    ledger = spend.current()
+    reached = ledger.limit() if ledger is not None else ""
+    step = rules.next_step(options, state.rungs, ladder(ctx), calls_left(ctx), reached)
+    chosen = step.choice or rules.Choice(-1, None, "rule")
+    if step.choice is not None:
         winner = kept[chosen.index]
         log_decision(
             "select",
@@ -185,12 +196,7 @@ def choose(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         }
         if winner["evidence"]:
             update["evidence"] = winner["evidence"]
-    why = rules.stop_reason(
-        chosen,
-        escalate_p=ctx.escalate_threshold,
-        last=state.rungs >= 2 or ctx.second_loop == "none",
-        calls_left=calls_left(ctx),
-    )
+    why = step.stop_reason
     log_decision(
         "escalate",
         state.rungs,
