@@ -35,6 +35,7 @@ from gaprag.eval.planning import resolved_settings
 from gaprag.eval.record import current_settings
 from gaprag.eval.results import normalize_row
 from gaprag.metrics import f1_score
+from gaprag.nodes.gate import read_gate
 
 BASELINE = "standard_rag"
 METRICS: tuple[str, ...] = (
@@ -539,15 +540,6 @@ def _paired(
     return out
 
 
-def gate_answer(row: Mapping[str, Any]) -> str | None:
-    """Plain RAG's answer as the row's gate gave it (the ``answer`` of its ``gate`` decision),
-    or None when the row has none."""
-    for d in row.get("decisions") or []:
-        if isinstance(d, Mapping) and d.get("node") == "gate" and isinstance(d.get("answer"), str):
-            return str(d["answer"])
-    return None
-
-
 def _f1(row: Mapping[str, Any]) -> float | None:
     value = row.get("f1")
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
@@ -598,7 +590,7 @@ def headroom(
     for i in common:
         p, m = float(_f1(b[i]) or 0.0), float(_f1(o[i]) or 0.0)
         own = [m]
-        answer = gate_answer(o[i])
+        answer = read_gate(o[i].get("decisions") or []).answer
         if answer is not None:
             own.append(f1_score(answer, o[i].get("answers") or []))
             gated += 1

@@ -30,7 +30,8 @@ in ``gate_passages`` for the ranked reader. An endpoint that returns no logprobs
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -59,6 +60,48 @@ PLAIN_ANSWER_MAX_TOKENS = 48
 AGREEMENT_K = 3
 #: the largest margin recorded (a logprob difference; the probability is 1 to float precision)
 MAX_MARGIN = 100.0
+
+
+@dataclass(frozen=True)
+class GateReading:
+    """Plain RAG's answer as the gate recorded it (None: no gate answered) and its
+    probability ``p``: ``exp`` of its mean token logprob, the unit every candidate answer is
+    compared in (None without logprobs)."""
+
+    answer: str | None
+    p: float | None
+
+
+def read_gate(
+    decisions: Iterable[Mapping[str, Any]], trace: Iterable[Mapping[str, Any]] | None = None
+) -> GateReading:
+    """The gate's answer and ``p`` from a run's records, the one reader of them (the graph's
+    state, an evaluation row): the answer of the last ``gate`` decision; ``p`` from the
+    gate's trace record (its ``logprob_mean``, whichever signal it decided on), or, with no
+    ``trace`` (a row keeps only decisions), the decision's ``p``, the same number for a
+    ``logprob_mean`` gate."""
+    decision = next(
+        (
+            d
+            for d in reversed(list(decisions))
+            if isinstance(d, Mapping) and d.get("node") == "gate"
+        ),
+        None,
+    )
+    answer = decision.get("answer") if decision is not None else None
+    if not isinstance(answer, str):
+        return GateReading(None, None)
+    if trace is None:
+        p = decision.get("p") if decision is not None else None
+        if isinstance(p, int | float) and not isinstance(p, bool):
+            return GateReading(answer, float(p))
+        return GateReading(answer, None)
+    for record in reversed(list(trace)):
+        if isinstance(record, Mapping) and record.get("call") == "gate":
+            mean = record.get("value") if record.get("signal") == "logprob_mean" else None
+            mean = record.get("logprob_mean", mean)
+            return GateReading(answer, None if mean is None else math.exp(min(float(mean), 0.0)))
+    return GateReading(answer, None)
 
 
 @lru_cache(maxsize=1)

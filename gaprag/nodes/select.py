@@ -4,7 +4,7 @@ both off by default).
 
 Where the gate let the loop run, a run holds two candidates: plain RAG's answer, recorded in
 the ``gate`` decision (its ``p`` here is ``exp`` of its mean token logprob, from the gate's trace
-record: :func:`gate_probability`), and the loop's final answer. The call whose text
+record: :func:`gaprag.nodes.gate.read_gate`), and the loop's final answer. The call whose text
 became the loop's answer is scored on that same call when ``answer_scoring="logprob"`` (only logprobs are
 requested, the messages are the same: :func:`answer_call`, :func:`answer_structured` for a
 JSON reply): the answer span's tokens (after "the answer is" inside a chain-of-thought
@@ -37,7 +37,6 @@ loop_p, agree}``. With ``answer_choice="off"`` it does nothing.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,6 +46,7 @@ from gaprag.accounting import record_decision
 from gaprag.llm.client import LLM, M, Messages, Structured, TokenLogprob
 from gaprag.nodes.choice import Candidate, answer_probability, choose_answer
 from gaprag.nodes.decisions import log_decision
+from gaprag.nodes.gate import read_gate
 
 
 def scoring(ctx: Any) -> bool:
@@ -96,25 +96,6 @@ def scored_update(answer: str, tokens: Sequence[TokenLogprob] | None) -> dict[st
     return {} if p is None else {"answer_p": {answer: round(p, 6)}}
 
 
-def gate_answer(state: Any) -> str | None:
-    """Plain RAG's answer as the gate's decision recorded it; None without one."""
-    for decision in reversed(list(getattr(state, "decisions", []) or [])):
-        if decision.get("node") == "gate" and "answer" in decision:
-            return str(decision.get("answer") or "")
-    return None
-
-
-def gate_probability(state: Any) -> float | None:
-    """Plain RAG's answer's ``exp(mean token logprob)`` from the gate's trace record (whichever
-    signal the gate decided on), None where the gate had no logprobs."""
-    for record in reversed(list(getattr(state, "trace", []) or [])):
-        if isinstance(record, dict) and record.get("call") == "gate":
-            mean = record.get("value") if record.get("signal") == "logprob_mean" else None
-            mean = record.get("logprob_mean", mean)
-            return None if mean is None else math.exp(min(float(mean), 0.0))
-    return None
-
-
 def select(state: Any, runtime: Runtime[Any]) -> dict[str, Any]:
     """The graph node: the question's answer between plain RAG's and the loop's.
 
@@ -124,11 +105,11 @@ def select(state: Any, runtime: Runtime[Any]) -> dict[str, Any]:
     is chosen), `decisions`, `trace`.
     """
     ctx = runtime.context
-    gate_said = gate_answer(state)
-    if ctx.answer_choice == "off" or gate_said is None:
+    said = read_gate(state.decisions or [], state.trace or [])
+    if ctx.answer_choice == "off" or said.answer is None:
         return {}
     loop_answer = str(state.answer or "")
-    gate = Candidate(gate_said, gate_probability(state))
+    gate = Candidate(said.answer, said.p)
     loop = Candidate(loop_answer, (state.answer_p or {}).get(loop_answer))
     choice = choose_answer([gate, loop], ctx.answer_choice, ctx.choice_margin)
     answer = gate.answer if choice.index == 0 else loop_answer

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from gaprag.eval.scoring import short_f1
-from gaprag.eval.stats import BASELINE, gate_answer
+from gaprag.eval.stats import BASELINE
 from gaprag.nodes import choice
-from gaprag.nodes.gate import GATE_STOP, PLAIN_TOP_K
+from gaprag.nodes.gate import GATE_STOP, PLAIN_TOP_K, read_gate
 from lab.replay.rundir import Key, question_indices, read_records, rows, run_dir_of
 
 #: the re-scored final answers beside a run's rows
@@ -78,13 +78,6 @@ class Pair:
         return max(self.plain_f1, self.gate.f1, self.loop.f1)
 
 
-def _gate_p(row: Mapping[str, Any]) -> float | None:
-    for decision in row.get("decisions") or []:
-        if isinstance(decision, Mapping) and decision.get("node") == "gate":
-            return number(decision.get("p"))
-    return None
-
-
 def _loop(row: Mapping[str, Any], score: Mapping[str, Any], gate_p: float | None) -> Candidate:
     """The method's answer: the row's (its ``p`` from its score record: the gate's own where
     the gate answered), or escalating_rag's last recorded candidate."""
@@ -113,11 +106,12 @@ def pair(
     if row.get("error"):
         return None
     cands = [c for c in row.get("candidates") or [] if isinstance(c, Mapping)]
-    said = str(cands[0].get("answer") or "") if len(cands) >= 2 else gate_answer(row)
+    reading = read_gate(row.get("decisions") or [])
+    said = str(cands[0].get("answer") or "") if len(cands) >= 2 else reading.answer
     if said is None:
         return None
     question, golds = str(row.get("question") or ""), tuple(row.get("answers") or ())
-    gate_p = _gate_p(row)
+    gate_p = reading.p
     gate = Candidate(said, gate_p, short_f1(question, said, golds), 1)
     # plain RAG's passages are the first the run showed (its gate's call comes first)
     shown = [str(i) for i in row.get("shown_ids") or []][:PLAIN_TOP_K]

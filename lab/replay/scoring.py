@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
-from gaprag.eval.stats import gate_answer
 from gaprag.nodes.answer import clean_answer
 from gaprag.nodes.choice import answer_span
-from gaprag.nodes.gate import GATE_STOP, Signal, logprob_signals, probability
+from gaprag.nodes.gate import GATE_STOP, Signal, logprob_signals, probability, read_gate
 from gaprag.traces import method_traces
 from lab.replay.candidates import SCORES
 from lab.replay.rundir import Extending, extend_runs
@@ -162,7 +161,7 @@ async def score_trace(llm: LLM, trace: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _gated(row: Mapping[str, Any]) -> bool:
-    return not row.get("error") and gate_answer(row) is not None
+    return not row.get("error") and read_gate(row.get("decisions") or []).answer is not None
 
 
 def scores_file(run_dir: str | Path) -> Path:

@@ -14,8 +14,7 @@ from gaprag.composed.escalating_rag.state import Candidate, State
 from gaprag.llm import spend
 from gaprag.nodes import choice as rules
 from gaprag.nodes.decisions import log_decision
-from gaprag.nodes.gate import GATE_STOP, gate
-from gaprag.nodes.select import gate_probability
+from gaprag.nodes.gate import GATE_STOP, gate, read_gate
 from gaprag.progress import emit
 
 #: settings of the run handed to each loop as they are: endpoint, model, store, filter,
@@ -58,22 +57,20 @@ async def plain_rag(
 
 
 def _plain_candidate(state: State) -> list[Candidate]:
-    """Plain RAG's answer as the first candidate (from the gate's decision), once."""
-    if state.candidates:
+    """Plain RAG's answer as the first candidate (as the gate recorded it), once."""
+    said = read_gate(state.decisions, state.trace)
+    if state.candidates or not said.answer:
         return []
-    for decision in state.decisions:
-        if decision.get("node") == "gate" and decision.get("answer"):
-            return [
-                Candidate(
-                    method="standard_rag",
-                    answer=str(decision["answer"]),
-                    p=gate_probability(state),
-                    llm_calls=1,
-                    stop_reason="answered",
-                    evidence=[],
-                )
-            ]
-    return []
+    return [
+        Candidate(
+            method="standard_rag",
+            answer=said.answer,
+            p=said.p,
+            llm_calls=1,
+            stop_reason="answered",
+            evidence=[],
+        )
+    ]
 
 
 def _prefixed(records: list[dict[str, Any]], method: str) -> list[dict[str, Any]]:
