@@ -28,3 +28,23 @@ def test_the_paper_mode_section_names_only_tests_of_the_fidelity_file(method: st
     named = set(re.findall(r"`(test_\w+)`", paper_mode_section(method)))
     assert named, f"{method}: its Paper mode section names no test"
     assert sorted(named - fidelity_tests(method)) == []
+
+
+def steps_table(section: str) -> list[str]:
+    """The rows of the section's paper-step table (its header names "proved by")."""
+    lines = section.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|") and "proved by" in line)
+    rows = []
+    for line in lines[start + 2 :]:  # after the header and its rule
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    return rows
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_paper_step_of_the_table_names_the_test_that_proves_it(method: str) -> None:
+    rows = steps_table(paper_mode_section(method))
+    assert len(rows) >= 5, method
+    unproved = [row[:80] for row in rows if not re.search(r"`test_\w+`", row)]
+    assert unproved == [], f"{method}: steps without a test: {unproved}"
