@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gaprag.config import environ
 from gaprag.context import Calibration
@@ -52,6 +52,8 @@ GRID: tuple[float, ...] = (
     0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 1.01,
 )  # fmt: skip
 DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
+S = TypeVar("S")
+R = TypeVar("R")
 #: ``rescore(rows, run_dirs)``: the rows with one method's recorded decisions re-scored (by
 #: other trained weights, say; ``run_dirs``: dataset -> run directory, for the traces) and a
 #: note of what was done
@@ -165,10 +167,34 @@ def replay(
     return Point.of(threshold, rows, outcome, cost_per_call, choice)
 
 
+def fit(
+    grid: Iterable[S],
+    evaluate: Callable[[S], R],
+    rank: Callable[[S, R], tuple[Any, ...]],
+) -> tuple[S, R]:
+    """The one way a setting is fitted: every setting of ``grid`` evaluated on the rows
+    (``evaluate``), the one whose ``rank`` (the metric, then the tie-breaks) is highest, with
+    its evaluation; the first of equals. ``gaprag calibrate``'s thresholds and the lab's
+    replays (answer selection, escalation) are fitted with it."""
+    best: tuple[tuple[Any, ...], S, R] | None = None
+    for setting in grid:
+        result = evaluate(setting)
+        key = rank(setting, result)
+        if best is None or key > best[0]:
+            best = (key, setting, result)
+    if best is None:
+        raise ValueError("no setting to fit: the grid is empty")
+    return best[1], best[2]
+
+
 def choose(points: Sequence[Point], default: str | None = None) -> Point:
     """The best objective; ties go to the higher threshold (fail toward retrieving more), then
     to the ``default`` value of the round-choice switch."""
-    return max(points, key=lambda pt: (round(pt.objective, 6), pt.threshold, pt.choice == default))
+    return fit(
+        points,
+        lambda pt: pt,
+        lambda pt, _: (round(pt.objective, 6), pt.threshold, pt.choice == default),
+    )[0]
 
 
 def curves(

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gaprag.datasets import CALIBRATION_START
+from gaprag.eval.calibrate import fit as fit_grid
 from gaprag.metrics import normalize_answer
 from gaprag.nodes import choice as rules
 from gaprag.nodes.gate import GATE_STOP
@@ -161,24 +162,23 @@ def fit(
     methods = sorted({m for q in calib for m in q.loops})
     gates = list(gate_ps) or _grid(q.plain.p for q in calib)
     escalates = _grid(a.p for q in calib for a in q.loops.values())
-    best: tuple[tuple[float, float, float], Setting, dict[str, float]] | None = None
-    for first, second in itertools.product(firsts or methods, seconds or [*methods, "none"]):
-        if first == second:
-            continue
-        for gate_p, escalate_p, margin in itertools.product(gates, escalates, margins):
-            s = Setting(first, second, gate_p, escalate_p, margin, call_budget)
-            result = measure(calib, s)
-            if result["calls"] > max_calls:
-                continue
-            key = (round(result["f1"], 6), -round(result["calls"], 6), gate_p)
-            if best is None or key > best[0]:
-                best = (key, s, result)
-    if best is None:
+    grid = (
+        Setting(first, second, gate_p, escalate_p, margin, call_budget)
+        for first, second in itertools.product(firsts or methods, seconds or [*methods, "none"])
+        if first != second
+        for gate_p, escalate_p, margin in itertools.product(gates, escalates, margins)
+    )
+    chosen, result = fit_grid(
+        grid,
+        lambda s: measure(calib, s),
+        # within the calls cap first; then F1, fewer calls, a higher gate
+        lambda s, r: (r["calls"] <= max_calls, round(r["f1"], 6), -round(r["calls"], 6), s.gate_p),
+    )
+    if result["calls"] > max_calls:
         raise ValueError(f"no setting keeps the mean calls within {max_calls}")
-    chosen = best[1]
     if chosen.escalate_p <= 0.0:  # every choice stops after the first loop: name no second
         chosen = dataclasses.replace(chosen, second="none")
-    return chosen, best[2]
+    return chosen, result
 
 
 def write_profile(

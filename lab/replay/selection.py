@@ -29,9 +29,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import product
 from typing import Any
 
 from gaprag.datasets import CALIBRATION_START, REPORTED_QUESTIONS
+from gaprag.eval.calibrate import fit as fit_grid
 from gaprag.eval.stats import captured_share
 from gaprag.nodes.choice import choose_answer
 from lab.replay.candidates import Pair
@@ -97,21 +99,12 @@ def fit(rule: str, cands: Sequence[Pair]) -> Thresholds:
     if not names or not cands:
         return {}
     grids = _grids(cands)
-    best: tuple[float, int, tuple[float, ...]] | None = None
-    chosen: Thresholds = {}
-
-    def walk(i: int, current: Thresholds) -> None:
-        nonlocal best, chosen
-        if i == len(names):
-            f1, switched = _f1(rule, cands, current)
-            key = (round(f1, 12), -switched, tuple(current[n] for n in names))
-            if best is None or key > best:
-                best, chosen = key, dict(current)
-            return
-        for value in grids[names[i]]:
-            walk(i + 1, {**current, names[i]: value})
-
-    walk(0, {})
+    grid = (dict(zip(names, values, strict=True)) for values in product(*(grids[n] for n in names)))
+    chosen, _ = fit_grid(
+        grid,
+        lambda t: _f1(rule, cands, t),
+        lambda t, r: (round(r[0], 12), -r[1], tuple(t[n] for n in names)),
+    )
     return chosen
 
 
