@@ -88,11 +88,11 @@ def read_gate(
         ),
         None,
     )
-    answer = decision.get("answer") if decision is not None else None
-    if not isinstance(answer, str):
+    if decision is None or not isinstance(decision.get("answer"), str):
         return GateReading(None, None)
+    answer = str(decision["answer"])
     if trace is None:
-        p = decision.get("p") if decision is not None else None
+        p = decision.get("p")
         if isinstance(p, int | float) and not isinstance(p, bool):
             return GateReading(answer, float(p))
         return GateReading(answer, None)

@@ -16,7 +16,6 @@ from gaprag.graphs.rfm_rag.feedback_model.features import (
     FeatureExtractor,
 )
 from gaprag.graphs.rfm_rag.feedback_model.model import (
-    FeedbackResult,
     RFeedbackMLP,
     monotonicity_violations,
 )
@@ -45,9 +44,11 @@ from tests.methods.rfm_rag import (
     FACT_FILM,
     FACT_MOTHER,
     QUESTION,
+    ProbJudge,
     SeqJudge,
     fake_llm,
     make_graph,
+    yes_logprobs,
 )
 
 
@@ -58,10 +59,6 @@ def store_docs() -> list[Document]:
 
 
 # -- feedback modes ------------------------------------------------------------------------------
-def _yes(p_yes: float) -> dict[str, float]:
-    return {"Yes": float(np.log(p_yes)), "No": float(np.log(1 - p_yes))}
-
-
 def _separable(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     pos = np.column_stack([rng.normal(0.9, 0.05, n), rng.normal(3.0, 0.5, n)])
     neg = np.column_stack([rng.normal(0.2, 0.05, n), rng.normal(-2.0, 0.5, n)])
@@ -223,7 +220,7 @@ def test_decisions_are_recorded(store: Store, tmp_path: Path) -> None:
     out = make_graph(fake_llm(), store, feedback_mode="heuristic").invoke({"question": QUESTION})
     assert out["decisions"] == [{"node": "feedback_classifier", "round": 1, "decision": "stop",
                                  "p": None, "path": "rule", "threshold": 0.5}]  # fmt: skip
-    fake = fake_llm(judge="Yes", logprobs=_yes(0.8))
+    fake = fake_llm(judge="Yes", logprobs=yes_logprobs(0.8))
     out = make_graph(LLM(fake, supports_logprobs=True), store, feedback_mode="llm_judge").invoke({"question": QUESTION})  # fmt: skip
     assert [(d["decision"], d["path"]) for d in out["decisions"]] == [("stop", "logprobs")]
     out = make_graph(fake_llm(), store, feedback_mode="never_sufficient").invoke({"question": QUESTION})  # fmt: skip
@@ -291,19 +288,6 @@ def test_monotone_model_never_falls_as_coverage_rises() -> None:
     for g in (0.0, 0.3, 0.6, 0.9, 1.5):
         grid = np.column_stack([np.linspace(-0.5, 1.5, 201), np.full(201, g)])
         assert np.all(np.diff(mono.probs(grid)) >= -1e-12)
-
-
-class ProbJudge:
-    """A trained-model stand-in: always the same probability that the pool is sufficient."""
-
-    def __init__(self, p: float | None, verdict: bool = False) -> None:
-        self.p = p
-        self.verdict = verdict
-
-    def judge(
-        self, question: str, entities: list[str], sentences: list[str], s_f: float
-    ) -> FeedbackResult:
-        return FeedbackResult(self.verdict, self.p)
 
 
 def _trace_of(out: dict[str, Any], *, qid: str, question: str, dataset: str = "fixture",

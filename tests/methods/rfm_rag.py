@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -100,6 +101,24 @@ class SeqJudge:
         self.calls.append(list(sentences))
         verdict = self.verdicts[min(len(self.calls) - 1, len(self.verdicts) - 1)]
         return FeedbackResult(verdict, 1.0 if verdict else 0.0)
+
+
+class ProbJudge:
+    """A trained-model stand-in: always the same probability that the pool is sufficient."""
+
+    def __init__(self, p: float | None, verdict: bool = False) -> None:
+        self.p = p
+        self.verdict = verdict
+
+    def judge(
+        self, question: str, entities: list[str], sentences: list[str], s_f: float
+    ) -> FeedbackResult:
+        return FeedbackResult(self.verdict, self.p)
+
+
+def yes_logprobs(p_yes: float) -> dict[str, float]:
+    """The judge's first-token logprobs for a "Yes" of probability ``p_yes``."""
+    return {"Yes": math.log(p_yes), "No": math.log(1 - p_yes)}
 
 
 def make_graph(

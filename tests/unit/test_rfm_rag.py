@@ -26,7 +26,6 @@ from gaprag.graphs.rfm_rag.feedback_model.features import (
     syntactic_coverage,
 )
 from gaprag.graphs.rfm_rag.feedback_model.model import (
-    FeedbackResult,
     RFeedbackMLP,
     expected_embedder,
     fit_platt,
@@ -44,12 +43,14 @@ from tests.methods.rfm_rag import (
     KINDS,
     QUESTION,
     STRUCTURE,
+    ProbJudge,
     SeqJudge,
     call_counts,
     extract_reply,
     fake_llm,
     kind_of,
     make_graph,
+    yes_logprobs,
 )
 
 
@@ -367,20 +368,16 @@ def test_pool_persists_across_turns_of_a_thread(store: Store) -> None:
 
 
 # -- feedback modes ------------------------------------------------------------------------------
-def _yes(p_yes: float) -> dict[str, float]:
-    return {"Yes": float(np.log(p_yes)), "No": float(np.log(1 - p_yes))}
-
-
 def test_llm_judge_mode(store: Store) -> None:
     # P(Yes) from the first token's logprobs against llm_judge_threshold
-    fake = fake_llm(judge="Yes", logprobs=_yes(0.9))
+    fake = fake_llm(judge="Yes", logprobs=yes_logprobs(0.9))
     out = make_graph(LLM(fake, supports_logprobs=True), store, feedback_mode="llm_judge").invoke({"question": QUESTION})  # fmt: skip
     assert out["iterations"] == 1 and call_counts(fake)["judge"] == 1
     assert out["stop_reason"] == "sufficient"
     assert [(d["path"], d["threshold"]) for d in out["decisions"]] == [("logprobs", 0.5)]
     assert out["decisions"][0]["p"] == pytest.approx(0.9)
     # below the threshold: retrieve again
-    fake = fake_llm(judge="Yes", logprobs=_yes(0.9))
+    fake = fake_llm(judge="Yes", logprobs=yes_logprobs(0.9))
     out = make_graph(LLM(fake, supports_logprobs=True), store, feedback_mode="llm_judge",
                      llm_judge_threshold=0.95).invoke({"question": QUESTION})  # fmt: skip
     assert out["iterations"] == 3 and [d["decision"] for d in out["decisions"]] == ["continue"] * 2
@@ -594,19 +591,6 @@ def test_platt_scaling() -> None:
     model.calibration = (2.0, -0.5)
     x = np.array([[0.3, 0.4]])
     assert model.logits(x)[0] == pytest.approx(2.0 * model.raw_logits(x)[0] - 0.5)
-
-
-class ProbJudge:
-    """A trained-model stand-in: always the same probability that the pool is sufficient."""
-
-    def __init__(self, p: float | None, verdict: bool = False) -> None:
-        self.p = p
-        self.verdict = verdict
-
-    def judge(
-        self, question: str, entities: list[str], sentences: list[str], s_f: float
-    ) -> FeedbackResult:
-        return FeedbackResult(self.verdict, self.p)
 
 
 @pytest.mark.parametrize(
